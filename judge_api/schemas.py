@@ -1,0 +1,251 @@
+"""Request and response models: the validated form of everything the API accepts and returns.
+
+An *item* is one thing to judge (a dialogue context plus candidate responses from one or more systems). A *run*
+names its items, rubric(s), judge(s) and mode. Validation happens here, before anything is stored.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+T = TypeVar("T")
+Speaker = Literal["user", "bot"]
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,199}$"
+SYSTEM_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+ -]{0,99}$"
+
+
+class Turn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    speaker: Speaker
+    text: str = Field(max_length=200_000)
+    session: int | None = Field(default=None, ge=0)
+
+
+class Persona(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user: list[str] = Field(default_factory=list)
+    bot: list[str] = Field(default_factory=list)
+
+
+class Item(BaseModel):
+    """One thing to judge."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=ID_PATTERN)
+    dialogue: list[Turn] = Field(default_factory=list)
+    persona: Persona | None = None
+    memory: str | None = None
+    reference: str | None = None
+    candidates: dict[str, str]
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("candidates")
+    @classmethod
+    def _candidates_not_empty(cls, value: dict[str, str]) -> dict[str, str]:
+        if not value:
+            raise ValueError("an item needs at least one candidate response")
+        for name, text in value.items():
+            if not re.match(SYSTEM_PATTERN, name):
+                raise ValueError(f"system name {name!r} must be 1-100 letters, digits or _.:@/+- ")
+            if not text.strip():
+                raise ValueError(f"candidate {name!r} is empty")
+        return value
+
+
+class JudgeOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=512, ge=1, le=32_000)
+    seed: int | None = 0
+    samples: int = Field(default=1, ge=1, le=16, description="self-consistency samples per judgment")
+    structured_output: bool = Field(default=False, description="ask for JSON schema / tool output where supported")
+    reask: int = Field(default=0, ge=0, le=3, description="re-ask an unparseable reply at most this many times")
+
+    @model_validator(mode="after")
+    def _sampling_needs_temperature(self) -> JudgeOptions:
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError("samples > 1 needs temperature > 0 (identical samples say nothing)")
+        return self
+
+
+class RunCreate(BaseModel):
+    """POST /v1/runs body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, max_length=200)
+    items: list[Item] = Field(min_length=1)
+    rubrics: list[str] = Field(min_length=1, max_length=20)
+    judges: list[str] = Field(min_length=1, max_length=10)
+    mode: list[Literal["single", "pairwise"]] = Field(default_factory=lambda: ["single"], min_length=1)
+    aspects: list[str] | None = Field(default=None, description="subset of the rubric's aspects")
+    pairing: Literal["all", "baseline"] = "all"
+    baseline: str | None = None
+    orders: Literal["both", "random"] = Field(
+        default="both", description="pairwise: both presentation orders, or one seeded-random order"
+    )
+    order_seed: int = 0
+    options: JudgeOptions = Field(default_factory=JudgeOptions)
+    outcome_map: dict[str, Literal["win", "tie", "loss"]] | None = Field(
+        default=None, description="pairwise: graded preference ('2','1','0','-1','-2') -> outcome"
+    )
+    budget_usd: float | None = Field(default=None, gt=0)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("mode")
+    @classmethod
+    def _unique_modes(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _check_items(self) -> RunCreate:
+        seen: set[str] = set()
+        for index, item in enumerate(self.items):
+            if item.id in seen:
+                raise ValueError(f"items[{index}].id: duplicate item id {item.id!r}")
+            seen.add(item.id)
+        if self.pairing == "baseline" and not self.baseline:
+            raise ValueError("baseline: pairing='baseline' needs a baseline system name")
+        if self.baseline is not None:
+            for index, item in enumerate(self.items):
+                if self.baseline not in item.candidates:
+                    raise ValueError(f"items[{index}].candidates: baseline {self.baseline!r} is missing")
+        if "pairwise" in self.mode and all(len(item.candidates) < 2 for item in self.items):
+            raise ValueError("mode: pairwise needs at least two candidates in some item")
+        return self
+
+
+class RunCounts(BaseModel):
+    pending: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    unparseable: int = 0
+    cancelled: int = 0
+
+
+class RunSummary(BaseModel):
+    id: str
+    name: str | None
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+    rubrics: list[str]
+    judges: list[str]
+    mode: list[str]
+    n_items: int
+    n_judgments: int
+    counts: RunCounts
+    progress: float
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+    provider_calls: int
+    cached: int
+    budget_usd: float | None
+    budget_exhausted: bool
+    message: str | None = None
+
+
+class RunCreated(BaseModel):
+    id: str
+    status: str
+    n_items: int
+    n_judgments: int
+    url: str
+
+
+class JudgmentOut(BaseModel):
+    id: int
+    run_id: str
+    item_id: str
+    mode: str
+    system_a: str
+    system_b: str | None
+    order: str | None
+    rubric_id: str
+    rubric_version: str
+    aspect: str
+    judge: str
+    judge_params: dict[str, Any]
+    sample_index: int
+    prompt_hash: str | None
+    raw_output: str | None
+    score: float | None
+    verdict: str | None
+    preference: float | None
+    outcome: str | None
+    explanation: str | None
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float | None
+    cost_usd: float
+    attempts: int
+    status: str
+    error: str | None
+    cached: bool
+    injection_flags: list[str]
+    updated_at: datetime | None
+
+
+class Page(BaseModel, Generic[T]):
+    total: int
+    offset: int
+    limit: int
+    items: list[T]
+
+
+class HumanRatingIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    item_id: str = Field(pattern=ID_PATTERN)
+    system: str = Field(pattern=SYSTEM_PATTERN)
+    system_b: str | None = Field(default=None, pattern=SYSTEM_PATTERN)
+    aspect: str = Field(min_length=1, max_length=64)
+    rater: str = Field(min_length=1, max_length=100)
+    kind: Literal["score", "preference"] = "score"
+    value: float
+    scale_min: float = 1
+    scale_max: float = 100
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_value(self) -> HumanRatingIn:
+        if self.kind == "preference":
+            if self.system_b is None:
+                raise ValueError("system_b: a preference names both systems")
+            if self.value not in (-1, 0, 1):
+                raise ValueError("value: a preference is 1 (system wins), 0 (tie) or -1 (system_b wins)")
+            self.scale_min, self.scale_max = -1, 1
+        else:
+            if self.scale_min >= self.scale_max:
+                raise ValueError("scale_min must be below scale_max")
+            if not self.scale_min <= self.value <= self.scale_max:
+                raise ValueError(f"value: {self.value} is outside the scale {self.scale_min}..{self.scale_max}")
+        return self
+
+
+class HumanRatingsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ratings: list[HumanRatingIn] = Field(min_length=1, max_length=200_000)
+
+
+class RubricOut(BaseModel):
+    id: str
+    version: str
+    kind: str
+    description: str
+    origin: str | None
+    aspects: list[str]
+    scale: tuple[float, float] | None
+    parser: str
+    structured_output: bool

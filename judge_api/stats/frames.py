@@ -1,0 +1,323 @@
+"""Column names, validation and empty frames for the statistics library.
+
+Follows ``docs/data-contract.md``: a *judgments frame* (one row per stored judgment, single or pairwise
+mode, any status) and a *human ratings frame* (one row per human score or preference vote).
+
+``validate_judgments`` / ``validate_ratings`` are the single entry point every public statistic goes
+through.  They accept the full contract frame, and also a hand-built frame that only carries the key
+columns: missing optional columns are filled with neutral defaults (NaN scores, ``sample_index`` 0,
+zero tokens, ...).  Unknown ``mode`` / ``status`` / ``order`` / ``outcome`` values raise ``ValueError``
+rather than being dropped silently.  Pairwise rows that carry only one of ``preference`` / ``outcome``
+get the other from the contract's default mapping (+-2 -> win/loss, +-1 and 0 -> tie; win/tie/loss ->
++2/0/-2).
+
+``jsonable`` turns numpy / pandas scalars and containers into plain Python objects, NaN and inf into
+``None``: every report section goes through it so that ``json.dumps(report, allow_nan=False)`` works.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# --- judgments frame -------------------------------------------------------------------------------
+JUDGMENT_ID = "judgment_id"
+RUN_ID = "run_id"
+ITEM_ID = "item_id"
+MODE = "mode"
+SYSTEM_A = "system_a"
+SYSTEM_B = "system_b"
+ASPECT = "aspect"
+JUDGE = "judge"
+RUBRIC_ID = "rubric_id"
+RUBRIC_VERSION = "rubric_version"
+ORDER = "order"
+SAMPLE_INDEX = "sample_index"
+STATUS = "status"
+SCORE = "score"
+SCALE_MIN = "scale_min"
+SCALE_MAX = "scale_max"
+PREFERENCE = "preference"
+OUTCOME = "outcome"
+LEN_A = "len_a"
+LEN_B = "len_b"
+CONFIDENCE = "confidence"
+INPUT_TOKENS = "input_tokens"
+OUTPUT_TOKENS = "output_tokens"
+LATENCY_MS = "latency_ms"
+COST_USD = "cost_usd"
+CACHED = "cached"
+
+SINGLE = "single"
+PAIRWISE = "pairwise"
+MODES = (SINGLE, PAIRWISE)
+
+PENDING = "pending"
+RUNNING = "running"
+DONE = "done"
+FAILED = "failed"
+UNPARSEABLE = "unparseable"
+STATUSES = (PENDING, RUNNING, DONE, FAILED, UNPARSEABLE)
+
+ORDER_AB = "ab"
+ORDER_BA = "ba"
+ORDERS = (ORDER_AB, ORDER_BA)
+
+WIN = "win"
+TIE = "tie"
+LOSS = "loss"
+OUTCOMES = (WIN, TIE, LOSS)
+OUTCOME_CODE: dict[str, int] = {WIN: 1, TIE: 0, LOSS: -1}
+
+JUDGMENT_COLUMNS: tuple[str, ...] = (
+    JUDGMENT_ID,
+    RUN_ID,
+    ITEM_ID,
+    MODE,
+    SYSTEM_A,
+    SYSTEM_B,
+    ASPECT,
+    JUDGE,
+    RUBRIC_ID,
+    RUBRIC_VERSION,
+    ORDER,
+    SAMPLE_INDEX,
+    STATUS,
+    SCORE,
+    SCALE_MIN,
+    SCALE_MAX,
+    PREFERENCE,
+    OUTCOME,
+    LEN_A,
+    LEN_B,
+    CONFIDENCE,
+    INPUT_TOKENS,
+    OUTPUT_TOKENS,
+    LATENCY_MS,
+    COST_USD,
+    CACHED,
+)
+JUDGMENT_REQUIRED: tuple[str, ...] = (ITEM_ID, MODE, SYSTEM_A, ASPECT, JUDGE, STATUS)
+
+_FLOAT_COLUMNS = (
+    SCORE,
+    SCALE_MIN,
+    SCALE_MAX,
+    PREFERENCE,
+    LEN_A,
+    LEN_B,
+    CONFIDENCE,
+    LATENCY_MS,
+    COST_USD,
+)
+_INT_COLUMNS = (SAMPLE_INDEX, INPUT_TOKENS, OUTPUT_TOKENS)
+_OPTIONAL_STR_COLUMNS = (SYSTEM_B, ORDER, OUTCOME)
+_STR_COLUMNS = (RUN_ID, ITEM_ID, MODE, SYSTEM_A, ASPECT, JUDGE, RUBRIC_ID, RUBRIC_VERSION, STATUS)
+
+# --- human ratings frame ---------------------------------------------------------------------------
+SYSTEM = "system"
+RATER = "rater"
+KIND = "kind"
+VALUE = "value"
+TURN = "turn"
+TIE_INCONSISTENT = "tie_inconsistent"
+
+KIND_SCORE = "score"
+KIND_PREFERENCE = "preference"
+KINDS = (KIND_SCORE, KIND_PREFERENCE)
+
+RATING_COLUMNS: tuple[str, ...] = (
+    ITEM_ID,
+    SYSTEM,
+    SYSTEM_B,
+    ASPECT,
+    RATER,
+    KIND,
+    VALUE,
+    SCALE_MIN,
+    SCALE_MAX,
+    TURN,
+    TIE_INCONSISTENT,
+)
+RATING_REQUIRED: tuple[str, ...] = (ITEM_ID, SYSTEM, ASPECT, RATER, KIND, VALUE)
+
+
+def _check_required(df: pd.DataFrame, required: tuple[str, ...], what: str) -> None:
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} frame is missing required column(s): {', '.join(missing)}")
+
+
+def _check_values(series: pd.Series, allowed: tuple[str, ...], column: str) -> None:
+    present = series.dropna()
+    bad = sorted({str(v) for v in pd.unique(present)} - set(allowed))
+    if bad:
+        raise ValueError(f"column {column!r} has unknown value(s) {bad}; allowed: {list(allowed)}")
+
+
+def _optional_str(series: pd.Series) -> pd.Series:
+    """Strings with missing values as NA (empty strings count as missing)."""
+    out = series.astype("str")
+    return out.where(series.notna() & (out != ""), None)
+
+
+def empty_judgments() -> pd.DataFrame:
+    """An empty judgments frame with every contract column and its dtype."""
+    return validate_judgments(pd.DataFrame({c: [] for c in JUDGMENT_REQUIRED}))
+
+
+def empty_ratings() -> pd.DataFrame:
+    """An empty human ratings frame with every contract column and its dtype."""
+    return validate_ratings(pd.DataFrame({c: [] for c in RATING_REQUIRED}))
+
+
+VALIDATED = "judge_api.stats.validated"
+"""``DataFrame.attrs`` marker set on validated frames so that nested calls do not re-validate."""
+
+
+def _is_validated(df: pd.DataFrame, columns: tuple[str, ...]) -> bool:
+    return bool(df.attrs.get(VALIDATED)) and tuple(df.columns) == columns
+
+
+def validate_judgments(df: pd.DataFrame) -> pd.DataFrame:
+    """Check a judgments frame and return a normalised copy (all contract columns, fixed dtypes).
+
+    Raises ``ValueError`` when a required column is missing or a categorical column holds an
+    unknown value.  Never drops rows.  A frame this function returned (or a row subset of it) is
+    passed through unchanged.
+    """
+    if _is_validated(df, JUDGMENT_COLUMNS):
+        return df
+    _check_required(df, JUDGMENT_REQUIRED, "judgments")
+    n = len(df)
+    out = pd.DataFrame(index=pd.RangeIndex(n))
+    for col in _STR_COLUMNS:
+        out[col] = df[col].to_numpy() if col in df.columns else ""
+        out[col] = out[col].astype("str")
+    for col in _OPTIONAL_STR_COLUMNS:
+        src = pd.Series(df[col].to_numpy(), dtype=object) if col in df.columns else None
+        out[col] = _optional_str(src) if src is not None else pd.Series([None] * n, dtype="str")
+    for col in _FLOAT_COLUMNS:
+        src_f = df[col].to_numpy() if col in df.columns else np.full(n, np.nan)
+        out[col] = pd.to_numeric(pd.Series(src_f), errors="coerce").astype("float64").to_numpy()
+    for col in _INT_COLUMNS:
+        src_i = df[col].to_numpy() if col in df.columns else np.zeros(n)
+        vals = pd.to_numeric(pd.Series(src_i), errors="coerce").fillna(0)
+        out[col] = vals.astype("int64").to_numpy()
+    out[CACHED] = (
+        df[CACHED].fillna(False).astype(bool).to_numpy() if CACHED in df.columns else False
+    )
+    if JUDGMENT_ID in df.columns:
+        out[JUDGMENT_ID] = pd.to_numeric(df[JUDGMENT_ID], errors="coerce").to_numpy()
+    else:
+        out[JUDGMENT_ID] = np.arange(n, dtype="int64")
+    if COST_USD not in df.columns:
+        out[COST_USD] = 0.0
+    if CONFIDENCE not in df.columns:
+        out[CONFIDENCE] = 1.0
+
+    _check_values(out[MODE], MODES, MODE)
+    _check_values(out[STATUS], STATUSES, STATUS)
+    _check_values(out[ORDER], ORDERS, ORDER)
+    _check_values(out[OUTCOME], OUTCOMES, OUTCOME)
+
+    # Fill outcome from preference (and the reverse) with the contract's default mapping.
+    pairwise = (out[MODE] == PAIRWISE).to_numpy()
+    pref = out[PREFERENCE].to_numpy()
+    outcome = out[OUTCOME]
+    need_outcome = pairwise & outcome.isna().to_numpy() & ~np.isnan(pref)
+    if need_outcome.any():
+        derived = np.where(pref >= 2, WIN, np.where(pref <= -2, LOSS, TIE))
+        out[OUTCOME] = outcome.mask(need_outcome, pd.Series(derived, index=out.index))
+    need_pref = pairwise & np.isnan(pref) & out[OUTCOME].notna().to_numpy()
+    if need_pref.any():
+        code = out[OUTCOME].map(OUTCOME_CODE).astype("float64").to_numpy() * 2.0
+        out[PREFERENCE] = np.where(need_pref, code, pref)
+    out = out[list(JUDGMENT_COLUMNS)]
+    out.attrs[VALIDATED] = True
+    return out
+
+
+def validate_ratings(df: pd.DataFrame | None) -> pd.DataFrame:
+    """Check a human ratings frame and return a normalised copy (``None`` gives an empty frame)."""
+    if df is None:
+        return empty_ratings()
+    if _is_validated(df, RATING_COLUMNS):
+        return df
+    _check_required(df, RATING_REQUIRED, "ratings")
+    n = len(df)
+    out = pd.DataFrame(index=pd.RangeIndex(n))
+    for col in (ITEM_ID, SYSTEM, ASPECT, RATER, KIND):
+        out[col] = pd.Series(df[col].to_numpy()).astype("str")
+    src_b = pd.Series(df[SYSTEM_B].to_numpy(), dtype=object) if SYSTEM_B in df.columns else None
+    out[SYSTEM_B] = _optional_str(src_b) if src_b is not None else pd.Series([None] * n, dtype="str")
+    for col in (VALUE, SCALE_MIN, SCALE_MAX):
+        src = df[col].to_numpy() if col in df.columns else np.full(n, np.nan)
+        out[col] = pd.to_numeric(pd.Series(src), errors="coerce").astype("float64").to_numpy()
+    turn = df[TURN].to_numpy() if TURN in df.columns else np.full(n, np.nan)
+    out[TURN] = pd.to_numeric(pd.Series(turn), errors="coerce").astype("Int64")
+    out[TIE_INCONSISTENT] = (
+        df[TIE_INCONSISTENT].fillna(False).astype(bool).to_numpy()
+        if TIE_INCONSISTENT in df.columns
+        else False
+    )
+    _check_values(out[KIND], KINDS, KIND)
+    is_pref = (out[KIND] == KIND_PREFERENCE).to_numpy()
+    out.loc[is_pref & np.isnan(out[SCALE_MIN].to_numpy()), SCALE_MIN] = -1.0
+    out.loc[is_pref & np.isnan(out[SCALE_MAX].to_numpy()), SCALE_MAX] = 1.0
+    out = out[list(RATING_COLUMNS)]
+    out.attrs[VALIDATED] = True
+    return out
+
+
+def distinct(*series: pd.Series) -> list[str]:
+    """Sorted distinct non-missing values of one or more string columns (fast on Arrow strings)."""
+    values: set[str] = set()
+    for s in series:
+        values.update(str(v) for v in s.dropna().unique())
+    return sorted(values)
+
+
+# --- JSON helpers -----------------------------------------------------------------------------------
+def none_if_nan(x: Any) -> Any:
+    """``None`` for NaN / inf / NA, a plain Python number otherwise."""
+    if x is None or x is pd.NA:
+        return None
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        f = float(x)
+        return f if math.isfinite(f) else None
+    return x
+
+
+def jsonable(obj: Any) -> Any:
+    """Recursively convert to JSON-safe Python objects (NaN / inf -> ``None``)."""
+    if isinstance(obj, pd.DataFrame):
+        return [jsonable(r) for r in obj.to_dict(orient="records")]
+    if isinstance(obj, pd.Series):
+        return [jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, np.ndarray):
+        return [jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, str):
+        return obj
+    if obj is None or obj is pd.NA or obj is pd.NaT:
+        return None
+    if isinstance(obj, (bool, np.bool_, int, np.integer, float, np.floating)):
+        return none_if_nan(obj)
+    try:
+        if pd.isna(obj):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return str(obj)

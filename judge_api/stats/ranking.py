@@ -1,0 +1,189 @@
+"""Bradley-Terry ranking of systems from order-combined pairwise outcomes.
+
+Convention
+----------
+* Input: the order-combined outcomes of ``preferences.combine_orders`` (one per item x pair x aspect x
+  judge); a win counts 1 for the winner, a tie (real or inconsistent) counts half a win for each side.
+  One model is fitted per aspect x judge over every system that appears in a pair.
+* Model: P(i beats j) = p_i / (p_i + p_j).  Fitted with Hunter's (2004) MM algorithm
+  ``p_i <- W_i / sum_j N_ij / (p_i + p_j)``, vectorised over bootstrap replicates.  ``prior`` virtual
+  ties are added to every pair of systems (default 1.0, i.e. half a win each way): this keeps the
+  strengths finite when a system wins or loses everything and ties disconnected comparison graphs
+  together; with hundreds of comparisons per pair its effect is negligible.
+* Scale: ``strength`` is the log strength ``log p_i`` centred to mean 0 over systems; ``elo`` is
+  ``400 * log10(p_i) + 1000`` (so a 400 point gap means 10:1 odds).
+* Uncertainty: percentile bootstrap over *items* (all comparisons of a resampled item travel with it),
+  ``n_boot`` replicates, refitting the model on each replicate.  ``rank`` 1 is the strongest system
+  (ties in the point estimate share the smaller rank).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+
+from judge_api.stats import frames as F
+from judge_api.stats.bootstrap import percentile_ci, resample_counts, rng_for
+from judge_api.stats.preferences import combine_orders
+
+LOG10 = float(np.log(10.0))
+
+RANKING_COLUMNS = [
+    F.ASPECT,
+    F.JUDGE,
+    "system",
+    "rank",
+    "strength",
+    "strength_ci_low",
+    "strength_ci_high",
+    "elo",
+    "elo_ci_low",
+    "elo_ci_high",
+    "n_comparisons",
+    "wins",
+    "ties",
+    "losses",
+]
+
+
+def fit_bradley_terry(
+    wins: np.ndarray, *, prior: float = 1.0, max_iter: int = 10_000, tol: float = 1e-10
+) -> np.ndarray:
+    """Centred log strengths from a win matrix ``wins[..., i, j]`` = (half-)wins of i over j.
+
+    Accepts one ``(S, S)`` matrix or a stack ``(B, S, S)`` and returns ``(S,)`` or ``(B, S)``.
+    """
+    w = np.asarray(wins, dtype="float64")
+    single = w.ndim == 2
+    if single:
+        w = w[None]
+    s = w.shape[-1]
+    if s == 0:
+        return np.empty((0,) if single else (w.shape[0], 0))
+    off = 1.0 - np.eye(s)
+    w = w * off + (prior / 2.0) * off
+    n = w + np.swapaxes(w, -1, -2)
+    total = w.sum(axis=-1)  # W_i
+    logp = np.zeros(w.shape[:-1])
+    for _ in range(max_iter):
+        p = np.exp(logp)
+        denom = (n / (p[..., :, None] + p[..., None, :])).sum(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new = np.log(total) - np.log(denom)
+        new = np.where(np.isfinite(new), new, -50.0)
+        new -= new.mean(axis=-1, keepdims=True)
+        delta = float(np.max(np.abs(new - logp))) if new.size else 0.0
+        logp = new
+        if delta < tol:
+            break
+    return logp[0] if single else logp
+
+
+def _item_contributions(
+    combined: pd.DataFrame, systems: list[str]
+) -> tuple[sparse.csr_matrix, np.ndarray]:
+    """Sparse (items x S*S) half-win contributions, and per-system (win, tie, loss) counts (3 x S)."""
+    s = len(systems)
+    index = {name: i for i, name in enumerate(systems)}
+    a = combined[F.SYSTEM_A].map(index).to_numpy(dtype=np.int64)
+    b = combined[F.SYSTEM_B].map(index).to_numpy(dtype=np.int64)
+    item = pd.factorize(combined[F.ITEM_ID])[0]
+    outcome = combined[F.OUTCOME].to_numpy()
+    win_a = np.where(outcome == F.WIN, 1.0, np.where(outcome == F.TIE, 0.5, 0.0))
+    rows = np.concatenate([item, item])
+    cols = np.concatenate([a * s + b, b * s + a])
+    vals = np.concatenate([win_a, 1.0 - win_a])
+    n_items = int(item.max()) + 1 if item.size else 0
+    contrib = sparse.csr_matrix((vals, (rows, cols)), shape=(n_items, s * s))
+    def count(side: np.ndarray, label: str) -> np.ndarray:
+        return np.bincount(side[outcome == label], minlength=s)
+
+    wtl = np.stack(
+        [
+            count(a, F.WIN) + count(b, F.LOSS),
+            count(a, F.TIE) + count(b, F.TIE),
+            count(a, F.LOSS) + count(b, F.WIN),
+        ]
+    ).astype(np.int64)
+    return contrib, wtl
+
+
+def bradley_terry_table(
+    combined: pd.DataFrame,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+    prior: float = 1.0,
+    key: tuple[str, ...] = (),
+) -> pd.DataFrame:
+    """Fit one Bradley-Terry model on a set of combined outcomes (one aspect x judge)."""
+    cols = [c for c in RANKING_COLUMNS if c not in (F.ASPECT, F.JUDGE)]
+    if combined.empty:
+        return pd.DataFrame(columns=cols)
+    systems = F.distinct(combined[F.SYSTEM_A], combined[F.SYSTEM_B])
+    s = len(systems)
+    contrib, wtl = _item_contributions(combined, systems)
+    point = fit_bradley_terry(np.asarray(contrib.sum(axis=0)).reshape(s, s), prior=prior)
+    boots: list[np.ndarray] = []
+    rng = rng_for(seed, "bradley_terry", *key)
+    n_items = contrib.shape[0]
+    contrib_t = contrib.T.tocsr()
+    for counts in resample_counts(n_items, n_boot, rng):
+        w = np.asarray(contrib_t @ counts.T).T.reshape(-1, s, s)
+        boots.append(fit_bradley_terry(w, prior=prior))
+    boot = np.concatenate(boots) if boots else np.empty((0, s))
+    rank = pd.Series(-point).rank(method="min").astype("int64").to_numpy()
+    records: list[dict[str, Any]] = []
+    for i, name in enumerate(systems):
+        lo, hi = percentile_ci(boot[:, i], ci) if boot.size else (None, None)
+        records.append(
+            {
+                "system": name,
+                "rank": int(rank[i]),
+                "strength": float(point[i]),
+                "strength_ci_low": lo,
+                "strength_ci_high": hi,
+                "elo": to_elo(point[i]),
+                "elo_ci_low": None if lo is None else to_elo(lo),
+                "elo_ci_high": None if hi is None else to_elo(hi),
+                "n_comparisons": int(wtl[:, i].sum()),
+                "wins": int(wtl[0, i]),
+                "ties": int(wtl[1, i]),
+                "losses": int(wtl[2, i]),
+            }
+        )
+    return pd.DataFrame.from_records(records, columns=cols).sort_values(["rank", "system"]).reset_index(drop=True)
+
+
+def to_elo(log_strength: float) -> float:
+    """Elo-like scale of a natural-log strength: ``400 * log10(p) + 1000``."""
+    return float(400.0 * float(log_strength) / LOG10 + 1000.0)
+
+
+def bradley_terry(
+    judgments: pd.DataFrame,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+    prior: float = 1.0,
+    combined: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Bradley-Terry strengths, bootstrap CIs and ranks per aspect x judge (see module docstring).
+
+    Pass ``combined`` (``combine_orders`` output) to skip recombining the orders.
+    """
+    comb = combined if combined is not None else combine_orders(judgments)
+    if comb.empty:
+        return pd.DataFrame(columns=RANKING_COLUMNS)
+    tables = []
+    for (aspect, judge), grp in comb.groupby([F.ASPECT, F.JUDGE], sort=True):
+        t = bradley_terry_table(grp, n_boot=n_boot, seed=seed, ci=ci, prior=prior, key=(aspect, judge))
+        t.insert(0, F.JUDGE, judge)
+        t.insert(0, F.ASPECT, aspect)
+        tables.append(t)
+    return pd.concat(tables, ignore_index=True)[RANKING_COLUMNS]

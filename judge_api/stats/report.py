@@ -1,0 +1,466 @@
+"""Assemble every statistic of a run into one JSON-serialisable report, and render it.
+
+``build_report`` validates the frames once, then fills these sections (each documented in its own
+module): ``counts`` (rows per status and mode), ``scores`` (``scores.score_summary``), ``paired``
+(``scores.paired_comparisons``: every pair of systems per aspect x judge), ``paper_table``
+(``scores.paper_table``), ``preferences`` (``preferences.preference_summary``), ``ranking``
+(``ranking.bradley_terry``), ``agreement`` (only when ratings are given: preference S1/S2 + kappa,
+score correlations / QWK, Krippendorff's alpha), ``bias`` (``bias.bias_report``) and ``cost``.
+
+``cost``: totals of input / output tokens, cost (USD) and latency over all rows, and means per
+*finished* judgment (done + failed + unparseable); ``n_cached`` counts cached verdicts and
+``n_provider_calls`` the finished rows that were not cached.
+
+The result contains only dicts, lists, str, int, float, bool and None (NaN / inf become None), so
+``json.dumps(report, allow_nan=False)`` works.  Empty frames and runs in which every judgment failed
+give the same sections with zero counts and None statistics.
+``report_to_markdown`` and ``report_to_table`` render a report for the CLI (Markdown pipe tables, or
+fixed-width plain text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from judge_api.stats import frames as F
+from judge_api.stats.agreement import preference_agreement, score_agreement, score_alpha
+from judge_api.stats.bias import BiasThresholds, bias_report
+from judge_api.stats.preferences import combine_orders, preference_summary
+from judge_api.stats.ranking import bradley_terry
+from judge_api.stats.scores import paired_comparisons, paper_table, score_summary
+
+SECTIONS = (
+    "meta",
+    "counts",
+    "scores",
+    "paired",
+    "paper_table",
+    "preferences",
+    "ranking",
+    "agreement",
+    "bias",
+    "cost",
+)
+
+
+def _status_dict(status: pd.Series) -> dict[str, int]:
+    vc = status.value_counts()
+    return {s: int(vc.get(s, 0)) for s in F.STATUSES}
+
+
+def counts_section(df: pd.DataFrame) -> dict[str, Any]:
+    """Row counts by status and mode, and the systems / judges / aspects present."""
+    return {
+        "n_rows": len(df),
+        "by_status": _status_dict(df[F.STATUS]),
+        "by_mode": {m: _status_dict(df.loc[df[F.MODE] == m, F.STATUS]) for m in F.MODES},
+        "n_items": int(df[F.ITEM_ID].nunique()),
+        "systems": F.distinct(df[F.SYSTEM_A], df[F.SYSTEM_B]),
+        "judges": F.distinct(df[F.JUDGE]),
+        "aspects": F.distinct(df[F.ASPECT]),
+        "runs": F.distinct(df[F.RUN_ID]),
+    }
+
+
+def _cost_block(df: pd.DataFrame) -> dict[str, Any]:
+    finished = df[df[F.STATUS].isin([F.DONE, F.FAILED, F.UNPARSEABLE])]
+    n = len(finished)
+
+    def mean(col: str) -> float | None:
+        vals = finished[col].to_numpy(dtype="float64")
+        vals = vals[np.isfinite(vals)]
+        return float(vals.mean()) if vals.size else None
+
+    return {
+        "input_tokens": int(df[F.INPUT_TOKENS].sum()),
+        "output_tokens": int(df[F.OUTPUT_TOKENS].sum()),
+        "cost_usd": float(np.nansum(df[F.COST_USD].to_numpy(dtype="float64"))),
+        "latency_ms": float(np.nansum(df[F.LATENCY_MS].to_numpy(dtype="float64"))),
+        "n_finished": n,
+        "n_cached": int(finished[F.CACHED].sum()),
+        "n_provider_calls": int((~finished[F.CACHED]).sum()),
+        "mean_input_tokens": mean(F.INPUT_TOKENS),
+        "mean_output_tokens": mean(F.OUTPUT_TOKENS),
+        "mean_cost_usd": mean(F.COST_USD),
+        "mean_latency_ms": mean(F.LATENCY_MS),
+    }
+
+
+def cost_section(df: pd.DataFrame) -> dict[str, Any]:
+    """Token / cost / latency totals and per-judgment means, overall and per judge."""
+    out = _cost_block(df)
+    out["per_judge"] = [{"judge": j, **_cost_block(g)} for j, g in df.groupby(F.JUDGE, sort=True)]
+    return out
+
+
+def _paper_section(table: pd.DataFrame) -> dict[str, Any]:
+    fixed = {F.JUDGE, "system", "average", "n_items"}
+    aspects = [c for c in table.columns if c not in fixed]
+    rows = [
+        {
+            "judge": r[F.JUDGE],
+            "system": r["system"],
+            "values": {a: r[a] for a in aspects},
+            "average": r["average"],
+            "n_items": r["n_items"],
+        }
+        for r in table.to_dict(orient="records")
+    ]
+    return {"aspects": aspects, "rows": rows}
+
+
+def build_report(
+    judgments: pd.DataFrame,
+    ratings: pd.DataFrame | None = None,
+    *,
+    thresholds: BiasThresholds | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+    human_prefix: str | None = None,
+    families: Mapping[str, str] | None = None,
+    n_bins: int = 5,
+) -> dict[str, Any]:
+    """Every statistic of a run as one JSON-serialisable dict (see the module docstring).
+
+    ``ratings`` (human ratings frame) enables the ``agreement`` section; ``human_prefix`` restricts
+    the human raters to ids starting with it (MT-Bench: ``"expert_"``).  ``n_boot`` bootstrap
+    resamples with ``seed`` for every CI; ``thresholds`` for the bias flags; ``families`` overrides
+    the model-family substring map of the self-preference check; ``n_bins`` is the common scale of
+    the score kappa.
+    """
+    df = F.validate_judgments(judgments)
+    combined = combine_orders(df, validated=True)
+    report: dict[str, Any] = {
+        "meta": {
+            "n_boot": n_boot,
+            "seed": seed,
+            "ci": ci,
+            "ci_method": {
+                "scores": "percentile bootstrap over items",
+                "paired": "paired percentile bootstrap over items; Wilcoxon signed-rank p",
+                "win_rate": "Wilson score interval, ties counted as half wins",
+                "ranking": "Bradley-Terry (MM), percentile bootstrap over items",
+            },
+        },
+        "counts": counts_section(df),
+        "scores": score_summary(df, n_boot=n_boot, seed=seed, ci=ci),
+        "paired": paired_comparisons(df, n_boot=n_boot, seed=seed, ci=ci),
+        "paper_table": _paper_section(paper_table(df)),
+        "preferences": preference_summary(df, ci=ci),
+        "ranking": bradley_terry(df, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
+        "agreement": None,
+        "bias": bias_report(df, thresholds=thresholds, families=families, combined=combined),
+        "cost": cost_section(df),
+    }
+    if ratings is not None:
+        r = F.validate_ratings(ratings)
+        report["agreement"] = {
+            "human_prefix": human_prefix,
+            "preferences": preference_agreement(df, r, human_prefix=human_prefix, combined=combined),
+            "scores": score_agreement(df, r, n_bins=n_bins, human_prefix=human_prefix),
+            "alpha": score_alpha(df, r, n_bins=n_bins, human_prefix=human_prefix),
+        }
+    out = F.jsonable(report)
+    assert isinstance(out, dict)
+    return out
+
+
+# --- rendering -------------------------------------------------------------------------------------
+Cell = Callable[[Mapping[str, Any]], Any]
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if v != 0 and abs(v) < 10 ** (-digits):
+            return f"{v:.1e}"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _ci(lo: Any, hi: Any, digits: int = 2) -> str:
+    if lo is None or hi is None:
+        return "-"
+    return f"[{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
+
+
+def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, headers, rows) of every table the renderers show."""
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    c = report.get("counts") or {}
+    by_status = c.get("by_status") or {}
+    out.append(
+        (
+            "Counts",
+            ["rows", "items", *F.STATUSES],
+            [[_fmt(c.get("n_rows", 0)), _fmt(c.get("n_items", 0)), *[_fmt(by_status.get(s, 0)) for s in F.STATUSES]]],
+        )
+    )
+    out.append(
+        (
+            "Scores (single mode)",
+            ["system", "aspect", "judge", "n", "mean", "95% CI", "median", "std", "failed", "unparseable", "pending"],
+            [
+                [
+                    r["system"],
+                    r["aspect"],
+                    r["judge"],
+                    _fmt(r["n"]),
+                    _fmt(r["mean"]),
+                    _ci(r["ci_low"], r["ci_high"]),
+                    _fmt(r["median"]),
+                    _fmt(r["std"]),
+                    _fmt(r["n_failed"]),
+                    _fmt(r["n_unparseable"]),
+                    _fmt(r["n_pending"]),
+                ]
+                for r in report.get("scores") or []
+            ],
+        )
+    )
+    pt = report.get("paper_table") or {"aspects": [], "rows": []}
+    out.append(
+        (
+            "Paper table (mean scores)",
+            ["judge", "system", *[a.capitalize() for a in pt["aspects"]], "Average"],
+            [
+                [r["judge"], r["system"], *[_fmt(r["values"].get(a)) for a in pt["aspects"]], _fmt(r["average"])]
+                for r in pt["rows"]
+            ],
+        )
+    )
+    out.append(
+        (
+            "Paired comparisons (x - y)",
+            ["aspect", "judge", "x", "y", "pairs", "mean diff", "95% CI", "Wilcoxon p"],
+            [
+                [
+                    r["aspect"],
+                    r["judge"],
+                    r["system_x"],
+                    r["system_y"],
+                    _fmt(r["n_pairs"]),
+                    _fmt(r["mean_diff"]),
+                    _ci(r["ci_low"], r["ci_high"]),
+                    _fmt(r["p_value"], 3),
+                ]
+                for r in report.get("paired") or []
+            ],
+        )
+    )
+    out.append(
+        (
+            "Preferences (pairwise, orders combined)",
+            ["a", "b", "aspect", "judge", "n", "win %", "tie %", "loss %", "incons.", "win rate", "95% CI"],
+            [
+                [
+                    r["system_a"],
+                    r["system_b"],
+                    r["aspect"],
+                    r["judge"],
+                    _fmt(r["n"]),
+                    _fmt(r["win_rate_pct"], 1),
+                    _fmt(r["tie_rate_pct"], 1),
+                    _fmt(r["loss_rate_pct"], 1),
+                    _fmt(r["ties_inconsistent"]),
+                    _fmt(r["win_rate"], 3),
+                    _ci(r["win_rate_ci_low"], r["win_rate_ci_high"], 3),
+                ]
+                for r in report.get("preferences") or []
+            ],
+        )
+    )
+    out.append(
+        (
+            "Ranking (Bradley-Terry)",
+            ["aspect", "judge", "rank", "system", "elo", "95% CI", "comparisons"],
+            [
+                [
+                    r["aspect"],
+                    r["judge"],
+                    _fmt(r["rank"]),
+                    r["system"],
+                    _fmt(r["elo"], 0),
+                    _ci(r["elo_ci_low"], r["elo_ci_high"], 0),
+                    _fmt(r["n_comparisons"]),
+                ]
+                for r in report.get("ranking") or []
+            ],
+        )
+    )
+    agr = report.get("agreement")
+    if agr:
+        prefs = agr.get("preferences") or {}
+        rows = [
+            [
+                "judge: " + r["judge"],
+                r["aspect"],
+                f"{r['s1']['agree']}/{r['s1']['total']}",
+                _fmt(r["s1"]["rate"], 3),
+                f"{r['s2']['agree']}/{r['s2']['total']}",
+                _fmt(r["s2"]["rate"], 3),
+                _fmt(r["kappa_s1"], 3),
+            ]
+            for r in prefs.get("judge_vs_human") or []
+        ]
+        rows += [
+            [
+                "human vs human",
+                r["aspect"],
+                f"{r['s1']['agree']}/{r['s1']['total']}",
+                _fmt(r["s1"]["rate"], 3),
+                f"{r['s2']['agree']}/{r['s2']['total']}",
+                _fmt(r["s2"]["rate"], 3),
+                "-",
+            ]
+            for r in prefs.get("human_vs_human") or []
+        ]
+        out.append(("Preference agreement with humans", ["who", "aspect", "S1", "S1 rate", "S2", "S2 rate", "kappa"], rows))
+        out.append(
+            (
+                "Score agreement with humans",
+                ["aspect", "judge", "n", "spearman", "kendall", "pearson", "QWK", "system spearman"],
+                [
+                    [
+                        r["aspect"],
+                        r["judge"],
+                        _fmt(r["n"]),
+                        _fmt(r["spearman"], 3),
+                        _fmt(r["kendall"], 3),
+                        _fmt(r["pearson"], 3),
+                        _fmt(r["qwk"], 3),
+                        _fmt(r["system_spearman"], 3),
+                    ]
+                    for r in agr.get("scores") or []
+                ],
+            )
+        )
+        out.append(
+            (
+                "Krippendorff's alpha",
+                ["aspect", "units", "humans", "interval (humans)", "ordinal (humans)", "interval (all)", "ordinal (all)"],
+                [
+                    [
+                        r["aspect"],
+                        _fmt(r["n_units"]),
+                        _fmt(r["n_raters_human"]),
+                        _fmt(r["alpha_interval_humans"], 3),
+                        _fmt(r["alpha_ordinal_humans"], 3),
+                        _fmt(r["alpha_interval_all"], 3),
+                        _fmt(r["alpha_ordinal_all"], 3),
+                    ]
+                    for r in agr.get("alpha") or []
+                ],
+            )
+        )
+    bias = report.get("bias") or {}
+    brows = []
+    for judge, rec in (bias.get("per_judge") or {}).items():
+        pos = rec.get("position") or {}
+        swap = rec.get("swap") or {}
+        length = rec.get("length") or {}
+        use = rec.get("score_use") or {}
+        fail = rec.get("failures") or {}
+        brows.append(
+            [
+                judge,
+                _fmt(pos.get("p_first_wins"), 3),
+                _fmt(swap.get("rate"), 3),
+                _fmt(length.get("p_longer_wins"), 3),
+                _fmt(length.get("score_length_spearman"), 3),
+                _fmt(use.get("distinct_fraction"), 3),
+                _fmt(use.get("entropy_norm"), 3),
+                _fmt(fail.get("unparseable_rate"), 3),
+                _fmt(fail.get("failure_rate"), 3),
+            ]
+        )
+    out.append(
+        (
+            "Bias diagnostics",
+            ["judge", "P(first wins)", "swap flips", "P(longer wins)", "rho(score,len)", "scale used", "entropy", "unparseable", "failed"],
+            brows,
+        )
+    )
+    out.append(
+        (
+            "Bias flags",
+            ["flag", "value", "threshold", "message"],
+            [[f["name"], _fmt(f["value"], 3), _fmt(f["threshold"], 3), f["message"]] for f in bias.get("flags") or []],
+        )
+    )
+    cost = report.get("cost") or {}
+    out.append(
+        (
+            "Cost",
+            ["judgments", "cached", "input tokens", "output tokens", "cost USD", "mean latency ms"],
+            [
+                [
+                    _fmt(cost.get("n_finished", 0)),
+                    _fmt(cost.get("n_cached", 0)),
+                    _fmt(cost.get("input_tokens", 0)),
+                    _fmt(cost.get("output_tokens", 0)),
+                    _fmt(cost.get("cost_usd"), 4),
+                    _fmt(cost.get("mean_latency_ms"), 0),
+                ]
+            ],
+        )
+    )
+    return out
+
+
+def _escape(cell: str) -> str:
+    return cell.replace("|", "\\|").replace("\n", " ")
+
+
+def report_to_markdown(report: Mapping[str, Any]) -> str:
+    """The report as Markdown: one ``##`` section with a pipe table per part (empty parts say so)."""
+    lines = ["# Evaluation report", ""]
+    for title, headers, rows in _tables(report):
+        lines += [f"## {title}", ""]
+        if not rows:
+            lines += ["_no data_", ""]
+            continue
+        lines.append("| " + " | ".join(_escape(h) for h in headers) + " |")
+        lines.append("|" + "|".join("---" for _ in headers) + "|")
+        lines += ["| " + " | ".join(_escape(c) for c in row) + " |" for row in rows]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _fixed(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    numeric = [all(_looks_numeric(r[i]) for r in rows) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    return [line(headers), "  ".join("-" * w for w in widths), *[line(r) for r in rows]]
+
+
+def _looks_numeric(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return cell == "-"
+    return True
+
+
+def report_to_table(report: Mapping[str, Any]) -> str:
+    """The report as fixed-width plain text (one titled block per part)."""
+    lines: list[str] = []
+    for title, headers, rows in _tables(report):
+        lines += [title, "=" * len(title)]
+        lines += _fixed(headers, rows) if rows else ["(no data)"]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,329 @@
+"""Single-mode score statistics: per-system summaries, paired comparisons, the seed paper's table.
+
+Conventions
+-----------
+* The analysis unit is the *item*: self-consistency samples of one judgment key (item, system,
+  aspect, judge; different ``sample_index``) are averaged first, over the samples whose status is
+  ``done`` and whose score parsed.  ``n`` is the number of such items.
+* Status counts are judgment *rows* (samples included) and are always reported next to the
+  statistics: ``n_total = n_done + n_failed + n_unparseable + n_pending`` where ``n_pending`` counts
+  both ``pending`` and ``running`` rows.  Nothing is dropped silently.
+* ``std`` is the sample standard deviation (ddof=1) of item scores; the CI of the mean is a
+  percentile bootstrap over items (``bootstrap.py``).
+* The histogram covers the rubric scale ``[scale_min, scale_max]``: one bin per integer value when the
+  scale is integral with at most ``max_bins`` points (e.g. 1-10, 0-2), otherwise ``max_bins`` equal
+  width bins (1-100 -> ten bins; the top edge belongs to the last bin).  Item means are binned, so
+  they agree with ``n``.
+* Paired comparison of systems X and Y (per aspect x judge): differences ``X - Y`` on the items where
+  both have an item score; mean difference, percentile bootstrap CI of it (items resampled, so pairs
+  stay together), and scipy's Wilcoxon signed-rank test (two-sided, ``zero_method="wilcox"``:
+  zero differences are dropped; all differences zero gives ``p = 1.0``).
+* Paper table (Wang et al. 2023, recursive summarisation): mean item score per system and aspect,
+  ``average`` = unweighted mean of that system's aspect means.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from judge_api.stats import frames as F
+from judge_api.stats.bootstrap import bootstrap_means, percentile_ci, rng_for
+
+SYSTEM = "system"
+GROUP_KEYS = [SYSTEM, F.ASPECT, F.JUDGE]
+ITEM_KEYS = [F.ITEM_ID, SYSTEM, F.ASPECT, F.JUDGE]
+PAPER_ASPECTS = ("engagingness", "coherence", "consistency")
+
+STATUS_COLUMNS = ["n_total", "n_done", "n_failed", "n_unparseable", "n_pending"]
+
+
+def single_rows(judgments: pd.DataFrame) -> pd.DataFrame:
+    """Single-mode rows of a validated judgments frame, ``system_a`` renamed to ``system``."""
+    rows = judgments[judgments[F.MODE] == F.SINGLE]
+    return rows.rename(columns={F.SYSTEM_A: SYSTEM})
+
+
+def status_counts(judgments: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
+    """Row counts per status for single-mode judgments, grouped by ``keys`` (default system x aspect x judge)."""
+    keys = keys or GROUP_KEYS
+    df = single_rows(F.validate_judgments(judgments))
+    return _status_table(df, keys)
+
+
+def _status_table(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    if df.empty:
+        return pd.DataFrame(columns=[*keys, *STATUS_COLUMNS])
+    status = df[F.STATUS].to_numpy()
+    flags = pd.DataFrame(
+        {
+            "n_total": np.ones(len(df), dtype="int64"),
+            "n_done": (status == F.DONE).astype("int64"),
+            "n_failed": (status == F.FAILED).astype("int64"),
+            "n_unparseable": (status == F.UNPARSEABLE).astype("int64"),
+            "n_pending": np.isin(status, [F.PENDING, F.RUNNING]).astype("int64"),
+        }
+    )
+    for k in keys:
+        flags[k] = df[k].to_numpy()
+    return flags.groupby(keys, sort=True).sum().reset_index()
+
+
+def item_scores(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataFrame:
+    """One row per (item, system, aspect, judge): the mean of its done, parsed samples.
+
+    Columns: item_id, system, aspect, judge, score, n_samples, length, scale_min, scale_max.
+    """
+    df = judgments if validated else F.validate_judgments(judgments)
+    mask = (df[F.MODE] == F.SINGLE) & (df[F.STATUS] == F.DONE) & df[F.SCORE].notna()
+    keep = [F.ITEM_ID, F.SYSTEM_A, F.ASPECT, F.JUDGE, F.SCORE, F.LEN_A, F.SCALE_MIN, F.SCALE_MAX]
+    df = df.loc[mask, keep].rename(columns={F.SYSTEM_A: SYSTEM})
+    cols = [*ITEM_KEYS, F.SCORE, "n_samples", "length", F.SCALE_MIN, F.SCALE_MAX]
+    if df.empty:
+        out = pd.DataFrame({c: pd.Series(dtype="str") for c in ITEM_KEYS})
+        for c in cols[len(ITEM_KEYS) :]:
+            out[c] = pd.Series(dtype="float64")
+        return out
+    g = df.groupby(ITEM_KEYS, sort=False)
+    out = g.agg(
+        score=(F.SCORE, "mean"),
+        n_samples=(F.SCORE, "size"),
+        length=(F.LEN_A, "mean"),
+        scale_min=(F.SCALE_MIN, "first"),
+        scale_max=(F.SCALE_MAX, "first"),
+    ).reset_index()
+    return out[cols]
+
+
+def histogram_edges(scale_min: float, scale_max: float, max_bins: int = 10) -> tuple[np.ndarray, bool]:
+    """Bin edges over a scale, and whether the bins are one-per-integer-value."""
+    lo, hi = float(scale_min), float(scale_max)
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
+        return np.array([lo, hi] if np.isfinite(lo) else [0.0, 1.0]), False
+    if lo.is_integer() and hi.is_integer() and hi - lo + 1 <= max_bins:
+        return np.arange(lo - 0.5, hi + 1.0, 1.0), True
+    return np.linspace(lo, hi, max_bins + 1), False
+
+
+def _bin_index(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    nb = len(edges) - 1
+    idx = np.searchsorted(edges, x, side="right") - 1
+    return np.clip(idx, 0, nb - 1)
+
+
+def _group_scale(items: pd.DataFrame) -> tuple[float, float]:
+    lo = items[F.SCALE_MIN].dropna()
+    hi = items[F.SCALE_MAX].dropna()
+    lo_v = float(lo.iloc[0]) if len(lo) else float(items[F.SCORE].min())
+    hi_v = float(hi.iloc[0]) if len(hi) else float(items[F.SCORE].max())
+    return lo_v, hi_v
+
+
+def score_summary(
+    judgments: pd.DataFrame,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+    max_bins: int = 10,
+) -> pd.DataFrame:
+    """Per system x aspect x judge: n, mean, median, std, bootstrap CI, histogram and status counts.
+
+    Groups whose judgments all failed (or are pending) are kept with ``n = 0`` and NaN statistics.
+    """
+    df = F.validate_judgments(judgments)
+    counts = _status_table(single_rows(df), GROUP_KEYS)
+    items = item_scores(df, validated=True)
+    columns = [
+        *GROUP_KEYS,
+        "n",
+        "mean",
+        "median",
+        "std",
+        "ci_low",
+        "ci_high",
+        F.SCALE_MIN,
+        F.SCALE_MAX,
+        "histogram",
+        *STATUS_COLUMNS,
+    ]
+    if counts.empty:
+        return pd.DataFrame(columns=columns)
+    records: list[dict[str, Any]] = []
+    grouped = dict(iter(items.groupby(GROUP_KEYS, sort=True))) if not items.empty else {}
+    for row in counts.itertuples(index=False):
+        key = (row.system, row.aspect, row.judge)
+        rec: dict[str, Any] = dict(zip(GROUP_KEYS, key, strict=True))
+        grp = grouped.get(key)
+        if grp is None or grp.empty:
+            rec.update(n=0, mean=np.nan, median=np.nan, std=np.nan, ci_low=np.nan, ci_high=np.nan)
+            rec.update({F.SCALE_MIN: np.nan, F.SCALE_MAX: np.nan, "histogram": None})
+        else:
+            x = grp[F.SCORE].to_numpy(dtype="float64")
+            boots = bootstrap_means(x, n_boot, rng_for(seed, "scores", *key))
+            lo, hi = percentile_ci(boots, ci)
+            smin, smax = _group_scale(grp)
+            edges, per_value = histogram_edges(smin, smax, max_bins)
+            hist = np.bincount(_bin_index(x, edges), minlength=len(edges) - 1)
+            rec.update(
+                n=int(x.size),
+                mean=float(x.mean()),
+                median=float(np.median(x)),
+                std=float(x.std(ddof=1)) if x.size > 1 else np.nan,
+                ci_low=lo,
+                ci_high=hi,
+            )
+            rec.update({F.SCALE_MIN: smin, F.SCALE_MAX: smax})
+            rec["histogram"] = {
+                "edges": edges.tolist(),
+                "values": (edges[:-1] + 0.5).tolist() if per_value else None,
+                "counts": hist.tolist(),
+            }
+        for c in STATUS_COLUMNS:
+            rec[c] = int(getattr(row, c))
+        records.append(rec)
+    return pd.DataFrame.from_records(records, columns=columns)
+
+
+def wilcoxon_p(diffs: np.ndarray) -> float | None:
+    """Two-sided Wilcoxon signed-rank p-value; 1.0 when every difference is zero, None without data."""
+    d = np.asarray(diffs, dtype="float64")
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return None
+    if np.all(d == 0):
+        return 1.0
+    try:
+        return float(sps.wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue)
+    except ValueError:
+        return 1.0
+
+
+def _paired_record(
+    x: np.ndarray, y: np.ndarray, key: tuple[str, str, str, str], n_boot: int, seed: int, ci: float
+) -> dict[str, Any]:
+    both = np.isfinite(x) & np.isfinite(y)
+    d = x[both] - y[both]
+    aspect, judge, sx, sy = key
+    rec: dict[str, Any] = {
+        F.ASPECT: aspect,
+        F.JUDGE: judge,
+        "system_x": sx,
+        "system_y": sy,
+        "n_pairs": int(d.size),
+        "n_x_only": int((np.isfinite(x) & ~np.isfinite(y)).sum()),
+        "n_y_only": int((~np.isfinite(x) & np.isfinite(y)).sum()),
+    }
+    if d.size == 0:
+        rec.update(mean_x=np.nan, mean_y=np.nan, mean_diff=np.nan, ci_low=np.nan, ci_high=np.nan)
+        rec.update(p_value=None, n_x_better=0, n_y_better=0, n_equal=0)
+        return rec
+    lo, hi = percentile_ci(bootstrap_means(d, n_boot, rng_for(seed, "paired", *key)), ci)
+    rec.update(
+        mean_x=float(x[both].mean()),
+        mean_y=float(y[both].mean()),
+        mean_diff=float(d.mean()),
+        ci_low=lo,
+        ci_high=hi,
+        p_value=wilcoxon_p(d),
+        n_x_better=int((d > 0).sum()),
+        n_y_better=int((d < 0).sum()),
+        n_equal=int((d == 0).sum()),
+    )
+    return rec
+
+
+PAIRED_COLUMNS = [
+    F.ASPECT,
+    F.JUDGE,
+    "system_x",
+    "system_y",
+    "n_pairs",
+    "n_x_only",
+    "n_y_only",
+    "mean_x",
+    "mean_y",
+    "mean_diff",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "n_x_better",
+    "n_y_better",
+    "n_equal",
+]
+
+
+def _wide(items: pd.DataFrame) -> pd.DataFrame:
+    """Item scores as (aspect, judge, item_id) x system."""
+    return items.set_index([F.ASPECT, F.JUDGE, F.ITEM_ID, SYSTEM])[F.SCORE].unstack(SYSTEM)
+
+
+def paired_comparison(
+    judgments: pd.DataFrame,
+    system_x: str,
+    system_y: str,
+    aspect: str,
+    judge: str,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> dict[str, Any]:
+    """Per-item paired comparison ``system_x - system_y`` on one aspect for one judge."""
+    items = item_scores(judgments)
+    items = items[(items[F.ASPECT] == aspect) & (items[F.JUDGE] == judge)]
+    sub = items[items[SYSTEM].isin([system_x, system_y])]
+    wide = sub.set_index([F.ITEM_ID, SYSTEM])[F.SCORE].unstack(SYSTEM) if not sub.empty else None
+    nan = np.full(0 if wide is None else len(wide), np.nan)
+    x = wide[system_x].to_numpy("float64") if wide is not None and system_x in wide else nan
+    y = wide[system_y].to_numpy("float64") if wide is not None and system_y in wide else nan
+    return _paired_record(x, y, (aspect, judge, system_x, system_y), n_boot, seed, ci)
+
+
+def paired_comparisons(
+    judgments: pd.DataFrame, *, n_boot: int = 1000, seed: int = 0, ci: float = 0.95
+) -> pd.DataFrame:
+    """``paired_comparison`` for every unordered pair of systems (x < y by name) per aspect x judge."""
+    items = item_scores(judgments)
+    if items.empty:
+        return pd.DataFrame(columns=PAIRED_COLUMNS)
+    records = []
+    for (aspect, judge), block in _wide(items).groupby(level=[0, 1], sort=True):
+        block = block.dropna(axis=1, how="all")
+        for sx, sy in combinations(sorted(block.columns), 2):
+            x = block[sx].to_numpy("float64")
+            y = block[sy].to_numpy("float64")
+            records.append(_paired_record(x, y, (aspect, judge, sx, sy), n_boot, seed, ci))
+    return pd.DataFrame.from_records(records, columns=PAIRED_COLUMNS)
+
+
+def ordered_aspects(aspects: list[str] | np.ndarray | pd.Index) -> list[str]:
+    """The paper's aspects first, in the paper's order, then any others alphabetically."""
+    present = {str(a) for a in aspects}
+    first = [a for a in PAPER_ASPECTS if a in present]
+    return first + sorted(present - set(first))
+
+
+def paper_table(judgments: pd.DataFrame, judge: str | None = None) -> pd.DataFrame:
+    """Systems x aspects of mean item scores plus ``average`` (mean of the aspect means).
+
+    Columns: judge, system, one column per aspect present (paper order), average, n_items.
+    One block of rows per judge unless ``judge`` is given.
+    """
+    items = item_scores(judgments)
+    if judge is not None:
+        items = items[items[F.JUDGE] == judge]
+    if items.empty:
+        return pd.DataFrame(columns=[F.JUDGE, SYSTEM, "average", "n_items"])
+    aspects = ordered_aspects(items[F.ASPECT].unique())
+    means = items.groupby([F.JUDGE, SYSTEM, F.ASPECT], sort=True)[F.SCORE].mean().unstack(F.ASPECT)
+    means = means.reindex(columns=aspects)
+    means["average"] = means[aspects].mean(axis=1, skipna=True)
+    means["n_items"] = items.groupby([F.JUDGE, SYSTEM], sort=True)[F.ITEM_ID].nunique()
+    out = means.reset_index()
+    out.columns.name = None
+    return out[[F.JUDGE, SYSTEM, *aspects, "average", "n_items"]]

@@ -1,0 +1,109 @@
+"""Shared fixtures: real PostgreSQL and Redis on this machine, the judge simulator, isolated settings."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from judge_api.config import reset_settings_cache
+from judge_api.db import reset_engines
+from judge_api.rubrics import get_registry
+
+pytest_plugins = ["workers.simulator.pytest_fixtures"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED = REPO_ROOT.parent / "shared"
+PG_ADMIN = os.environ.get("DJ_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_TEST_URL = os.environ.get("DJ_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+def _pg_available() -> bool:
+    try:
+        with psycopg.connect(PG_ADMIN, connect_timeout=3):
+            return True
+    except psycopg.Error:
+        return False
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"reference data folder {SHARED} is absent")
+    return SHARED
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    if not _pg_available():
+        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN}; .ci/run starts it")
+    name = f"dj_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
+    reset_engines()
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'dj.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'dj.db'}"
+    else:
+        yield request.getfixturevalue("pg_url")
+
+
+_redis_db = iter(range(1, 16))
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A flushed database on the real Redis server."""
+    global _redis_db
+    try:
+        index = next(_redis_db)
+    except StopIteration:
+        _redis_db = iter(range(1, 16))
+        index = next(_redis_db)
+    url = f"{REDIS_TEST_URL}/{index}"
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError:
+        pytest.fail(f"Redis is not reachable at {url}; .ci/run starts it")
+    client.flushdb()
+    yield url
+    client.flushdb()
+
+
+@pytest.fixture
+def settings_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[pytest.MonkeyPatch]:
+    """Isolated settings for in-process tests: a temp DJ_HOME, no Redis, fresh engines and rubric registry."""
+    monkeypatch.setenv("DJ_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("DJ_BACKOFF_BASE", "0.01")
+    monkeypatch.setenv("DJ_BACKOFF_MAX", "0.2")
+    monkeypatch.setenv("DJ_JUDGE_TIMEOUT", "5")
+    reset_settings_cache()
+    reset_engines()
+    get_registry(refresh=True)
+    from workers.clients import reset_clients
+
+    reset_clients()
+    yield monkeypatch
+    reset_settings_cache()
+    reset_engines()
+    reset_clients()

@@ -1,0 +1,59 @@
+"""The Celery application. A judgment is a task; the database row is the truth, the message only a pointer.
+
+``acks_late`` + ``reject_on_worker_lost``: a worker killed mid-task leaves its message unacknowledged, Redis hands
+it out again after the visibility timeout, and the claim/compare-and-set in workers.execute keeps the judgment
+single. The sweeper covers what Redis itself loses (a restart without persistence).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery, signals
+from sqlalchemy.exc import OperationalError
+
+from judge_api.config import get_settings
+from judge_api.db import reset_engines
+from judge_api.queue import JUDGE_QUEUE, JUDGE_TASK, celery_config
+from workers import runtime
+from workers.sweeper import Sweeper
+
+log = logging.getLogger(__name__)
+
+app = Celery("dialogue_judge")
+app.conf.update(celery_config(get_settings()) if get_settings().resolved_redis_url() else {})
+app.conf.task_default_queue = JUDGE_QUEUE
+
+_sweeper: Sweeper | None = None
+
+
+@app.task(name=JUDGE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
+          autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60, max_retries=None)
+def judge(self: Any, judgment_id: int) -> str:
+    return runtime.engine().judge(judgment_id)
+
+
+@signals.worker_process_init.connect
+def _fresh_connections(**_: Any) -> None:
+    reset_engines()  # a forked pool process must not reuse the parent's database connections
+    runtime.reset()
+
+
+@signals.worker_ready.connect
+def _start_sweeper(**_: Any) -> None:
+    global _sweeper
+    settings = get_settings()
+    runtime.engine()  # migrate and build once before taking work
+    _sweeper = Sweeper(settings, runtime.redis_client(settings))
+    try:
+        _sweeper.sweep_once()
+    except Exception as exc:
+        log.warning("initial sweep failed: %s", exc)
+    _sweeper.start()
+
+
+@signals.worker_shutdown.connect
+def _stop_sweeper(**_: Any) -> None:
+    if _sweeper is not None:
+        _sweeper.stop_event.set()

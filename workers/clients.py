@@ -1,0 +1,251 @@
+"""Judge clients over the official SDKs. One interface, three wire formats' worth of providers.
+
+* ``openai`` and ``openai-compatible`` (vLLM, Ollama, llama.cpp, Azure) and ``local`` (the embedded llama.cpp
+  server): ``openai.OpenAI`` with ``base_url``.
+* ``anthropic``: ``anthropic.Anthropic``.
+
+SDK retries are off (``max_retries=0``): retries, back-off and ``Retry-After`` are ours (workers.execute), so every
+attempt is counted and the rate limiter sees it. Provider keys come from the environment only and never leave the
+client object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anthropic
+import httpx
+import openai
+
+from judge_api.config import Settings
+from judge_api.judges import JudgeSpec
+
+
+@dataclass
+class JudgeRequest:
+    messages: list[dict[str, str]]
+    temperature: float = 0.0
+    max_tokens: int = 512
+    seed: int | None = 0
+    json_schema: dict[str, Any] | None = None
+    schema_name: str = "verdict"
+
+
+@dataclass
+class JudgeReply:
+    text: str
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float
+    structured: dict[str, Any] | None = None
+
+
+@dataclass
+class JudgeCallError(Exception):
+    """A failed call. ``retryable`` errors are retried with back-off; others fail the judgment at once."""
+
+    kind: str
+    message: str
+    retryable: bool
+    retry_after_s: float | None = None
+    status_code: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        code = f" HTTP {self.status_code}" if self.status_code else ""
+        return f"{self.kind}{code}: {self.message}"
+
+
+class JudgeClient(Protocol):
+    spec: JudgeSpec
+
+    def complete(self, request: JudgeRequest) -> JudgeReply: ...
+
+
+def retry_after_seconds(headers: httpx.Headers | None) -> float | None:
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) * scale)
+        except ValueError:
+            continue  # an HTTP date: fall back to our own back-off
+    return None
+
+
+def _status_error(exc: Any, provider: str) -> JudgeCallError:
+    status = getattr(exc, "status_code", None)
+    response = getattr(exc, "response", None)
+    headers = response.headers if response is not None else None
+    message = str(getattr(exc, "message", exc))[:500]
+    if status == 429:
+        return JudgeCallError("rate_limited", message, True, retry_after_seconds(headers), status)
+    if status is not None and (status >= 500 or status in (408, 409)):
+        return JudgeCallError("server_error", message, True, retry_after_seconds(headers), status)
+    return JudgeCallError("request_rejected", f"{provider} rejected the request: {message}", False, None, status)
+
+
+def _scrub(text: str) -> str:
+    """Remove anything that looks like a provider key from error text before it is stored."""
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY"):
+        secret = os.environ.get(var)
+        if secret and len(secret) >= 8:
+            text = text.replace(secret, "***")
+    return text
+
+
+class OpenAIJudgeClient:
+    def __init__(self, spec: JudgeSpec, settings: Settings) -> None:
+        self.spec = spec
+        if spec.provider == "openai":
+            base_url, api_key = os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_API_KEY")
+        elif spec.provider == "local":
+            base_url, api_key = settings.local_judge_url, "local"
+        else:
+            base_url = spec.base_url
+            api_key = os.environ.get("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
+        if not api_key:
+            raise JudgeCallError("configuration", "OPENAI_API_KEY is not set", False)
+        self._client = openai.OpenAI(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=settings.judge_timeout_s
+        )
+
+    def complete(self, request: JudgeRequest) -> JudgeReply:
+        kwargs: dict[str, Any] = {
+            "model": self.spec.model,
+            "messages": request.messages,
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+        }
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
+        if request.json_schema is not None:
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": request.schema_name, "schema": request.json_schema, "strict": True},
+            }
+        started = time.perf_counter()
+        try:
+            response = self._client.chat.completions.create(**kwargs)
+        except openai.APITimeoutError as exc:
+            raise JudgeCallError("timeout", _scrub(str(exc)), True) from None
+        except openai.APIConnectionError as exc:
+            raise JudgeCallError("connection_error", _scrub(str(exc)), True) from None
+        except openai.APIStatusError as exc:
+            raise _status_error(exc, self.spec.provider) from None
+        except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
+            raise JudgeCallError("malformed_response", _scrub(str(exc))[:500], True) from None
+        latency_ms = (time.perf_counter() - started) * 1000
+        if not getattr(response, "choices", None):
+            raise JudgeCallError("malformed_response", "the reply has no choices", True)
+        choice = response.choices[0]
+        text = choice.message.content or ""
+        structured = None
+        if request.json_schema is not None and text:
+            try:
+                parsed = json.loads(text)
+                structured = parsed if isinstance(parsed, dict) else None
+            except json.JSONDecodeError:
+                structured = None
+        usage = response.usage
+        return JudgeReply(
+            text=text,
+            finish_reason=choice.finish_reason,
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+            latency_ms=latency_ms,
+            structured=structured,
+        )
+
+
+class AnthropicJudgeClient:
+    def __init__(self, spec: JudgeSpec, settings: Settings) -> None:
+        self.spec = spec
+        api_key = os.environ.get("ANTHROPIC_API_KEY")
+        if not api_key:
+            raise JudgeCallError("configuration", "ANTHROPIC_API_KEY is not set", False)
+        self._client = anthropic.Anthropic(
+            api_key=api_key,
+            base_url=os.environ.get("ANTHROPIC_BASE_URL"),
+            max_retries=0,
+            timeout=settings.judge_timeout_s,
+        )
+
+    def complete(self, request: JudgeRequest) -> JudgeReply:
+        system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
+        messages = [{"role": m["role"], "content": m["content"]} for m in request.messages if m["role"] != "system"]
+        if not messages:  # a system-only prompt (MemoChat's judge): Messages needs a user turn
+            messages, system = [{"role": "user", "content": system}], ""
+        kwargs: dict[str, Any] = {
+            "model": self.spec.model,
+            "messages": messages,
+            "max_tokens": request.max_tokens,
+            # the 2.x SDK dropped the typed argument; the Messages API still reads it from the body
+            "extra_body": {"temperature": request.temperature},
+        }
+        if system:
+            kwargs["system"] = system
+        if request.json_schema is not None:
+            kwargs["tools"] = [
+                {"name": request.schema_name, "description": "Record the verdict.", "input_schema": request.json_schema}
+            ]
+            kwargs["tool_choice"] = {"type": "tool", "name": request.schema_name}
+        started = time.perf_counter()
+        try:
+            response = self._client.messages.create(**kwargs)
+        except anthropic.APITimeoutError as exc:
+            raise JudgeCallError("timeout", _scrub(str(exc)), True) from None
+        except anthropic.APIConnectionError as exc:
+            raise JudgeCallError("connection_error", _scrub(str(exc)), True) from None
+        except anthropic.APIStatusError as exc:
+            raise _status_error(exc, "anthropic") from None
+        except (anthropic.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
+            raise JudgeCallError("malformed_response", _scrub(str(exc))[:500], True) from None
+        latency_ms = (time.perf_counter() - started) * 1000
+        texts: list[str] = []
+        structured = None
+        for block in response.content or []:
+            if block.type == "text":
+                texts.append(block.text)
+            elif block.type == "tool_use" and isinstance(block.input, dict):
+                structured = dict(block.input)
+        text = "\n".join(texts) or (json.dumps(structured) if structured is not None else "")
+        return JudgeReply(
+            text=text,
+            finish_reason=response.stop_reason,
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+            latency_ms=latency_ms,
+            structured=structured,
+        )
+
+
+_clients: dict[str, JudgeClient] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(spec: JudgeSpec, settings: Settings) -> JudgeClient:
+    """One client (one HTTP connection pool) per judge per process."""
+    key = f"{spec.key}|{settings.judge_timeout_s}|{settings.local_judge_url}"
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = AnthropicJudgeClient(spec, settings) if spec.provider == "anthropic" else OpenAIJudgeClient(
+                spec, settings
+            )
+            _clients[key] = client
+        return client
+
+
+def reset_clients() -> None:
+    with _clients_lock:
+        _clients.clear()

@@ -1,0 +1,155 @@
+"""Render a rubric's messages for one judgment.
+
+Untrusted text (dialogue turns, persona, memory, candidate responses) is neutralised before it enters a template so
+that it cannot forge the judge's output format or close a fence: ``[[``/``]]`` are broken apart, code fences and the
+FastChat answer markers are defused, and in hardened rubrics each untrusted block is wrapped in a per-content
+nonce tag that the content cannot contain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+
+from judge_api.rubrics import Rubric
+from workers.textnorm import normalise
+
+_env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+_template_cache: dict[str, jinja2.Template] = {}
+
+_MARKERS = re.compile(r"\[(The (?:Start|End) of [^\]]*)\]", re.IGNORECASE)
+_FENCE_TAG = re.compile(r"</?\s*untrusted", re.IGNORECASE)
+
+
+def neutralise(text: str) -> str:
+    """Defuse format tokens in untrusted text; visible meaning is kept for the judge."""
+    text = normalise(text)
+    text = text.replace("[[", "[ [").replace("]]", "] ]")
+    text = text.replace("```", "'''")
+    text = _MARKERS.sub(r"(\1)", text)
+    return _FENCE_TAG.sub(lambda m: m.group(0).replace("<", "‹"), text)
+
+
+def fence(kind: str, text: str) -> str:
+    """Wrap untrusted text in a tag whose nonce is derived from the content (stable for the cache)."""
+    nonce = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f'<untrusted-{kind} id="{nonce}">\n{text}\n</untrusted-{kind} id="{nonce}">'
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    messages: list[dict[str, str]]
+    variables: dict[str, Any]
+
+    @property
+    def prompt_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.messages, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(m["content"] for m in self.messages)
+
+
+def _label(speaker: str, labels: dict[str, str]) -> str:
+    return labels.get(speaker, speaker)
+
+
+def _history_turns(rubric: Rubric, item: dict[str, Any]) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = list(item.get("dialogue") or [])
+    context = rubric.context
+    if context.history == "related_turns":
+        related = (item.get("meta") or {}).get("related_turns")
+        if related is not None:
+            wanted = {int(i) for i in related}
+            turns = [t for i, t in enumerate(turns) if i in wanted]
+        return turns
+    if context.history == "last_n":
+        return turns[-context.last_n_utterances :] if context.last_n_utterances else []
+    return turns
+
+
+def format_turns(turns: list[dict[str, Any]], labels: dict[str, str], max_chars: int) -> str:
+    lines = [f"{_label(t['speaker'], labels)}: {neutralise(t['text'])}" for t in turns]
+    text = "\n".join(lines)
+    if len(text) > max_chars:  # keep the most recent context, as MemoChat truncates history
+        text = text[-max_chars:]
+        text = text[text.find("\n") + 1 :] if "\n" in text else text
+    return text
+
+
+def format_persona(item: dict[str, Any], labels: dict[str, str]) -> str:
+    parts: list[str] = []
+    persona = item.get("persona") or {}
+    for speaker in ("user", "bot"):
+        facts = [neutralise(f) for f in persona.get(speaker) or []]
+        if facts:
+            parts.append(f"{_label(speaker, labels)}: {' '.join(facts)}")
+    if item.get("memory"):
+        parts.append(f"memory: {neutralise(item['memory'])}")
+    return "\n".join(parts)
+
+
+def last_user_question(item: dict[str, Any]) -> str:
+    for turn in reversed(item.get("dialogue") or []):
+        if turn["speaker"] == "user":
+            return neutralise(turn["text"])
+    return ""
+
+
+def build_variables(
+    rubric: Rubric, item: dict[str, Any], aspect: str, first: str, second: str | None
+) -> dict[str, Any]:
+    """Template inputs. ``first``/``second`` are the responses in presentation order."""
+    labels = rubric.context.speaker_labels
+    turns = _history_turns(rubric, item)
+    dialogue = list(item.get("dialogue") or [])
+    if rubric.context.history == "related_turns" and dialogue and dialogue[-1]["speaker"] == "user":
+        turns = [t for t in turns if t is not dialogue[-1]]
+    aspect_cfg = rubric.aspect(aspect)
+    response = neutralise(first)
+    response2 = neutralise(second) if second is not None else None
+    variables: dict[str, Any] = {
+        "aspect": aspect,
+        "aspect_label": aspect_cfg.label or aspect.capitalize(),
+        "aspect_description": aspect_cfg.description or "",
+        "dialog": format_turns(turns, labels, rubric.context.max_history_chars),
+        "persona": format_persona(item, labels),
+        "memory": neutralise(item.get("memory") or ""),
+        "reference": neutralise(item.get("reference") or ""),
+        "question": last_user_question(item),
+        "response": response,
+        "response1": response,
+        "response2": response2,
+        "options": rubric.options,
+    }
+    if rubric.hardened:
+        variables["dialog"] = fence("dialogue", variables["dialog"])
+        variables["persona"] = fence("persona", variables["persona"])
+        variables["response"] = variables["response1"] = fence("response", response)
+        if response2 is not None:
+            variables["response2"] = fence("response", response2)
+    return variables
+
+
+def _template(rubric: Rubric, source_key: str, source: str) -> jinja2.Template:
+    key = f"{rubric.id}:{rubric.version}:{source_key}"
+    template = _template_cache.get(key)
+    if template is None:
+        template = _env.from_string(source)
+        _template_cache[key] = template
+    return template
+
+
+def render(rubric: Rubric, item: dict[str, Any], aspect: str, first: str, second: str | None = None) -> RenderedPrompt:
+    variables = build_variables(rubric, item, aspect, first, second)
+    messages = []
+    for index, message in enumerate(rubric.messages):
+        source = rubric.templates[message.template] if message.template else (message.text or "")
+        content = _template(rubric, f"{index}:{message.template or 'inline'}", source).render(**variables)
+        messages.append({"role": message.role, "content": content})
+    return RenderedPrompt(messages, variables)

@@ -1,0 +1,50 @@
+"""Build the judge engine for a process: Redis-backed (workers) or in-process (standalone runner)."""
+
+from __future__ import annotations
+
+import threading
+
+import redis
+
+from judge_api.config import Settings, get_settings
+from judge_api.db import session_factory
+from judge_api.migrate import upgrade
+from judge_api.rubrics import get_registry
+from workers.execute import JudgeEngine
+from workers.ratelimit import LocalRateLimiter, RedisRateLimiter
+from workers.singleflight import LocalSingleFlight, RedisSingleFlight
+
+_engine: JudgeEngine | None = None
+_lock = threading.Lock()
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    url = settings.resolved_redis_url()
+    if url is None:
+        raise RuntimeError("REDIS_URL is not set")
+    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, retry_on_timeout=True)
+
+
+def build_engine(settings: Settings | None = None, *, standalone: bool = False) -> JudgeEngine:
+    settings = settings or get_settings()
+    upgrade(settings.resolved_database_url())
+    if standalone or settings.resolved_redis_url() is None:
+        limiter, flight = LocalRateLimiter(), LocalSingleFlight()
+        return JudgeEngine(settings, session_factory(), get_registry(), limiter, flight)
+    client = redis_client(settings)
+    return JudgeEngine(settings, session_factory(), get_registry(), RedisRateLimiter(client),
+                       RedisSingleFlight(client))
+
+
+def engine() -> JudgeEngine:
+    global _engine
+    with _lock:
+        if _engine is None:
+            _engine = build_engine()
+        return _engine
+
+
+def reset() -> None:
+    global _engine
+    with _lock:
+        _engine = None

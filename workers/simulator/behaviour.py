@@ -1,0 +1,345 @@
+"""Rule evaluation and verdict synthesis: turn a prompt into a deterministic judge reply.
+
+Nothing here does I/O or keeps state; the same script, prompt and sample index always give the
+same :class:`Judgement`. Pseudo-random choices (scores of unmarked responses, position bias,
+sample jitter) come from a keyed BLAKE2 hash of the script seed and the relevant text, so they do
+not depend on request order or concurrency.
+
+Planting scores: a judged response containing ``<<q=NN>>`` gets exactly score NN (single) or
+quality NN (pairwise comparison), which lets tests and benchmarks know the "true" verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .script import FALLBACK_RULE, Rule, Script
+
+MARKER = re.compile(r"<<q=(\d+(?:\.\d+)?)>>")
+"""Planted-quality marker, e.g. ``<<q=83>>``."""
+
+_FLAGS = re.IGNORECASE | re.DOTALL
+
+# Built-in locators, in tiers: the first tier with any match wins, and within a tier the match that
+# starts last in the prompt (the judged response normally follows the dialogue context). Each
+# project rubric is covered: hardened ``<untrusted-response ...>`` fences (dj-consistency,
+# memory-faithfulness), FastChat ``[The Start of ...]`` blocks (mtbench-pair-v2), ``Response:``
+# labels inline or on their own line (rsum-single, rsum-pairwise ``response 1: ... response 2:``)
+# and fenced code blocks (memochat-consistency) - labels and fences share a tier, so a "Response:"
+# inside an earlier fenced dialogue does not beat the fenced response that follows it.
+_LABEL = r"(?:response|answer|reply)"
+SINGLE_LOCATORS: tuple[tuple[str, ...], ...] = (
+    (r"<untrusted-response\b[^>]*>\s*(?P<response>.*?)\s*</untrusted-response",),
+    (r"\[The Start of [^\]\n]*?(?:Answer|Response|Reply)\]\s*(?P<response>.*?)\s*\[The End of",),
+    (r"<response>\s*(?P<response>.*?)\s*</response>",),
+    (
+        # a label line of its own ("Response to judge:"), the block runs to the next blank line
+        rf"(?m)^[ \t]*(?:[#*]+[ \t]*)?[\w' ]{{0,30}}?\b{_LABEL}(?:[ \t]+to[ \t]+judge)?[ \t]*:"
+        r"(?:\*\*)?[ \t]*\n(?P<response>.*?)(?=\n[ \t]*\n|\Z)",
+        # an inline label ("Assistant Response: ..."), the response runs to the end of the line
+        rf"\b{_LABEL}[ \t]*:[ \t]*(?P<response>[^\n]*\S[^\n]*)",
+        # a fenced block (MemoChat fences each part; the response comes last)
+        r"```[^\n`]*\n(?P<response>.*?)```",
+    ),
+)
+
+PAIR_LOCATORS: tuple[tuple[str, ...], ...] = (
+    (
+        r"<untrusted-response\b[^>]*>\s*(?P<response_1>.*?)\s*</untrusted-response[^>]*>"
+        r".*?<untrusted-response\b[^>]*>\s*(?P<response_2>.*?)\s*</untrusted-response",
+    ),
+    (
+        r"\[The Start of Assistant A'?s? [^\]\n]*\]\s*(?P<response_1>.*?)\s*"
+        r"\[The End of Assistant A[^\]\n]*\].*?"
+        r"\[The Start of Assistant B'?s? [^\]\n]*\]\s*(?P<response_2>.*?)\s*\[The End of Assistant B",
+    ),
+    (
+        r"<response_?(?:1|a)>\s*(?P<response_1>.*?)\s*</response_?(?:1|a)>"
+        r".*?<response_?(?:2|b)>\s*(?P<response_2>.*?)\s*</response_?(?:2|b)>",
+    ),
+    (
+        rf"\b{_LABEL}[ \t]*(?:1|A)[ \t]*[:\]][ \t]*\n?(?P<response_1>.*?)\s*"
+        rf"\b{_LABEL}[ \t]*(?:2|B)[ \t]*[:\]][ \t]*\n?(?P<response_2>.*?)(?=\n[ \t]*\n|\Z)",
+    ),
+)
+
+_TEMPLATE_FIELD = re.compile(r"\{(score|verdict|explanation|json|rule|model)\}")
+
+DEFAULT_SINGLE_REPLY = "{explanation}\n\nRating: [[{score}]]"
+DEFAULT_GRADED_REPLY = "{explanation}\n\nVerdict: {verdict}"
+DEFAULT_FASTCHAT_REPLY = "{explanation}\n\nFinal verdict: {verdict}"
+
+
+@lru_cache(maxsize=256)
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, _FLAGS)
+
+
+def stable_hash(*parts: object) -> int:
+    """A 64-bit hash that is stable across processes (unlike ``hash()``)."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def unit_hash(*parts: object) -> float:
+    """Map ``parts`` to a stable pseudo-random float in [0, 1)."""
+    return stable_hash(*parts) / 2.0**64
+
+
+def approx_tokens(text: str) -> int:
+    """Token estimate used for ``usage``: ``len(text) // 4 + 1`` (about 4 characters a token)."""
+    return len(text) // 4 + 1
+
+
+def format_number(value: float) -> str:
+    """``83.0`` -> ``"83"``, ``7.5`` -> ``"7.5"``: scores render like a judge would write them."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """The provider-independent view of one completion request."""
+
+    model: str
+    prompt: str
+    """System prompt and all message texts, joined by blank lines."""
+    temperature: float = 1.0
+    request_seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the simulated judge decided, before wire formatting.
+
+    ``score`` is the single-mode score, or for pairwise the graded preference for response 1
+    (+2 better, +1 slightly better, 0 tie, -1/-2 for response 2). ``verdict`` is the verdict
+    phrase (empty for single mode); ``verdict_token`` is a short form for structured outputs
+    (``A``/``B``/``C`` or ``1``/``2``/``tie``).
+    """
+
+    rule: str
+    kind: str
+    score: float
+    verdict: str
+    verdict_token: str
+    explanation: str
+    text: str
+
+
+def select_rule(script: Script, model: str, prompt: str) -> Rule:
+    """First rule whose ``match`` and ``model`` regexes both match, else :data:`FALLBACK_RULE`."""
+    for rule in script.rules:
+        if rule.match is not None and not _compile(rule.match).search(prompt):
+            continue
+        if rule.model is not None and not _compile(rule.model).search(model):
+            continue
+        return rule
+    return FALLBACK_RULE
+
+
+def _locate(
+    prompt: str, custom: str | None, tiers: tuple[tuple[str, ...], ...], groups: set[str]
+) -> re.Match[str] | None:
+    """Match of the rule's own ``response_regex`` (last match), else of the built-in tiers."""
+    if custom:
+        compiled = _compile(custom)
+        if groups <= set(compiled.groupindex):
+            matches = list(compiled.finditer(prompt))
+            if matches:
+                return matches[-1]
+    for tier in tiers:
+        best: re.Match[str] | None = None
+        for pattern in tier:
+            for match in _compile(pattern).finditer(prompt):
+                if best is None or match.start() > best.start():
+                    best = match
+        if best is not None:
+            return best
+    return None
+
+
+def locate_response(prompt: str, rule: Rule) -> str | None:
+    """The judged response of a single-score prompt, or None when no locator matches."""
+    match = _locate(prompt, rule.response_regex, SINGLE_LOCATORS, {"response"})
+    return match.group("response") if match else None
+
+
+def locate_pair(prompt: str, rule: Rule) -> tuple[str, str] | None:
+    """The two responses of a pairwise prompt in presentation order, or None.
+
+    Without labelled blocks, the last two ``<<q=NN>>`` markers in the prompt stand for them.
+    """
+    match = _locate(prompt, rule.response_regex, PAIR_LOCATORS, {"response_1", "response_2"})
+    if match:
+        return match.group("response_1"), match.group("response_2")
+    markers = MARKER.findall(prompt)
+    if len(markers) >= 2:
+        return f"<<q={markers[-2]}>>", f"<<q={markers[-1]}>>"
+    return None
+
+
+def quality(text: str, seed: int, scale_min: int, scale_max: int) -> float:
+    """The planted ``<<q=NN>>`` value (last one) in ``text``, else a stable hash in the scale."""
+    found = MARKER.findall(text)
+    if found:
+        return float(found[-1])
+    span = scale_max - scale_min + 1
+    return float(scale_min + stable_hash(seed, "quality", hash_key(text)) % span)
+
+
+_LEADING_LABEL = re.compile(
+    r"\A\s*(?:[\w' ]{0,30}\b(?:response|answer|reply)[ \t]*:?[ \t]*\n)?\s*(?:bot|assistant)[ \t]*:[ \t]*",
+    re.I,
+)
+
+
+def hash_key(text: str) -> str:
+    """The text a score hash is taken of: stripped, without a leading label line and speaker
+    prefix (MemoChat's "Bot Response\\nbot: ..."), so one response hashes alike in every rubric."""
+    return _LEADING_LABEL.sub("", text.strip(), count=1).strip()
+
+
+def _jitter(script: Script, request: JudgeRequest, sample_index: int, salt: str) -> float:
+    """Deterministic per-sample score offset in [-sample_jitter, +sample_jitter] (0 at temperature 0)."""
+    if script.sample_jitter <= 0 or request.temperature <= 0:
+        return 0.0
+    span = int(script.sample_jitter)
+    if span == 0:
+        return 0.0
+    h = stable_hash(script.seed, "jitter", salt, request.prompt, request.request_seed, sample_index)
+    return float(h % (2 * span + 1) - span)
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    """Substitute ``{score}``-style fields; other braces (e.g. JSON in a template) stay as they are."""
+    return _TEMPLATE_FIELD.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def _single_explanation(score: float, rule: Rule) -> str:
+    span = max(rule.scale_max - rule.scale_min, 1)
+    frac = (score - rule.scale_min) / span
+    if frac >= 0.75:
+        return "The response is coherent, engaging and consistent with the dialogue history."
+    if frac >= 0.45:
+        return "The response is relevant but misses some chances to engage with the user."
+    return "The response is generic and only loosely connected to the conversation."
+
+
+def _values(
+    judgement_score: str, verdict: str, explanation: str, rule: Rule, model: str, obj: Mapping[str, object]
+) -> dict[str, str]:
+    return {
+        "score": judgement_score,
+        "verdict": verdict,
+        "explanation": explanation,
+        "json": json.dumps(obj),
+        "rule": rule.name,
+        "model": model,
+    }
+
+
+def _judge_single(script: Script, rule: Rule, request: JudgeRequest, sample_index: int) -> Judgement:
+    if rule.score is not None:
+        score = float(rule.score)
+    else:
+        response = locate_response(request.prompt, rule)
+        if response is not None and MARKER.search(response):
+            score = quality(response, script.seed, rule.scale_min, rule.scale_max)
+        elif MARKER.search(request.prompt):
+            # the locator missed the marked text (e.g. a multi-line inline response): trust the marker
+            score = quality(request.prompt, script.seed, rule.scale_min, rule.scale_max)
+        else:
+            text = response if response is not None else request.prompt
+            score = quality(text, script.seed, rule.scale_min, rule.scale_max)
+        score += _jitter(script, request, sample_index, "single")
+    explanation = _single_explanation(score, rule)
+    shown = format_number(score)
+    obj = {"explanation": explanation, "score": int(score) if float(score).is_integer() else score}
+    text = render(
+        rule.reply or DEFAULT_SINGLE_REPLY, _values(shown, "", explanation, rule, request.model, obj)
+    )
+    return Judgement(rule.name, "single", score, "", "", explanation, text)
+
+
+def pairwise_preference(q1: float, q2: float, rule: Rule, slight: bool, tie: bool, coin: float) -> int:
+    """Graded preference for response 1 (+2/+1/0/-1/-2) from the two qualities.
+
+    ``slight``: the prompt offers "slightly better" options; ``tie``: it offers a tie. Without a
+    tie option (the 4-way rsum rubric) a tie in quality is broken by ``coin`` (in [0, 1)) into
+    the weakest preference available.
+    """
+    diff = q1 - q2
+    if abs(diff) <= rule.tie_margin:
+        if tie:
+            return 0
+        weakest = 1 if slight else 2
+        return weakest if coin < 0.5 else -weakest
+    strength = 2 if not slight or abs(diff) >= rule.clear_margin else 1
+    return strength if diff > 0 else -strength
+
+
+def _pairwise_format(rule: Rule, prompt: str) -> str:
+    if rule.pairwise_format != "auto":
+        return rule.pairwise_format
+    return "fastchat" if re.search(r"\[\[[AB]\]\]", prompt) else "graded"
+
+
+def _verdict_texts(rule: Rule, fmt: str, preference: int) -> tuple[str, str]:
+    v = rule.verdicts
+    if fmt == "fastchat":
+        sign = (preference > 0) - (preference < 0)
+        return {1: (v.fastchat_a, "A"), 0: (v.fastchat_tie, "C"), -1: (v.fastchat_b, "B")}[sign]
+    return {
+        2: (v.graded_better_1, "1"),
+        1: (v.graded_slightly_1, "1"),
+        0: (v.graded_tie, "tie"),
+        -1: (v.graded_slightly_2, "2"),
+        -2: (v.graded_better_2, "2"),
+    }[max(-2, min(2, preference))]
+
+
+def _judge_pairwise(script: Script, rule: Rule, request: JudgeRequest, sample_index: int) -> Judgement:
+    prompt = request.prompt
+    fmt = _pairwise_format(rule, prompt)
+    if fmt == "fastchat":
+        slight, tie = False, True
+    else:
+        slight = re.search(r"slightly", prompt, re.IGNORECASE) is not None
+        tie = rule.verdicts.graded_tie.lower() in prompt.lower()
+    pair = locate_pair(prompt, rule)
+    if pair is None:
+        pair = (f"1\x1f{prompt}", f"2\x1f{prompt}")  # nothing to compare: a stable coin flip
+    lo, hi = rule.scale_min, rule.scale_max
+    q1 = quality(pair[0], script.seed, lo, hi) + _jitter(script, request, sample_index, "1")
+    q2 = quality(pair[1], script.seed, lo, hi) + _jitter(script, request, sample_index, "2")
+    coin = unit_hash(script.seed, "tie-break", prompt, sample_index)
+    preference = (
+        int(rule.score) if rule.score is not None else pairwise_preference(q1, q2, rule, slight, tie, coin)
+    )
+    bias = rule.position_bias if rule.position_bias is not None else script.position_bias
+    if bias > 0 and unit_hash(script.seed, "position-bias", prompt, sample_index) < bias:
+        preference = 2  # the biased judge prefers whatever was shown first
+    verdict, token = _verdict_texts(rule, fmt, preference)
+    template = rule.reply or (DEFAULT_FASTCHAT_REPLY if fmt == "fastchat" else DEFAULT_GRADED_REPLY)
+    explanation = (
+        "Both candidates are of similar quality for the requested aspect."
+        if preference == 0
+        else "After comparing both candidates on the requested aspect, one engages more directly "
+        "and stays more consistent with the dialogue history."
+    )
+    obj = {"explanation": explanation, "verdict": verdict}
+    text = render(template, _values(str(preference), verdict, explanation, rule, request.model, obj))
+    return Judgement(rule.name, "pairwise", float(preference), verdict, token, explanation, text)
+
+
+def judge(script: Script, request: JudgeRequest, sample_index: int = 0) -> Judgement:
+    """Evaluate the script's rules for ``request``; ``sample_index`` distinguishes ``n`` choices."""
+    rule = select_rule(script, request.model, request.prompt)
+    if rule.kind == "pairwise":
+        return _judge_pairwise(script, rule, request, sample_index)
+    return _judge_single(script, rule, request, sample_index)
