@@ -22,8 +22,8 @@ app = typer.Typer(help="dialogue-judge: LLM-judge evaluation of dialogue consist
                   add_completion=False, pretty_exceptions_enable=False)
 keys_app = typer.Typer(help="API keys (stored hashed; scopes: submit, read, admin).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
-console = Console()
-err = Console(stderr=True)
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 if not EXAMPLES.is_dir():  # installed wheel
@@ -84,6 +84,12 @@ def wait_for_run(client: ApiClient, run_id: str, poll_s: float = 0.5, timeout_s:
             if timeout_s is not None and time.monotonic() - started > timeout_s:
                 raise fail(f"run {run_id} did not finish within {timeout_s:.0f}s ({finished}/{summary['n_judgments']})")
             time.sleep(poll_s)
+
+
+def emit(text: str) -> None:
+    """Machine-readable output goes to stdout as is (rich would wrap long lines)."""
+    sys.stdout.write(text.rstrip("\n") + "\n")
+    sys.stdout.flush()
 
 
 def render_report(report: dict[str, Any], fmt: str) -> str:
@@ -167,11 +173,12 @@ def demo(
         stack.start()
         client = ApiClient(stack.api_url)
         body = {"name": "demo: MSC example", "items": items, "rubrics": [rubric], "judges": [judge],
-                "mode": ["single"], "options": {"structured_output": True, "max_tokens": 256}}
+                "mode": ["single"], "aspects": ["consistency"] if local else None,
+                "options": {"structured_output": True, "max_tokens": 160 if local else 512}}
         created = client.create_run(body)
         err.print(f"submitted {created['id']}: {created['n_items']} items, {created['n_judgments']} judgments")
         wait_for_run(client, created["id"])
-        console.print(render_report(client.report(created["id"], n_boot=500), "table"))
+        emit(render_report(client.report(created["id"], n_boot=500), "table"))
         if keep_running:
             console.print(f"dashboard: {stack.dashboard_url}   API: {stack.api_url}   (Ctrl-C stops)")
             while True:
@@ -245,10 +252,10 @@ def submit(
     client = api_client(api, api_key)
     try:
         created = client.create_run(body)
-        console.print(f"{created['id']}  {created['n_items']} items  {created['n_judgments']} judgments")
+        emit(f"{created['id']}  {created['n_items']} items  {created['n_judgments']} judgments")
         if wait:
             wait_for_run(client, created["id"])
-            console.print(render_report(client.report(created["id"]), fmt))
+            emit(render_report(client.report(created["id"]), fmt))
     except ApiError as exc:
         raise fail(exc.message) from None
 
@@ -272,8 +279,7 @@ def report(run_id: str, fmt: str = typer.Option("table", "--format", help="table
     if fmt not in ("table", "json", "md"):
         raise fail(f"--format must be table, json or md (got {fmt!r})")
     try:
-        console.print(render_report(api_client(api, api_key).report(run_id, n_boot=n_boot), fmt), markup=False,
-                      highlight=False)
+        emit(render_report(api_client(api, api_key).report(run_id, n_boot=n_boot), fmt))
     except ApiError as exc:
         raise fail(exc.message) from None
 
@@ -347,11 +353,11 @@ def agreement(run_id: str, fmt: str = typer.Option("table", "--format", help="ta
     except ApiError as exc:
         raise fail(exc.message) from None
     if fmt == "json":
-        console.print_json(json.dumps(result))
+        emit(json.dumps(result, indent=2))
     else:
         from judge_api.stats import agreement_to_table
 
-        console.print(agreement_to_table(result["agreement"]), markup=False, highlight=False)
+        emit(agreement_to_table(result["agreement"]))
 
 
 @app.command()

@@ -119,6 +119,9 @@ class Stack:
             self.redis_url = f"redis://127.0.0.1:{port}/0"
             self._wait("redis", lambda: port_open("127.0.0.1", port), 20)
         if self.start_local_judge:
+            # one llama.cpp process answers one request at a time: queue in the worker, not in the server
+            self.extra_env.setdefault("DJ_JUDGE_TIMEOUT", "600")
+            self.worker_concurrency = min(self.worker_concurrency, 2)
             if port_open("127.0.0.1", self.local_judge_port):
                 raise RuntimeError(f"port {self.local_judge_port} is taken; set --local-judge-port")
             self._spawn("local-judge", server_command("127.0.0.1", self.local_judge_port))

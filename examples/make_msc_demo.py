@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dialogue_judge.datasets import msc_record_to_item, read_msc_lines  # noqa: E402
 
 SOURCE = Path(__file__).resolve().parent.parent.parent / "shared/data/msc/msc_dialogue_session_3_test.txt"
-N_ITEMS = 8
+N_ITEMS = 6
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
             "generic": "That's interesting. Tell me more about it!",
             "mismatched": other["reference"],
         }
-        item["dialogue"] = item["dialogue"][-14:]  # keep the demo prompts short for the small local judge
+        item["dialogue"] = item["dialogue"][-8:]  # keep the demo prompts short for the small local judge
     out = Path(__file__).resolve().parent / "msc-demo.jsonl"
     out.write_text("".join(json.dumps(item) + "\n" for item in items))
     print(f"wrote {len(items)} items to {out}")

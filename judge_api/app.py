@@ -10,24 +10,27 @@ import csv
 import io
 import json
 import logging
+import math
 import threading
 import time
+import uuid
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, Literal
+from urllib.parse import parse_qsl
 
 from fastapi import BackgroundTasks, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.orm import Session
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
-from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from judge_api import __version__, queue, repository
-from judge_api.auth import Principal, require
+from judge_api.auth import AUTH_OFF_NOTICE, Principal, require
 from judge_api.config import Settings, get_settings
 from judge_api.db import get_engine, session_scope
 from judge_api.deps import get_session
@@ -43,6 +46,7 @@ from judge_api.schemas import (
     RunCreated,
     RunSummary,
 )
+from judge_api.secrets import install_log_scrubber, known_secrets, scrub
 
 log = logging.getLogger(__name__)
 
@@ -51,41 +55,234 @@ def field_error(loc: list[str | int], message: str, status_code: int = 422) -> H
     return HTTPException(status_code, detail=[{"loc": ["body", *loc], "msg": message, "type": "value_error"}])
 
 
-class BodySizeLimit(BaseHTTPMiddleware):
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+MAX_OFFSET = 1_000_000_000  # beyond any real table; larger values overflow SQLite's integers
+MAX_SEED = 2**32 - 1
+
+
+async def _send_json(send: Send, status_code: int, body: dict[str, Any],
+                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status_code,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class BodySizeLimit:
+    """413 for bodies over DJ_MAX_BODY_BYTES: by Content-Length up front, and by counting the bytes actually
+    received (a chunked body has no Content-Length), so no route ever reads more than the limit."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         limit = get_settings().max_body_bytes
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            return JSONResponse(
-                {"detail": f"request body of {length} bytes exceeds the limit of {limit} bytes (DJ_MAX_BODY_BYTES)"},
-                status_code=413,
-            )
-        return await call_next(request)
+        message = f"request body exceeds the limit of {limit} bytes (DJ_MAX_BODY_BYTES)"
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                if not value.isdigit():
+                    await _send_json(send, 400, {"detail": "the Content-Length header is not a number"})
+                    return
+                if int(value) > limit:
+                    await _send_json(send, 413, {"detail": f"request body of {int(value)} bytes exceeds the "
+                                                           f"limit of {limit} bytes (DJ_MAX_BODY_BYTES)"})
+                    return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            event = await receive()
+            if event["type"] == "http.request":
+                received += len(event.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413, message)
+            return event
+
+        await self.app(scope, limited_receive, send)
+
+
+class InputGuard:
+    """422 for a NUL character in the path or a query parameter (databases cannot store or compare it)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem: list[str | int] | None = None
+            if "\x00" in scope.get("path", ""):
+                problem = ["path"]
+            else:
+                raw = scope.get("query_string", b"").decode("latin-1")
+                if "%00" in raw or "\x00" in raw:
+                    pairs = parse_qsl(raw, keep_blank_values=True, encoding="utf-8", errors="replace")
+                    for name, value in pairs:
+                        if "\x00" in name or "\x00" in value:
+                            problem = ["query", name.replace("\x00", "\\u0000")]
+                            break
+            if problem is not None:
+                error = {"loc": problem, "msg": "contains a NUL character (\\u0000), which is not allowed",
+                         "type": "value_error"}
+                await _send_json(send, 422, {"detail": [error]})
+                return
+        await self.app(scope, receive, send)
+
+
+def _value_problem(value: Any) -> str | None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "contains a NUL character (\\u0000), which cannot be stored"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "contains an unpaired surrogate (not valid Unicode text)"
+    elif isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number (NaN and Infinity cannot be stored)"
+    return None
+
+
+def _find_unstorable(value: Any, loc: list[str | int]) -> tuple[list[str | int], str] | None:
+    problem = _value_problem(value)
+    if problem:
+        return loc, problem
+    if isinstance(value, dict):
+        for key, child in value.items():
+            key_problem = _value_problem(key)
+            if key_problem:
+                return [*loc, str(key).replace("\x00", "\\u0000")], f"key {key_problem}"
+            found = _find_unstorable(child, [*loc, key])
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for index, child in enumerate(value):
+            found = _find_unstorable(child, [*loc, index])
+            if found:
+                return found
+    return None
+
+
+def check_storable(model: BaseModel) -> None:
+    """422 naming the field when a value cannot be stored as sent (NUL, lone surrogate, NaN / Infinity).
+
+    One JSON encoding of the whole body is the fast path; only a body that fails it is walked field by field.
+    """
+    data = model.model_dump(mode="python")
+    try:
+        encoded = json.dumps(data, ensure_ascii=False, allow_nan=False, default=str)
+        encoded.encode("utf-8")
+        if "\\u0000" not in encoded:
+            return
+    except (ValueError, UnicodeEncodeError):
+        pass
+    found = _find_unstorable(data, [])
+    if found:
+        raise field_error(found[0], found[1])
 
 
 class SubmitRateLimit:
-    """Runs per API key (or client address) per minute, sliding window, per API process."""
+    """Runs per API key (or client address) per minute, sliding window.
 
-    def __init__(self) -> None:
-        self._events: dict[str, deque[float]] = defaultdict(deque)
+    Shared by every API process through Redis when REDIS_URL is set (compose runs several), else per
+    process. A slot is reserved when a submission starts and given back if the submission is rejected, so only
+    stored runs count.
+    """
+
+    _SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local window = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return tostring(tonumber(oldest[2]) + window - now)
+end
+redis.call('ZADD', KEYS[1], now, ARGV[3])
+redis.call('EXPIRE', KEYS[1], math.ceil(window) + 1)
+return '0'
+"""
+    WINDOW_S = 60.0
+
+    def __init__(self, redis_url: str | None = None) -> None:
+        self._events: dict[str, deque[tuple[float, str]]] = defaultdict(deque)
         self._lock = threading.Lock()
+        self._redis: Any = None
+        self._script: Any = None
+        if redis_url:
+            try:
+                import redis
 
-    def check(self, who: str, per_minute: int) -> None:
+                self._redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+                self._script = self._redis.register_script(self._SCRIPT)
+            except Exception as exc:  # the redis package is optional for the API
+                log.warning("submit rate limit is per process: %s", exc)
+                self._redis = None
+
+    @staticmethod
+    def _too_many(per_minute: int, retry_s: float) -> HTTPException:
+        retry = max(1, math.ceil(retry_s))
+        return HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"more than {per_minute} runs per minute for this key (DJ_RUNS_PER_MINUTE); retry in {retry}s",
+            headers={"Retry-After": str(retry)},
+        )
+
+    def reserve(self, who: str, per_minute: int) -> str | None:
+        """Take one slot for ``who`` or raise 429 with Retry-After; returns a token for :meth:`release`."""
         if per_minute <= 0:
-            return
+            return None
+        token = uuid.uuid4().hex
+        if self._redis is not None:
+            try:
+                wait = float(self._script(keys=[f"dj:submit:{who}"], args=[self.WINDOW_S, per_minute, token]))
+            except Exception as exc:  # Redis down: fall back to this process's window
+                log.warning("submit rate limit falls back to this process (%s)", type(exc).__name__)
+            else:
+                if wait > 0:
+                    raise self._too_many(per_minute, wait)
+                return "r:" + token
         now = time.monotonic()
         with self._lock:
             events = self._events[who]
-            while events and events[0] <= now - 60:
+            while events and events[0][0] <= now - self.WINDOW_S:
                 events.popleft()
             if len(events) >= per_minute:
-                retry = max(1, int(60 - (now - events[0])) + 1)
-                raise HTTPException(
-                    status.HTTP_429_TOO_MANY_REQUESTS,
-                    f"more than {per_minute} runs per minute for this key; retry in {retry}s",
-                    headers={"Retry-After": str(retry)},
-                )
-            events.append(now)
+                raise self._too_many(per_minute, self.WINDOW_S - (now - events[0][0]))
+            events.append((now, token))
+        return "l:" + token
+
+    def release(self, who: str, reservation: str | None) -> None:
+        if reservation is None:
+            return
+        kind, token = reservation[:2], reservation[2:]
+        if kind == "r:":
+            with suppress(Exception):
+                self._redis.zrem(f"dj:submit:{who}", token)
+            return
+        with self._lock:
+            events = self._events.get(who)
+            if events:
+                for entry in list(events):
+                    if entry[1] == token:
+                        events.remove(entry)
+                        break
+
+    def check(self, who: str, per_minute: int) -> None:
+        """Reserve without giving back (kept for callers of the old interface)."""
+        self.reserve(who, per_minute)
+
+
+def scrub_judgment(judgment: JudgmentOut) -> JudgmentOut:
+    """No provider key leaves through a judgment, whatever a judge echoed (workers already scrub on write)."""
+    if not known_secrets():
+        return judgment
+    return judgment.model_copy(update={
+        "error": scrub(judgment.error),
+        "raw_output": scrub(judgment.raw_output),
+        "explanation": scrub(judgment.explanation),
+    })
 
 
 def _start_sweeper(settings: Settings) -> Any:
@@ -103,9 +300,12 @@ def _start_sweeper(settings: Settings) -> Any:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    install_log_scrubber()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not settings.auth_enabled:
+            log.warning("%s; set DJ_AUTH=true to require API keys", AUTH_OFF_NOTICE)
         upgrade(settings.resolved_database_url())
         get_registry(refresh=True)
         sweeper = None
@@ -123,8 +323,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Scores chatbot responses for dialogue consistency with LLM judges.",
         lifespan=lifespan,
     )
+    app.add_middleware(InputGuard)
     app.add_middleware(BodySizeLimit)
-    submit_limit = SubmitRateLimit()
+    submit_limit = SubmitRateLimit(settings.resolved_redis_url())
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -134,11 +335,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ]
         return JSONResponse({"detail": errors}, status_code=422)
 
+    @app.exception_handler(sa_exc.OperationalError)
+    @app.exception_handler(sa_exc.InterfaceError)
+    @app.exception_handler(sa_exc.TimeoutError)
+    async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # the connection dropped or the server is away: nothing was committed; the client may simply retry
+        log.warning("database unavailable during %s %s: %s", request.method, request.url.path,
+                    type(exc).__name__)
+        return JSONResponse(
+            {"detail": "the database is unavailable right now; nothing was stored, retry shortly"},
+            status_code=503, headers={"Retry-After": "2"},
+        )
+
     # -- health ---------------------------------------------------------------------------------------------
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
-        return {"status": "ok", "version": __version__}
+        return {"status": "ok", "version": __version__,
+                "auth": "on" if settings.auth_enabled else "off (DJ_AUTH=false): loopback clients only"}
 
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
@@ -180,7 +394,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def _create(request: RunCreate, principal: Principal, background: BackgroundTasks,
                 session: Session) -> RunCreated:
-        submit_limit.check(principal.key_id or "anonymous", settings.runs_per_minute)
+        who = principal.key_id or "anonymous"
+        reservation = submit_limit.reserve(who, settings.runs_per_minute)
+        try:
+            return _create_reserved(request, principal, background, session)
+        except BaseException:
+            submit_limit.release(who, reservation)  # a rejected or failed submission does not count
+            raise
+
+    def _create_reserved(request: RunCreate, principal: Principal, background: BackgroundTasks,
+                         session: Session) -> RunCreated:
         if len(request.items) > settings.max_items_per_run:
             raise field_error(["items"], f"{len(request.items)} items exceed the limit of "
                                          f"{settings.max_items_per_run} per run (DJ_MAX_ITEMS)")
@@ -197,11 +420,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 if len(response) > settings.max_chars_per_turn:
                     raise field_error(["items", index, "candidates", system],
                                       f"response of {len(response)} characters exceeds the limit of "
-                                      f"{settings.max_chars_per_turn}")
+                                      f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)")
+            if item.persona is not None:
+                for side in ("user", "bot"):
+                    for line_index, line in enumerate(getattr(item.persona, side)):
+                        if len(line) > settings.max_chars_per_turn:
+                            raise field_error(["items", index, "persona", side, line_index],
+                                              f"persona line of {len(line)} characters exceeds the limit of "
+                                              f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)")
+        check_storable(request)
         try:
             planned = plan_run(request, get_registry(), settings.max_judgments_per_run)
         except PlanError as exc:
-            raise field_error(exc.field.replace("]", "").split("["), exc.message) from None
+            parts = exc.field.replace("]", "").split("[")
+            loc: list[str | int] = [int(p) if p.isdigit() else p for p in parts]
+            raise field_error(loc, exc.message) from None
         try:
             run = repository.create_run(session, request, planned, principal.project_id)
             session.commit()
@@ -263,7 +496,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/v1/runs", response_model=Page[RunSummary], tags=["runs"])
     def list_runs(
-        offset: int = Query(0, ge=0),
+        offset: int = Query(0, ge=0, le=MAX_OFFSET),
         limit: int = Query(50, ge=1, le=500),
         principal: Principal = Depends(require("read")),
         session: Session = Depends(get_session),
@@ -293,7 +526,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/v1/runs/{run_id}/judgments", response_model=Page[JudgmentOut], tags=["runs"])
     def list_judgments(
         run_id: str,
-        offset: int = Query(0, ge=0),
+        offset: int = Query(0, ge=0, le=MAX_OFFSET),
         limit: int = Query(100, ge=1, le=1000),
         status_: str | None = Query(None, alias="status"),
         system: str | None = None,
@@ -308,10 +541,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         session: Session = Depends(get_session),
     ) -> Page[JudgmentOut]:
         _run_or_404(session, run_id, principal)
+        for name, bound in (("score_min", score_min), ("score_max", score_max)):
+            if bound is not None and not math.isfinite(bound):
+                raise HTTPException(422, detail=[{"loc": ["query", name], "msg": "must be a finite number",
+                                                  "type": "value_error"}])
         filters = {"status": status_, "system": system, "aspect": aspect, "item_id": item_id,
                    "rubric_id": rubric_id, "judge": judge, "mode": mode}
         total, rows = repository.list_judgments(session, run_id, offset, limit, filters, score_min, score_max)
-        return Page[JudgmentOut](total=total, offset=offset, limit=limit, items=rows)
+        items = [scrub_judgment(j) for j in rows]
+        return Page[JudgmentOut](total=total, offset=offset, limit=limit, items=items)
 
     @app.get("/v1/runs/{run_id}/judgments.csv", tags=["runs"])
     def judgments_csv(run_id: str, principal: Principal = Depends(require("read")),
@@ -328,8 +566,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                  headers={"Content-Disposition": f'attachment; filename="{run_id}-judgments.csv"'})
 
     @app.get("/v1/runs/{run_id}/items", tags=["runs"])
-    def list_items(run_id: str, item_id: list[str] | None = Query(None), offset: int = Query(0, ge=0),
-                   limit: int = Query(100, ge=1, le=1000), principal: Principal = Depends(require("read")),
+    def list_items(run_id: str, item_id: list[str] | None = Query(None),
+                   offset: int = Query(0, ge=0, le=MAX_OFFSET), limit: int = Query(100, ge=1, le=1000),
+                   principal: Principal = Depends(require("read")),
                    session: Session = Depends(get_session)) -> dict[str, Any]:
         run = _run_or_404(session, run_id, principal)
         items = repository.get_items(session, run_id, item_id)
@@ -337,11 +576,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "items": items[offset : offset + limit]}
 
     @app.get("/v1/runs/{run_id}/report", tags=["reports"])
-    def report(run_id: str, n_boot: int = Query(1000, ge=0, le=20000), seed: int = 0,
-               principal: Principal = Depends(require("read")),
+    def report(run_id: str, n_boot: int = Query(1000, ge=0, le=20000),
+               seed: int = Query(0, ge=0, le=MAX_SEED), principal: Principal = Depends(require("read")),
                session: Session = Depends(get_session)) -> dict[str, Any]:
         _run_or_404(session, run_id, principal)
-        from judge_api.stats import build_report
+        from judge_api.stats.report import build_report
 
         judgments = repository.judgments_frame(session, run_id)
         ratings = repository.ratings_frame(session, run_id)
@@ -353,7 +592,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def agreement(run_id: str, principal: Principal = Depends(require("read")),
                   session: Session = Depends(get_session)) -> dict[str, Any]:
         _run_or_404(session, run_id, principal)
-        from judge_api.stats import build_report
+        from judge_api.stats.report import build_report
 
         ratings = repository.ratings_frame(session, run_id)
         if not len(ratings):
@@ -369,8 +608,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         for index, rating in enumerate(body.ratings):
             if rating.item_id not in known:
                 raise field_error(["ratings", index, "item_id"], f"item {rating.item_id!r} is not in run {run_id}")
-        created, updated = repository.upsert_ratings(session, run_id, body.ratings)
-        session.commit()
+        check_storable(body)
+        try:
+            created, updated = repository.upsert_ratings(session, run_id, body.ratings)
+            session.commit()
+        except sa_exc.IntegrityError:
+            session.rollback()  # a concurrent request stored the same ratings first: nothing of ours was kept
+            raise HTTPException(409, "these ratings were written concurrently by another request; "
+                                     "nothing was stored, send them again") from None
         return {"run_id": run_id, "created": created, "updated": updated}
 
     @app.get("/v1/runs/{run_id}/human-ratings", tags=["reports"])

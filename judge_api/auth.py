@@ -1,12 +1,14 @@
 """API keys: stored hashed, scoped (submit, read, admin) and bound to a project.
 
-A key sees only its project's runs: another project's ids answer 404, not 403, so ids do not leak. With auth off
-(the embedded default, loopback only) every request acts as the default project with every scope.
+A key sees only its project's runs: another project's ids answer 404, not 403, so ids do not leak. With auth
+off (``DJ_AUTH=false``, the embedded default) every request acts as the default project with every scope, and
+only loopback clients are served: a request from any other address gets 401 saying how to turn auth on.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import secrets
 from dataclasses import dataclass
 
@@ -58,30 +60,65 @@ def list_keys(session: Session) -> list[ApiKey]:
     return list(session.scalars(select(ApiKey).order_by(ApiKey.created_at)))
 
 
-def authenticate(session: Session, header: str | None) -> Principal:
+# Starlette's TestClient (and ASGI tools such as schemathesis) report this pseudo host; a TCP peer never can.
+_IN_PROCESS_HOSTS = frozenset({"testclient", "localhost"})
+AUTH_OFF_NOTICE = ("auth is off (DJ_AUTH=false): serving loopback clients only, every request acts as "
+                   "project 'default' with every scope")
+
+
+def is_loopback(host: str | None) -> bool:
+    """True for 127.0.0.0/8, ::1, IPv4-mapped loopback, Unix sockets (no host) and in-process test clients."""
+    if host is None or host in _IN_PROCESS_HOSTS:
+        return True
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def authenticate(session: Session, header: str | None, client_host: str | None = None) -> Principal:
     if not get_settings().auth_enabled:
+        if not is_loopback(client_host):
+            raise _unauthorized(
+                "auth is off on this server (DJ_AUTH=false), so it only serves loopback clients; "
+                "set DJ_AUTH=true and create keys with 'dialogue-judge keys create' to serve other hosts"
+            )
         return Principal(DEFAULT_PROJECT, frozenset(SCOPES))
     if not header:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing 'Authorization: Bearer <api key>' header",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise _unauthorized("missing 'Authorization: Bearer <api key>' header")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "the Authorization header must be 'Bearer <api key>'",
-                            headers={"WWW-Authenticate": "Bearer"})
-    row = session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(token.strip())))
-    if row is None or row.revoked_at is not None:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid or revoked API key",
-                            headers={"WWW-Authenticate": "Bearer"})
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise _unauthorized("the Authorization header must be 'Bearer <api key>'")
+    row = session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(token)))
+    if row is None:
+        raise _unauthorized("invalid API key")
+    if row.revoked_at is not None:
+        raise _unauthorized(f"this API key was revoked on {row.revoked_at:%Y-%m-%d %H:%M} UTC")
     return Principal(row.project_id, frozenset(row.scopes), row.id)
 
 
 def require(scope: str):  # type: ignore[no-untyped-def]
+    """A route dependency: the caller's Principal, or 401 (no / bad key) / 403 (key without ``scope``)."""
     from judge_api.deps import get_session
 
     def dependency(request: Request, session: Session = Depends(get_session)) -> Principal:
-        principal = authenticate(session, request.headers.get("authorization"))
+        client_host = request.client.host if request.client else None
+        principal = authenticate(session, request.headers.get("authorization"), client_host)
         if scope not in principal.scopes and "admin" not in principal.scopes:
-            raise HTTPException(status.HTTP_403_FORBIDDEN, f"this API key lacks the '{scope}' scope")
+            has = ", ".join(sorted(principal.scopes)) or "none"
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"this API key lacks the '{scope}' scope needed here (it has: {has}); "
+                f"create a key with --scope {scope}",
+            )
         request.state.principal = principal
         return principal
 

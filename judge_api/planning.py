@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from judge_api.judges import parse_judge
-from judge_api.rubrics import Rubric, RubricRegistry
+from judge_api.rubrics import PREFERENCE_LEVELS, Rubric, RubricRegistry
 from judge_api.schemas import Item, RunCreate
 
 
@@ -88,6 +88,21 @@ def resolve_rubrics(request: RunCreate, registry: RubricRegistry) -> list[Rubric
         for index, aspect in enumerate(request.aspects):
             if not any(aspect in r.aspect_names for r in rubrics):
                 raise PlanError(f"aspects[{index}]", f"no chosen rubric has the aspect {aspect!r}")
+    if request.options.structured_output:
+        lacking = [r.id for r in rubrics if r.structured_output is None]
+        if lacking:
+            supported = ", ".join(r.id for r in registry.all() if r.structured_output is not None) or "none"
+            raise PlanError(
+                "options.structured_output",
+                f"rubric(s) {', '.join(lacking)} define no structured output (rubrics that do: {supported})",
+            )
+    if request.outcome_map:
+        unknown = sorted(set(request.outcome_map) - set(PREFERENCE_LEVELS))
+        if unknown:
+            raise PlanError(
+                "outcome_map",
+                f"keys {unknown} are not preference levels; use {', '.join(repr(k) for k in PREFERENCE_LEVELS)}",
+            )
     return rubrics
 
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from pathlib import Path
 from typing import Any, Literal
 
+import jinja2
+import jinja2.meta
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -20,8 +23,15 @@ from judge_api.config import get_settings
 log = logging.getLogger(__name__)
 
 PARSERS = ("bracket_score", "pairwise_4way", "pairwise_abc", "json_score", "memory_faithfulness")
+PAIRWISE_PARSERS = ("pairwise_4way", "pairwise_abc")
 Outcome = Literal["win", "tie", "loss"]
+PREFERENCE_LEVELS = ("2", "1", "0", "-1", "-2")
 DEFAULT_OUTCOME_MAP: dict[str, Outcome] = {"2": "win", "1": "tie", "0": "tie", "-1": "tie", "-2": "loss"}
+# The named inputs a template may use (workers.prompting.build_variables fills exactly these).
+TEMPLATE_INPUTS = (
+    "aspect", "aspect_label", "aspect_description", "dialog", "persona", "memory", "reference", "question",
+    "response", "response1", "response2", "options",
+)
 
 
 class RubricError(ValueError):
@@ -99,10 +109,20 @@ class Rubric(BaseModel):
     def _check(self) -> Rubric:
         if self.parser not in PARSERS:
             raise ValueError(f"parser {self.parser!r} is unknown (known: {', '.join(PARSERS)})")
+        if (self.parser in PAIRWISE_PARSERS) != (self.kind == "pairwise"):
+            raise ValueError(f"parser {self.parser!r} does not fit a {self.kind} rubric")
         if self.kind == "single" and self.scale is None:
             raise ValueError("a single-score rubric needs a scale [min, max]")
+        if self.scale is not None and self.scale[0] >= self.scale[1]:
+            raise ValueError(f"scale {list(self.scale)} must be [min, max] with min < max")
         if self.kind == "pairwise" and not self.verdicts:
             raise ValueError("a pairwise rubric needs verdicts (label -> preference for the first shown)")
+        for label, preference in self.verdicts.items():
+            if str(preference) not in PREFERENCE_LEVELS:
+                raise ValueError(f"verdict {label!r}: preference {preference} is not one of -2..2")
+        unknown = sorted(set(self.outcome_map) - set(PREFERENCE_LEVELS))
+        if unknown:
+            raise ValueError(f"outcome_map keys {unknown} are not preference levels {list(PREFERENCE_LEVELS)}")
         return self
 
     @property
@@ -124,6 +144,22 @@ def _hash_files(files: list[Path], base: Path) -> str:
         digest.update(path.read_bytes())
         digest.update(b"\0")
     return digest.hexdigest()[:16]
+
+
+_check_env = jinja2.Environment(autoescape=False)
+
+
+def _check_template(config_path: Path, name: str, source: str) -> None:
+    """Compile a template and check that it only uses the known inputs, so mistakes show at load time."""
+    try:
+        parsed = _check_env.parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise RubricError(f"{config_path}: template {name!r} line {exc.lineno}: {exc.message}") from None
+    unknown = sorted(jinja2.meta.find_undeclared_variables(parsed) - set(TEMPLATE_INPUTS))
+    if unknown:
+        raise RubricError(
+            f"{config_path}: template {name!r} uses unknown inputs {unknown} (known: {', '.join(TEMPLATE_INPUTS)})"
+        )
 
 
 def load_rubric(path: Path) -> Rubric:
@@ -150,7 +186,10 @@ def load_rubric(path: Path) -> Rubric:
             template_path = (path if path.is_dir() else path.parent) / message.template
             if not template_path.is_file():
                 raise RubricError(f"{config_path}: template file {message.template!r} is missing")
-            templates[message.template] = template_path.read_text(encoding="utf-8")
+            source = templates[message.template] = template_path.read_text(encoding="utf-8")
+        else:
+            source = message.text or ""
+        _check_template(config_path, message.template or "inline text", source)
     rubric.templates = templates
     rubric.version = _hash_files(files, base)
     rubric.folder = str(path)
@@ -158,19 +197,31 @@ def load_rubric(path: Path) -> Rubric:
 
 
 class RubricRegistry:
-    """All rubrics found in the configured folders, by id. Later folders override earlier ones."""
+    """All rubrics found in the configured folders, by id. Later folders override earlier ones.
 
-    def __init__(self, dirs: list[Path]) -> None:
+    A rubric that fails to load does not take the others down (a typo in one user file must not stop the
+    service): its error is logged and kept in ``errors`` (by file or folder name), and asking for it by that
+    name raises the RubricError. ``strict=True`` raises the first error instead.
+    """
+
+    def __init__(self, dirs: list[Path], strict: bool = False) -> None:
         self.dirs = dirs
         self._rubrics: dict[str, Rubric] = {}
+        self.errors: dict[str, str] = {}
         for directory in dirs:
             for entry in sorted(directory.iterdir()):
                 if entry.name.startswith((".", "_")):
                     continue
-                if entry.is_dir() and (entry / "rubric.yaml").is_file():
-                    self._add(load_rubric(entry))
-                elif entry.is_file() and entry.suffix in (".yaml", ".yml"):
-                    self._add(load_rubric(entry))
+                if (entry.is_dir() and (entry / "rubric.yaml").is_file()) or (
+                    entry.is_file() and entry.suffix in (".yaml", ".yml")
+                ):
+                    try:
+                        self._add(load_rubric(entry))
+                    except RubricError as exc:
+                        if strict:
+                            raise
+                        log.error("rubric skipped: %s", exc)
+                        self.errors[entry.stem if entry.is_file() else entry.name] = str(exc)
 
     def _add(self, rubric: Rubric) -> None:
         if rubric.id in self._rubrics:
@@ -181,6 +232,8 @@ class RubricRegistry:
         try:
             return self._rubrics[rubric_id]
         except KeyError:
+            if rubric_id in self.errors:
+                raise RubricError(f"rubric {rubric_id!r} failed to load: {self.errors[rubric_id]}") from None
             raise RubricError(
                 f"unknown rubric {rubric_id!r} (known: {', '.join(sorted(self._rubrics))})"
             ) from None
@@ -193,10 +246,29 @@ class RubricRegistry:
 
 
 _registry: RubricRegistry | None = None
+_signature: tuple[tuple[str, int, int], ...] | None = None
+
+
+def _folder_signature(dirs: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    """Cheap fingerprint of the rubric folders (paths, mtimes, sizes): a change means reload."""
+    entries: list[tuple[str, int, int]] = []
+    for directory in dirs:
+        for root, _, files in os.walk(directory):
+            for name in files:
+                try:
+                    stat = os.stat(os.path.join(root, name))
+                except OSError:
+                    continue
+                entries.append((os.path.join(root, name), stat.st_mtime_ns, stat.st_size))
+    return tuple(sorted(entries))
 
 
 def get_registry(refresh: bool = False) -> RubricRegistry:
-    global _registry
-    if _registry is None or refresh:
-        _registry = RubricRegistry(get_settings().rubric_dirs())
+    """The registry of the configured folders; reloaded when a rubric file is added, edited or removed."""
+    global _registry, _signature
+    dirs = get_settings().rubric_dirs()
+    signature = _folder_signature(dirs)
+    if _registry is None or refresh or signature != _signature or _registry.dirs != dirs:
+        _registry = RubricRegistry(dirs)
+        _signature = signature
     return _registry

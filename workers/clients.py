@@ -5,17 +5,22 @@
 * ``anthropic``: ``anthropic.Anthropic``.
 
 SDK retries are off (``max_retries=0``): retries, back-off and ``Retry-After`` are ours (workers.execute), so every
-attempt is counted and the rate limiter sees it. Provider keys come from the environment only and never leave the
-client object.
+attempt is counted and the rate limiter sees it. Provider keys come from the environment or secret files
+(judge_api.secrets) and never leave the client object; error text and reply text are scrubbed of them (and of
+anything shaped like a provider key) before they are returned, so before anything is stored.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 import anthropic
@@ -24,6 +29,7 @@ import openai
 
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec
+from judge_api.secrets import provider_secret, scrub_str
 
 
 @dataclass
@@ -69,6 +75,7 @@ class JudgeClient(Protocol):
 
 
 def retry_after_seconds(headers: httpx.Headers | None) -> float | None:
+    """``retry-after-ms``, else ``retry-after`` in seconds or as an HTTP date; None when absent or unreadable."""
     if headers is None:
         return None
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
@@ -78,7 +85,14 @@ def retry_after_seconds(headers: httpx.Headers | None) -> float | None:
         try:
             return max(0.0, float(value) * scale)
         except ValueError:
-            continue  # an HTTP date: fall back to our own back-off
+            pass
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            continue
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - datetime.now(UTC)).total_seconds())
     return None
 
 
@@ -86,7 +100,7 @@ def _status_error(exc: Any, provider: str) -> JudgeCallError:
     status = getattr(exc, "status_code", None)
     response = getattr(exc, "response", None)
     headers = response.headers if response is not None else None
-    message = str(getattr(exc, "message", exc))[:500]
+    message = _scrub(str(getattr(exc, "message", exc)))[:500]
     if status == 429:
         return JudgeCallError("rate_limited", message, True, retry_after_seconds(headers), status)
     if status is not None and (status >= 500 or status in (408, 409)):
@@ -94,25 +108,25 @@ def _status_error(exc: Any, provider: str) -> JudgeCallError:
     return JudgeCallError("request_rejected", f"{provider} rejected the request: {message}", False, None, status)
 
 
+# provider-key shapes (sk-..., sk-proj-..., sk-ant-..., also partly masked ones) and bearer tokens
+_KEY_SHAPES = re.compile(r"\bsk-[A-Za-z0-9_*-]{8,}|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{12,}")
+
+
 def _scrub(text: str) -> str:
-    """Remove anything that looks like a provider key from error text before it is stored."""
-    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY"):
-        secret = os.environ.get(var)
-        if secret and len(secret) >= 8:
-            text = text.replace(secret, "***")
-    return text
+    """Remove every known secret and anything shaped like a provider key from text before it is returned."""
+    return _KEY_SHAPES.sub("***", scrub_str(text))
 
 
 class OpenAIJudgeClient:
     def __init__(self, spec: JudgeSpec, settings: Settings) -> None:
         self.spec = spec
         if spec.provider == "openai":
-            base_url, api_key = os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_API_KEY")
+            base_url, api_key = os.environ.get("OPENAI_BASE_URL"), provider_secret("OPENAI_API_KEY")
         elif spec.provider == "local":
             base_url, api_key = settings.local_judge_url, "local"
         else:
             base_url = spec.base_url
-            api_key = os.environ.get("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
+            api_key = provider_secret("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
         if not api_key:
             raise JudgeCallError("configuration", "OPENAI_API_KEY is not set", False)
         self._client = openai.OpenAI(
@@ -124,11 +138,16 @@ class OpenAIJudgeClient:
             "model": self.spec.model,
             "messages": request.messages,
             "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
         }
+        # the official API wants max_completion_tokens (newer models reject max_tokens); compatible servers
+        # (vLLM, llama.cpp, Ollama) know max_tokens
+        kwargs["max_completion_tokens" if self.spec.provider == "openai" else "max_tokens"] = request.max_tokens
         if request.seed is not None:
             kwargs["seed"] = request.seed
-        if request.json_schema is not None:
+        if request.json_schema is not None and self.spec.provider == "local":
+            # llama-cpp-python's server takes the schema on json_object (grammar-constrained decoding)
+            kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
+        elif request.json_schema is not None:
             kwargs["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": request.schema_name, "schema": request.json_schema, "strict": True},
@@ -144,11 +163,13 @@ class OpenAIJudgeClient:
             raise _status_error(exc, self.spec.provider) from None
         except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
             raise JudgeCallError("malformed_response", _scrub(str(exc))[:500], True) from None
+        except openai.APIError as exc:
+            raise JudgeCallError("api_error", _scrub(str(exc))[:500], False) from None
         latency_ms = (time.perf_counter() - started) * 1000
         if not getattr(response, "choices", None):
             raise JudgeCallError("malformed_response", "the reply has no choices", True)
         choice = response.choices[0]
-        text = choice.message.content or ""
+        text = _scrub(choice.message.content or getattr(choice.message, "refusal", None) or "")
         structured = None
         if request.json_schema is not None and text:
             try:
@@ -170,7 +191,7 @@ class OpenAIJudgeClient:
 class AnthropicJudgeClient:
     def __init__(self, spec: JudgeSpec, settings: Settings) -> None:
         self.spec = spec
-        api_key = os.environ.get("ANTHROPIC_API_KEY")
+        api_key = provider_secret("ANTHROPIC_API_KEY")
         if not api_key:
             raise JudgeCallError("configuration", "ANTHROPIC_API_KEY is not set", False)
         self._client = anthropic.Anthropic(
@@ -210,6 +231,8 @@ class AnthropicJudgeClient:
             raise _status_error(exc, "anthropic") from None
         except (anthropic.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
             raise JudgeCallError("malformed_response", _scrub(str(exc))[:500], True) from None
+        except anthropic.APIError as exc:
+            raise JudgeCallError("api_error", _scrub(str(exc))[:500], False) from None
         latency_ms = (time.perf_counter() - started) * 1000
         texts: list[str] = []
         structured = None
@@ -218,7 +241,7 @@ class AnthropicJudgeClient:
                 texts.append(block.text)
             elif block.type == "tool_use" and isinstance(block.input, dict):
                 structured = dict(block.input)
-        text = "\n".join(texts) or (json.dumps(structured) if structured is not None else "")
+        text = _scrub("\n".join(texts) or (json.dumps(structured) if structured is not None else ""))
         return JudgeReply(
             text=text,
             finish_reason=response.stop_reason,
@@ -233,9 +256,17 @@ _clients: dict[str, JudgeClient] = {}
 _clients_lock = threading.Lock()
 
 
+def _client_key(spec: JudgeSpec, settings: Settings) -> str:
+    """What a client is built from: judge, timeout, and the endpoint/key environment (hashed, never kept)."""
+    env = "|".join(os.environ.get(v, "") for v in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY",
+                                                   "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"))
+    digest = hashlib.sha256(env.encode()).hexdigest()[:16]
+    return f"{spec.key}|{settings.judge_timeout_s}|{settings.local_judge_url}|{digest}"
+
+
 def client_for(spec: JudgeSpec, settings: Settings) -> JudgeClient:
-    """One client (one HTTP connection pool) per judge per process."""
-    key = f"{spec.key}|{settings.judge_timeout_s}|{settings.local_judge_url}"
+    """One client (one HTTP connection pool) per judge and configuration per process."""
+    key = _client_key(spec, settings)
     with _clients_lock:
         client = _clients.get(key)
         if client is None:

@@ -4,6 +4,11 @@
 claim (compare-and-set on the row) -> render the rubric -> cache lookup / single-flight -> rate-limited provider
 call with retries -> parse -> optional re-ask -> compare-and-set write of the verdict. A judgment is written exactly
 once: a duplicate task finds the row claimed or finished and does nothing.
+
+Retries: a 429 waits what its ``Retry-After`` says (up to MAX_RETRY_AFTER_S) and pauses the judge for every worker
+through the rate limiter; 5xx, timeouts, connection errors and malformed responses back off exponentially with full
+jitter (``DJ_BACKOFF_BASE`` doubling up to ``DJ_BACKOFF_MAX``), honouring a ``Retry-After`` when one is sent; after
+``DJ_MAX_ATTEMPTS`` attempts the judgment is ``failed`` with the last error kept. Other errors (4xx) fail at once.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from workers.ratelimit import RateLimiter, limit_for
 from workers.singleflight import SingleFlight
 
 log = logging.getLogger(__name__)
+
+MAX_RETRY_AFTER_S = 300.0  # a longer Retry-After is waited in steps of this, attempt by attempt
 
 REASK_MESSAGE = (
     "Your previous reply could not be read ({error}). Reply again, ending with your verdict strictly in the "
@@ -79,7 +86,7 @@ class JudgeEngine:
             assert item is not None and run is not None
             session.expunge_all()
         try:
-            rubric = self.registry.get(judgment.rubric_id)
+            rubric = self._rubric(judgment.rubric_id, judgment.rubric_version)
         except RubricError as exc:
             return {"status": "failed", "error": str(exc)}
         if rubric.version != judgment.rubric_version:
@@ -117,27 +124,38 @@ class JudgeEngine:
         key = cache_key(rubric, spec, request, judgment.sample_index, 0)
         try:
             reply = self._reply(run, spec, request, key, tally)
-            if reply is None:
-                return {**base, **tally.values(spec, self.settings), "status": "cancelled",
-                        "error": f"run budget of ${run.budget_usd} reached before this call"}
-            parsed = parse_reply(reply.text, rubric, finish_reason=reply.finish_reason, structured=reply.structured)
-            raw = reply.text
-            reasks = int(options.get("reask", 0))
-            for attempt in range(1, reasks + 1):
-                if parsed.ok:
-                    break
-                request_again = self._reask_request(rubric, request, reply, parsed)
-                again = self._reply(run, spec, request_again,
-                                    cache_key(rubric, spec, request_again, judgment.sample_index, attempt), tally)
-                if again is None:
-                    break
-                reply = again
-                raw += f"\n\n--- re-ask {attempt} ---\n{again.text}"
-                parsed = parse_reply(again.text, rubric, finish_reason=again.finish_reason,
-                                     structured=again.structured)
         except JudgeCallError as exc:
             return {**base, **tally.values(spec, self.settings), "status": "failed", "error": str(exc)}
+        if reply is None:
+            return {**base, **tally.values(spec, self.settings), "status": "cancelled",
+                    "error": f"run budget of ${run.budget_usd} reached before this call"}
+        parsed = parse_reply(reply.text, rubric, finish_reason=reply.finish_reason, structured=reply.structured)
+        raw = reply.text
+        for attempt in range(1, int(options.get("reask", 0)) + 1):
+            if parsed.ok:
+                break
+            request_again = self._reask_request(rubric, request, reply, parsed)
+            try:
+                again = self._reply(run, spec, request_again,
+                                    cache_key(rubric, spec, request_again, judgment.sample_index, attempt), tally)
+            except JudgeCallError as exc:  # the first reply stays the result: unparseable, raw kept
+                parsed.error = f"{parsed.error}; re-ask {attempt} failed: {exc}"
+                break
+            if again is None:
+                parsed.error = f"{parsed.error}; re-ask {attempt} not sent: run budget of ${run.budget_usd} reached"
+                break
+            reply = again
+            raw += f"\n\n--- re-ask {attempt} ---\n{again.text}"
+            parsed = parse_reply(again.text, rubric, finish_reason=again.finish_reason, structured=again.structured)
         return {**base, **tally.values(spec, self.settings), **verdict_values(rubric, judgment, parsed), "raw_output": raw}
+
+    def _rubric(self, rubric_id: str, version: str) -> Rubric:
+        """The rubric the judgment was planned with; the folders are re-read once when it is unknown or changed
+        (a rubric added or edited after this worker started)."""
+        if rubric_id in self.registry and self.registry.get(rubric_id).version == version:
+            return self.registry.get(rubric_id)
+        self.registry = RubricRegistry(self.settings.rubric_dirs())
+        return self.registry.get(rubric_id)
 
     def _reask_request(self, rubric: Rubric, request: JudgeRequest, reply: JudgeReply,
                        parsed: ParsedVerdict) -> JudgeRequest:
@@ -208,10 +226,11 @@ class JudgeEngine:
                     if attempt > 1:
                         exc.message = f"{exc.message} (after {attempt} attempts)"
                     raise
-                backoff = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
-                delay = exc.retry_after_s if exc.retry_after_s is not None else self.rng.uniform(0, backoff)
+                delay = retry_delay(exc, attempt, self.settings, self.rng)
+                if exc.kind == "rate_limited":
+                    self.limiter.pause(spec.key, delay)  # every worker holds this judge, not only this one
                 log.info("judge %s: %s; retry %d in %.2fs", spec.key, exc, attempt, delay)
-                self.sleep(min(delay, self.settings.backoff_max_s))
+                self.sleep(delay)
 
     def _store_cache(self, key: str, spec: JudgeSpec, reply: JudgeReply) -> None:
         with self.sessions() as session:
@@ -261,7 +280,17 @@ class _Tally:
         }
 
 
+def retry_delay(exc: JudgeCallError, attempt: int, settings: Settings, rng: random.Random) -> float:
+    """The provider's Retry-After when it sent one, else exponential back-off with full jitter."""
+    if exc.retry_after_s is not None:
+        return min(exc.retry_after_s, MAX_RETRY_AFTER_S)
+    backoff = min(settings.backoff_max_s, settings.backoff_base_s * 2 ** (attempt - 1))
+    return rng.uniform(0, backoff)
+
+
 def cache_key(rubric: Rubric, spec: JudgeSpec, request: JudgeRequest, sample_index: int, reask: int) -> str:
+    """Content address of one provider reply: rubric version, rendered prompt, judge, every request parameter,
+    the self-consistency sample and the re-ask round."""
     material = {
         "rubric_version": rubric.version,
         "judge": spec.key,
@@ -270,6 +299,7 @@ def cache_key(rubric: Rubric, spec: JudgeSpec, request: JudgeRequest, sample_ind
         "max_tokens": request.max_tokens,
         "seed": request.seed,
         "schema": request.json_schema,
+        "schema_name": request.schema_name,
         "sample": sample_index,
         "reask": reask,
     }

@@ -20,14 +20,20 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "role_override": re.compile(
         r"\b(you are now|act as the judge|as the (judge|evaluator)|new instructions?|system prompt)\b", re.IGNORECASE
     ),
-    "fake_score": re.compile(r"\[\s*\[\s*\d{1,3}\s*\]\s*\]|\b(rating|score)\s*[:=]\s*\d{1,3}\b", re.IGNORECASE),
+    "fake_score": re.compile(
+        r"\[\s*\[\s*\d{1,3}(?:\s*/\s*\d{1,3})?\s*\]\s*\]|\b(rating|score)\s*[:=]\s*\d{1,3}\b", re.IGNORECASE
+    ),
     "fake_verdict": re.compile(
         r"\[\s*\[\s*[ABC]\s*\]\s*\]|\bresponse\s*[12]\s*is\s*(slightly\s+)?better\b", re.IGNORECASE
     ),
     "score_request": re.compile(
         r"\b(give|rate|score|award)\b[^.\n]{0,30}\b(100|full marks|highest|maximum|perfect)\b", re.IGNORECASE
     ),
-    "fence_escape": re.compile(r"</?\s*untrusted|\[\s*The (Start|End) of|```", re.IGNORECASE),
+    "fence_escape": re.compile(r"<\s*/?\s*untrusted|\[\s*The (Start|End) of|```", re.IGNORECASE),
+    "chat_template": re.compile(
+        r"<\|\s*(?:im_start|im_end|system|user|assistant|endoftext|eot_id)\s*\|>|\[/?INST\]|<</?SYS>>",
+        re.IGNORECASE,
+    ),
 }
 
 

@@ -1,9 +1,18 @@
 """Render a rubric's messages for one judgment.
 
-Untrusted text (dialogue turns, persona, memory, candidate responses) is neutralised before it enters a template so
-that it cannot forge the judge's output format or close a fence: ``[[``/``]]`` are broken apart, code fences and the
-FastChat answer markers are defused, and in hardened rubrics each untrusted block is wrapped in a per-content
-nonce tag that the content cannot contain.
+Untrusted text (dialogue turns, persona, memory, reference, the user's question, candidate responses) is
+neutralised before it enters a template so that it cannot forge the judge's output format or close a fence:
+
+* NFKC + invisible characters removed first (so a full-width or zero-width-split bracket pair is a bracket pair);
+* every ``[[`` / ``]]`` is broken apart (``[ [`` / ``] ]``, also inside runs such as ``[[[``);
+* triple backtick code fences become three apostrophes (MemoChat's prompt fences its parts with backticks);
+* FastChat's answer markers ``[The Start/End of ...]`` become ``(The Start/End of ...)``;
+* anything that looks like our fence tag (``<untrusted``, ``</untrusted``, ``< /untrusted``) loses its ``<``.
+
+In hardened rubrics each untrusted block is then wrapped in ``<untrusted-KIND id="NONCE">...</untrusted-KIND
+id="NONCE">``, NONCE being a hash of the (neutralised) content, so the content can neither contain the closing tag
+nor predict the nonce. Paper rubrics are not fenced (they must render the paper's text), only neutralised: the
+rendered prompt of a benign input is the paper's text byte for byte.
 """
 
 from __future__ import annotations
@@ -16,24 +25,25 @@ from typing import Any
 
 import jinja2
 
-from judge_api.rubrics import Rubric
+from judge_api.rubrics import TEMPLATE_INPUTS, Rubric
 from workers.textnorm import normalise
 
 _env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
 _template_cache: dict[str, jinja2.Template] = {}
 
-_MARKERS = re.compile(r"\[(The (?:Start|End) of [^\]]*)\]", re.IGNORECASE)
-_FENCE_TAG = re.compile(r"</?\s*untrusted", re.IGNORECASE)
+_MARKERS = re.compile(r"\[\s*(The (?:Start|End) of [^\]]*)\]", re.IGNORECASE)
+_FENCE_TAG = re.compile(r"<(?=\s*/?\s*untrusted)", re.IGNORECASE)
+_DOUBLE_OPEN = re.compile(r"\[(?=\[)")
+_DOUBLE_CLOSE = re.compile(r"\](?=\])")
 
 
 def neutralise(text: str) -> str:
     """Defuse format tokens in untrusted text; visible meaning is kept for the judge."""
     text = normalise(text)
-    text = text.replace("[[", "[ [").replace("]]", "] ]")
+    text = _DOUBLE_CLOSE.sub("] ", _DOUBLE_OPEN.sub("[ ", text))
     text = text.replace("```", "'''")
     text = _MARKERS.sub(r"(\1)", text)
-    return _FENCE_TAG.sub(lambda m: m.group(0).replace("<", "‹"), text)
-
+    return _FENCE_TAG.sub("‹", text)
 
 def fence(kind: str, text: str) -> str:
     """Wrap untrusted text in a tag whose nonce is derived from the content (stable for the cache)."""
@@ -128,11 +138,13 @@ def build_variables(
         "options": rubric.options,
     }
     if rubric.hardened:
-        variables["dialog"] = fence("dialogue", variables["dialog"])
-        variables["persona"] = fence("persona", variables["persona"])
+        for name, kind in (("dialog", "dialogue"), ("persona", "persona"), ("memory", "memory"),
+                           ("reference", "reference"), ("question", "question")):
+            variables[name] = fence(kind, variables[name])
         variables["response"] = variables["response1"] = fence("response", response)
         if response2 is not None:
             variables["response2"] = fence("response", response2)
+    assert set(variables) == set(TEMPLATE_INPUTS), "template inputs and judge_api.rubrics.TEMPLATE_INPUTS differ"
     return variables
 
 

@@ -313,8 +313,8 @@ SCORE_AGREEMENT_COLUMNS = [
 ]
 
 
-def _judge_scores(judgments: pd.DataFrame) -> pd.DataFrame:
-    items = item_scores(judgments)
+def _judge_scores(judgments: pd.DataFrame, items: pd.DataFrame | None = None) -> pd.DataFrame:
+    items = item_scores(judgments) if items is None else items
     if items.empty:
         return items
     return _fill_scale(items, F.SCORE, [F.ASPECT, F.JUDGE])
@@ -326,9 +326,10 @@ def score_agreement(
     *,
     n_bins: int = 5,
     human_prefix: str | None = None,
+    items: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Judge vs (mean) human score agreement per aspect x judge; see the module docstring."""
-    judge = _judge_scores(judgments)
+    judge = _judge_scores(judgments, items)
     human = human_scores(ratings, human_prefix)
     if judge.empty or human.empty:
         return pd.DataFrame(columns=SCORE_AGREEMENT_COLUMNS)
@@ -353,7 +354,7 @@ def score_agreement(
         rec["n_bins"] = n_bins
         sys_means = grp.groupby(F.SYSTEM, sort=True)[[F.SCORE, "h_value"]].mean()
         sys_corr = correlations(sys_means[F.SCORE], sys_means["h_value"])
-        rec["n_systems"] = int(len(sys_means))
+        rec["n_systems"] = len(sys_means)
         for name in ("spearman", "kendall"):
             rec[f"system_{name}"] = sys_corr[name]
             rec[f"system_{name}_p"] = sys_corr[f"{name}_p"]
@@ -367,6 +368,7 @@ def score_alpha(
     *,
     n_bins: int = 5,
     human_prefix: str | None = None,
+    items: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Krippendorff's alpha per aspect, humans only and humans plus every judge (see module docstring).
 
@@ -395,7 +397,7 @@ def score_alpha(
             "is_judge": False,
         }
     )
-    judge = _judge_scores(judgments)
+    judge = _judge_scores(judgments, items)
     if not judge.empty:
         j = pd.DataFrame(
             {

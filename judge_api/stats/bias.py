@@ -14,7 +14,8 @@ Figures (each computed per judge over all aspects):
   fraction of the scale's points used, min / max, quartiles and IQR, and the entropy of the score
   histogram divided by ``log(number of scale points)`` (1 = uniform use of the whole scale).
 * Failure and unparseable rates: ``n_failed / n_finished`` and ``n_unparseable / n_finished`` where
-  finished = done + failed + unparseable (pending / running rows are not judged yet).
+  finished = done + failed + unparseable (pending / running rows are not judged yet, cancelled rows
+  never will be).
 * Self-preference: judge and system families from a substring map (``DEFAULT_FAMILIES``, first match
   wins; for a ``provider:model`` judge spec the model part is matched first, then the whole spec).
   Single mode: mean item score of same-family systems minus others (also as a fraction of the scale
@@ -62,14 +63,16 @@ DEFAULT_FAMILIES: dict[str, str] = {
 class BiasThresholds(BaseModel):
     """Thresholds above which a run's bias figure is flagged."""
 
-    position_bias_max_deviation: float = Field(0.1, ge=0, le=0.5, description="|P(first wins) - 0.5|")
-    swap_flip_rate_max: float = Field(0.3, ge=0, le=1)
-    length_win_rate_max: float = Field(0.7, ge=0, le=1, description="P(longer response wins)")
-    unparseable_rate_max: float = Field(0.05, ge=0, le=1)
-    failure_rate_max: float = Field(0.05, ge=0, le=1)
-    self_preference_score_diff_max: float = Field(0.05, ge=0, le=1, description="fraction of the scale range")
-    self_preference_win_rate_max: float = Field(0.6, ge=0, le=1)
-    min_n: int = Field(20, ge=1, description="observations needed before a figure can be flagged")
+    position_bias_max_deviation: float = Field(default=0.1, ge=0, le=0.5, description="|P(first wins) - 0.5|")
+    swap_flip_rate_max: float = Field(default=0.3, ge=0, le=1)
+    length_win_rate_max: float = Field(default=0.7, ge=0, le=1, description="P(longer response wins)")
+    unparseable_rate_max: float = Field(default=0.05, ge=0, le=1)
+    failure_rate_max: float = Field(default=0.05, ge=0, le=1)
+    self_preference_score_diff_max: float = Field(
+        default=0.05, ge=0, le=1, description="fraction of the scale range"
+    )
+    self_preference_win_rate_max: float = Field(default=0.6, ge=0, le=1)
+    min_n: int = Field(default=20, ge=1, description="observations needed before a figure can be flagged")
 
 
 def model_family(name: str | None, families: Mapping[str, str] | None = None) -> str | None:
@@ -98,13 +101,18 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float | None, float | None]
     return (stat if np.isfinite(stat) else None), (p if np.isfinite(p) else None)
 
 
+def _single_done(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    mask = (df[F.MODE] == F.SINGLE) & (df[F.STATUS] == F.DONE) & df[F.SCORE].notna()
+    return df.loc[mask.to_numpy(), columns]
+
+
 def _ratio(k: float, n: float) -> float | None:
     return float(k) / float(n) if n else None
 
 
 def position_bias(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per judge: ``n`` non-tie order rows, ``first_wins``, ``p_first_wins``."""
-    df = pairwise_rows(F.validate_judgments(judgments))
+    df = pairwise_rows(F.validate_judgments(judgments), [F.JUDGE, F.STATUS, F.ORDER, F.OUTCOME])
     df = df[(df[F.STATUS] == F.DONE) & df[F.OUTCOME].isin([F.WIN, F.LOSS]) & df[F.ORDER].notna()]
     first = ((df[F.ORDER] == F.ORDER_AB) & (df[F.OUTCOME] == F.WIN)) | (
         (df[F.ORDER] == F.ORDER_BA) & (df[F.OUTCOME] == F.LOSS)
@@ -112,7 +120,11 @@ def position_bias(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
     g = pd.DataFrame({"judge": df[F.JUDGE].to_numpy(), "first": first.to_numpy(dtype=np.int64)})
     agg = g.groupby("judge", sort=True)["first"].agg(["size", "sum"])
     return {
-        str(j): {"n": int(r["size"]), "first_wins": int(r["sum"]), "p_first_wins": _ratio(r["sum"], r["size"])}
+        str(j): {
+            "n": int(r["size"]),
+            "first_wins": int(r["sum"]),
+            "p_first_wins": _ratio(r["sum"], r["size"]),
+        }
         for j, r in agg.iterrows()
     }
 
@@ -141,7 +153,7 @@ def length_bias(combined: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, di
             n_pairs=int(r["size"]), longer_wins=int(r["sum"]), p_longer_wins=_ratio(r["sum"], r["size"])
         )
     df = F.validate_judgments(judgments)
-    s = df[(df[F.MODE] == F.SINGLE) & (df[F.STATUS] == F.DONE) & df[F.SCORE].notna()]
+    s = _single_done(df, [F.JUDGE, F.SCORE, F.LEN_A])
     for j, grp in s.groupby(F.JUDGE, sort=True):
         rho, p = _spearman(grp[F.SCORE].to_numpy("float64"), grp[F.LEN_A].to_numpy("float64"))
         n = int((grp[F.SCORE].notna() & grp[F.LEN_A].notna()).sum())
@@ -152,13 +164,13 @@ def length_bias(combined: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, di
 def score_distribution_use(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per judge: scale points used, min / max / quartiles / IQR, normalised histogram entropy."""
     df = F.validate_judgments(judgments)
-    s = df[(df[F.MODE] == F.SINGLE) & (df[F.STATUS] == F.DONE) & df[F.SCORE].notna()]
+    s = _single_done(df, [F.JUDGE, F.SCORE, F.SCALE_MIN, F.SCALE_MAX])
     out: dict[str, dict[str, Any]] = {}
     for j, grp in s.groupby(F.JUDGE, sort=True):
         x = grp[F.SCORE].to_numpy("float64")
         lo = float(np.nanmin(grp[F.SCALE_MIN])) if grp[F.SCALE_MIN].notna().any() else float(x.min())
         hi = float(np.nanmax(grp[F.SCALE_MAX])) if grp[F.SCALE_MAX].notna().any() else float(x.max())
-        points = int(round(hi - lo)) + 1 if hi >= lo else 1
+        points = round(hi - lo) + 1 if hi >= lo else 1
         idx = np.clip(np.round(x - lo).astype(np.int64), 0, points - 1)
         hist = np.bincount(idx, minlength=points)
         p = hist[hist > 0] / x.size
@@ -185,15 +197,19 @@ def failure_rates(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per judge: finished rows and the failed / unparseable rates among them (both modes)."""
     df = F.validate_judgments(judgments)
     status = df[F.STATUS].to_numpy()
-    g = pd.DataFrame(
-        {
-            "judge": df[F.JUDGE].to_numpy(),
-            "n_total": 1,
-            "n_finished": np.isin(status, [F.DONE, F.FAILED, F.UNPARSEABLE]).astype(np.int64),
-            "n_failed": (status == F.FAILED).astype(np.int64),
-            "n_unparseable": (status == F.UNPARSEABLE).astype(np.int64),
-        }
-    ).groupby("judge", sort=True).sum()
+    g = (
+        pd.DataFrame(
+            {
+                "judge": df[F.JUDGE].to_numpy(),
+                "n_total": 1,
+                "n_finished": np.isin(status, F.FINISHED_STATUSES).astype(np.int64),
+                "n_failed": (status == F.FAILED).astype(np.int64),
+                "n_unparseable": (status == F.UNPARSEABLE).astype(np.int64),
+            }
+        )
+        .groupby("judge", sort=True)
+        .sum()
+    )
     return {
         str(j): {
             "n_total": int(r["n_total"]),
@@ -211,10 +227,11 @@ def self_preference(
     judgments: pd.DataFrame,
     combined: pd.DataFrame,
     families: Mapping[str, str] | None = None,
+    items: pd.DataFrame | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per judge: same-family vs other systems (single: mean scores; pairwise: win rate)."""
     out: dict[str, dict[str, Any]] = {}
-    items = item_scores(judgments)
+    items = item_scores(judgments) if items is None else items
     judges = F.distinct(items[F.JUDGE], combined[F.JUDGE])
     for judge in judges:
         fam = model_family(judge, families)
@@ -258,7 +275,9 @@ def _flag(name: str, value: float, threshold: float, message: str) -> dict[str, 
     return {"name": name, "value": float(value), "threshold": float(threshold), "message": message}
 
 
-def bias_flags(per_judge: Mapping[str, Mapping[str, Any]], thresholds: BiasThresholds) -> list[dict[str, Any]]:
+def bias_flags(
+    per_judge: Mapping[str, Mapping[str, Any]], thresholds: BiasThresholds
+) -> list[dict[str, Any]]:
     """Flags for every per-judge figure beyond its threshold (with at least ``min_n`` observations)."""
     t = thresholds
     flags: list[dict[str, Any]] = []
@@ -283,7 +302,8 @@ def bias_flags(per_judge: Mapping[str, Mapping[str, Any]], thresholds: BiasThres
                     "swap_flip_rate",
                     swap["rate"],
                     t.swap_flip_rate_max,
-                    f"{judge}: {swap['rate']:.1%} of {swap['n']} pairs change verdict when the order is swapped",
+                    f"{judge}: {swap['rate']:.1%} of {swap['n']} pairs change verdict when the order "
+                    "is swapped",
                 )
             )
         length = rec.get("length") or {}
@@ -309,16 +329,16 @@ def bias_flags(per_judge: Mapping[str, Mapping[str, Any]], thresholds: BiasThres
                 )
         selfp = rec.get("self_preference") or {}
         diff = selfp.get("score_diff_scaled")
-        if diff is not None and min(selfp["n_same"], selfp["n_other"]) >= t.min_n:
-            if diff > t.self_preference_score_diff_max:
-                flags.append(
-                    _flag(
-                        "self_preference_score",
-                        diff,
-                        t.self_preference_score_diff_max,
-                        f"{judge}: same-family systems score {diff:.1%} of the scale above others",
-                    )
+        n_selfp = min(selfp.get("n_same", 0), selfp.get("n_other", 0))
+        if diff is not None and n_selfp >= t.min_n and diff > t.self_preference_score_diff_max:
+            flags.append(
+                _flag(
+                    "self_preference_score",
+                    diff,
+                    t.self_preference_score_diff_max,
+                    f"{judge}: same-family systems score {diff:.1%} of the scale above others",
                 )
+            )
         wr = selfp.get("win_rate_same")
         if wr is not None and selfp["n_pairwise"] >= t.min_n and wr > t.self_preference_win_rate_max:
             flags.append(
@@ -338,8 +358,12 @@ def bias_report(
     thresholds: BiasThresholds | None = None,
     families: Mapping[str, str] | None = None,
     combined: pd.DataFrame | None = None,
+    items: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """``{"per_judge": {judge: {...figures}}, "flags": [...], "thresholds": {...}}``."""
+    """``{"per_judge": {judge: {...figures}}, "flags": [...], "thresholds": {...}}``.
+
+    ``combined`` / ``items``: precomputed ``combine_orders`` / ``item_scores`` of the same frame.
+    """
     t = thresholds or BiasThresholds()
     df = F.validate_judgments(judgments)
     comb = combined if combined is not None else combine_orders(df, validated=True)
@@ -349,7 +373,7 @@ def bias_report(
         "length": length_bias(comb, df),
         "score_use": score_distribution_use(df),
         "failures": failure_rates(df),
-        "self_preference": self_preference(df, comb, families),
+        "self_preference": self_preference(df, comb, families, items=items),
     }
     judges = F.distinct(df[F.JUDGE])
     per_judge = {j: {name: sec.get(j) for name, sec in sections.items()} for j in judges}

@@ -61,7 +61,12 @@ RUNNING = "running"
 DONE = "done"
 FAILED = "failed"
 UNPARSEABLE = "unparseable"
-STATUSES = (PENDING, RUNNING, DONE, FAILED, UNPARSEABLE)
+CANCELLED = "cancelled"
+STATUSES = (PENDING, RUNNING, DONE, FAILED, UNPARSEABLE, CANCELLED)
+FINISHED_STATUSES = (DONE, FAILED, UNPARSEABLE)
+"""Statuses of judgments the judge was asked about (``cancelled`` ones never were)."""
+STATUS_COLUMNS = ["n_total", "n_done", "n_failed", "n_unparseable", "n_pending", "n_cancelled"]
+"""Per-group row counts; ``n_pending`` counts ``pending`` and ``running`` rows."""
 
 ORDER_AB = "ab"
 ORDER_BA = "ba"
@@ -159,10 +164,20 @@ def _check_values(series: pd.Series, allowed: tuple[str, ...], column: str) -> N
         raise ValueError(f"column {column!r} has unknown value(s) {bad}; allowed: {list(allowed)}")
 
 
+def _as_str(series: pd.Series) -> pd.Series:
+    """A string column (pandas' ``str`` dtype), reusing the data when it already is one."""
+    s = series.reset_index(drop=True)
+    return s if isinstance(s.dtype, pd.StringDtype) else s.astype("str")
+
+
 def _optional_str(series: pd.Series) -> pd.Series:
     """Strings with missing values as NA (empty strings count as missing)."""
-    out = series.astype("str")
-    return out.where(series.notna() & (out != ""), None)
+    out = _as_str(series)
+    if isinstance(series.dtype, pd.StringDtype) or series.dtype == object:
+        empty = (out == "").fillna(False).to_numpy(dtype=bool)
+        if empty.any():
+            out = out.mask(empty)
+    return out
 
 
 def empty_judgments() -> pd.DataFrame:
@@ -196,11 +211,15 @@ def validate_judgments(df: pd.DataFrame) -> pd.DataFrame:
     n = len(df)
     out = pd.DataFrame(index=pd.RangeIndex(n))
     for col in _STR_COLUMNS:
-        out[col] = df[col].to_numpy() if col in df.columns else ""
-        out[col] = out[col].astype("str")
+        if col in df.columns:
+            out[col] = _as_str(df[col])
+        else:
+            out[col] = pd.Series([""] * n, dtype="str")
     for col in _OPTIONAL_STR_COLUMNS:
-        src = pd.Series(df[col].to_numpy(), dtype=object) if col in df.columns else None
-        out[col] = _optional_str(src) if src is not None else pd.Series([None] * n, dtype="str")
+        if col in df.columns:
+            out[col] = _optional_str(df[col])
+        else:
+            out[col] = pd.Series([None] * n, dtype="str")
     for col in _FLOAT_COLUMNS:
         src_f = df[col].to_numpy() if col in df.columns else np.full(n, np.nan)
         out[col] = pd.to_numeric(pd.Series(src_f), errors="coerce").astype("float64").to_numpy()
@@ -208,9 +227,7 @@ def validate_judgments(df: pd.DataFrame) -> pd.DataFrame:
         src_i = df[col].to_numpy() if col in df.columns else np.zeros(n)
         vals = pd.to_numeric(pd.Series(src_i), errors="coerce").fillna(0)
         out[col] = vals.astype("int64").to_numpy()
-    out[CACHED] = (
-        df[CACHED].fillna(False).astype(bool).to_numpy() if CACHED in df.columns else False
-    )
+    out[CACHED] = df[CACHED].fillna(False).astype(bool).to_numpy() if CACHED in df.columns else False
     if JUDGMENT_ID in df.columns:
         out[JUDGMENT_ID] = pd.to_numeric(df[JUDGMENT_ID], errors="coerce").to_numpy()
     else:
@@ -224,6 +241,9 @@ def validate_judgments(df: pd.DataFrame) -> pd.DataFrame:
     _check_values(out[STATUS], STATUSES, STATUS)
     _check_values(out[ORDER], ORDERS, ORDER)
     _check_values(out[OUTCOME], OUTCOMES, OUTCOME)
+    no_b = (out[MODE] == PAIRWISE).to_numpy() & out[SYSTEM_B].isna().to_numpy()
+    if no_b.any():
+        raise ValueError(f"{int(no_b.sum())} pairwise judgment row(s) have no system_b")
 
     # Fill outcome from preference (and the reverse) with the contract's default mapping.
     pairwise = (out[MODE] == PAIRWISE).to_numpy()
@@ -252,9 +272,11 @@ def validate_ratings(df: pd.DataFrame | None) -> pd.DataFrame:
     n = len(df)
     out = pd.DataFrame(index=pd.RangeIndex(n))
     for col in (ITEM_ID, SYSTEM, ASPECT, RATER, KIND):
-        out[col] = pd.Series(df[col].to_numpy()).astype("str")
-    src_b = pd.Series(df[SYSTEM_B].to_numpy(), dtype=object) if SYSTEM_B in df.columns else None
-    out[SYSTEM_B] = _optional_str(src_b) if src_b is not None else pd.Series([None] * n, dtype="str")
+        out[col] = _as_str(df[col])
+    if SYSTEM_B in df.columns:
+        out[SYSTEM_B] = _optional_str(df[SYSTEM_B])
+    else:
+        out[SYSTEM_B] = pd.Series([None] * n, dtype="str")
     for col in (VALUE, SCALE_MIN, SCALE_MAX):
         src = df[col].to_numpy() if col in df.columns else np.full(n, np.nan)
         out[col] = pd.to_numeric(pd.Series(src), errors="coerce").astype("float64").to_numpy()
@@ -280,6 +302,26 @@ def distinct(*series: pd.Series) -> list[str]:
     for s in series:
         values.update(str(v) for v in s.dropna().unique())
     return sorted(values)
+
+
+def status_counts_frame(status: pd.Series, keys: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per group of ``keys`` (name -> column values) with the ``STATUS_COLUMNS`` counts."""
+    st = status.to_numpy()
+    flags = pd.DataFrame(
+        {
+            "n_total": np.ones(len(st), dtype="int64"),
+            "n_done": (st == DONE).astype("int64"),
+            "n_failed": (st == FAILED).astype("int64"),
+            "n_unparseable": (st == UNPARSEABLE).astype("int64"),
+            "n_pending": np.isin(st, [PENDING, RUNNING]).astype("int64"),
+            "n_cancelled": (st == CANCELLED).astype("int64"),
+        }
+    )
+    for name, values in keys.items():
+        flags[name] = np.asarray(values)
+    if flags.empty:
+        return pd.DataFrame(columns=[*keys, *STATUS_COLUMNS])
+    return flags.groupby(list(keys), sort=True).sum().reset_index()[[*keys, *STATUS_COLUMNS]]
 
 
 # --- JSON helpers -----------------------------------------------------------------------------------

@@ -57,9 +57,7 @@ def coincidence_matrix(units: ArrayLike, values: ArrayLike) -> tuple[np.ndarray,
     vals, vcode = np.unique(x, return_inverse=True)
     ucode = np.unique(u, return_inverse=True)[1]
     n_units = int(ucode.max()) + 1
-    counts = sparse.csr_matrix(
-        (np.ones(x.size), (ucode, vcode)), shape=(n_units, vals.size), dtype="float64"
-    )
+    counts = sparse.csr_matrix((np.ones(x.size), (ucode, vcode)), shape=(n_units, vals.size), dtype="float64")
     m_u = np.asarray(counts.sum(axis=1)).ravel()
     weight = sparse.diags(1.0 / (m_u - 1.0))
     o = np.asarray((counts.T @ weight @ counts).todense())

@@ -48,12 +48,11 @@ COMBINED_COLUMNS = [
 ]
 
 
-def pairwise_rows(judgments: pd.DataFrame) -> pd.DataFrame:
-    """Pairwise-mode rows of a validated judgments frame; raises when ``system_b`` is missing."""
-    rows = judgments[judgments[F.MODE] == F.PAIRWISE]
-    if rows[F.SYSTEM_B].isna().any():
-        raise ValueError("pairwise judgments need system_b on every row")
-    return rows
+def pairwise_rows(judgments: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
+    """Pairwise-mode rows (optionally only ``columns``) of a validated frame."""
+    mask = (judgments[F.MODE] == F.PAIRWISE).to_numpy()
+    cols = list(judgments.columns) if columns is None else columns
+    return judgments.loc[mask, cols]
 
 
 def _empty_combined() -> pd.DataFrame:
@@ -84,8 +83,9 @@ def combine_orders(judgments: pd.DataFrame, *, validated: bool = False) -> pd.Da
     ``preference`` and the mean ``len_a`` / ``len_b``.
     """
     df = judgments if validated else F.validate_judgments(judgments)
-    df = pairwise_rows(df)
-    df = df[(df[F.STATUS] == F.DONE) & df[F.OUTCOME].notna()]
+    use = (df[F.MODE] == F.PAIRWISE) & (df[F.STATUS] == F.DONE) & df[F.OUTCOME].notna()
+    cols = [*PAIR_KEYS, F.ORDER, F.OUTCOME, F.PREFERENCE, F.LEN_A, F.LEN_B]
+    df = df.loc[use.to_numpy(), cols]
     if df.empty:
         return _empty_combined()
     kid = df.groupby(PAIR_KEYS, sort=False).ngroup().to_numpy()
@@ -204,6 +204,7 @@ PREFERENCE_COLUMNS = [
     "n_failed",
     "n_unparseable",
     "n_pending",
+    "n_cancelled",
 ]
 
 
@@ -249,7 +250,7 @@ def summarise_combined(combined: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFr
     counts = dist.groupby([*GROUP_KEYS, "level"], sort=True).size()
     dist_map: dict[tuple[str, ...], dict[str, int]] = {}
     for key, cnt in counts.items():
-        *gk, level = key  # type: ignore[misc]
+        *gk, level = key
         dist_map.setdefault(tuple(gk), {})[level_key(float(level))] = int(cnt)
     g["preference_distribution"] = [
         dist_map.get(tuple(r), {}) for r in g[GROUP_KEYS].itertuples(index=False, name=None)
@@ -258,33 +259,25 @@ def summarise_combined(combined: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFr
 
 
 def _status_by_pair(df: pd.DataFrame) -> pd.DataFrame:
-    status = df[F.STATUS].to_numpy()
-    flags = pd.DataFrame(
-        {
-            "n_total": np.ones(len(df), dtype="int64"),
-            "n_done": (status == F.DONE).astype("int64"),
-            "n_failed": (status == F.FAILED).astype("int64"),
-            "n_unparseable": (status == F.UNPARSEABLE).astype("int64"),
-            "n_pending": np.isin(status, [F.PENDING, F.RUNNING]).astype("int64"),
-        }
-    )
-    for k in GROUP_KEYS:
-        flags[k] = df[k].to_numpy()
-    return flags.groupby(GROUP_KEYS, sort=True).sum().reset_index()
+    return F.status_counts_frame(df[F.STATUS], {k: df[k].to_numpy() for k in GROUP_KEYS})
 
 
-def preference_summary(judgments: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFrame:
+def preference_summary(
+    judgments: pd.DataFrame, *, ci: float = 0.95, combined: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per system pair x aspect x judge: combined-outcome counts, rates, win rate CI, status counts.
 
     Status counts (``n_total`` ... ``n_pending``) are judgment rows (orders and samples), the
     outcome counts are combined keys.  Pairs with no usable outcome keep ``n = 0``.
+    ``combined`` (``combine_orders`` output of the same frame) skips recombining the orders.
     """
     df = F.validate_judgments(judgments)
-    rows = pairwise_rows(df)
+    rows = pairwise_rows(df, [*GROUP_KEYS, F.STATUS])
     if rows.empty:
         return pd.DataFrame(columns=PREFERENCE_COLUMNS)
     status = _status_by_pair(rows)
-    summary = summarise_combined(combine_orders(df, validated=True), ci=ci)
+    comb = combine_orders(df, validated=True) if combined is None else combined
+    summary = summarise_combined(comb, ci=ci)
     out = status.merge(summary, on=GROUP_KEYS, how="left")
     for col in ("n", "wins", "ties", "ties_real", "ties_inconsistent", "losses", "n_single_order"):
         out[col] = out[col].fillna(0).astype("int64")
@@ -312,7 +305,9 @@ def orient_pair(entry: Mapping[str, Any], system: str) -> dict[str, Any]:
     if out.get(F.SYSTEM_A) == system:
         return out
     if out.get(F.SYSTEM_B) != system:
-        raise ValueError(f"{system!r} is not one of the pair {out.get(F.SYSTEM_A)!r} / {out.get(F.SYSTEM_B)!r}")
+        raise ValueError(
+            f"{system!r} is not one of the pair {out.get(F.SYSTEM_A)!r} / {out.get(F.SYSTEM_B)!r}"
+        )
     out[F.SYSTEM_A], out[F.SYSTEM_B] = entry.get(F.SYSTEM_B), entry.get(F.SYSTEM_A)
     for a, b in _SWAP:
         if a in entry or b in entry:

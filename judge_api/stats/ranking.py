@@ -82,9 +82,7 @@ def fit_bradley_terry(
     return logp[0] if single else logp
 
 
-def _item_contributions(
-    combined: pd.DataFrame, systems: list[str]
-) -> tuple[sparse.csr_matrix, np.ndarray]:
+def _item_contributions(combined: pd.DataFrame, systems: list[str]) -> tuple[sparse.csr_matrix, np.ndarray]:
     """Sparse (items x S*S) half-win contributions, and per-system (win, tie, loss) counts (3 x S)."""
     s = len(systems)
     index = {name: i for i, name in enumerate(systems)}
@@ -98,6 +96,7 @@ def _item_contributions(
     vals = np.concatenate([win_a, 1.0 - win_a])
     n_items = int(item.max()) + 1 if item.size else 0
     contrib = sparse.csr_matrix((vals, (rows, cols)), shape=(n_items, s * s))
+
     def count(side: np.ndarray, label: str) -> np.ndarray:
         return np.bincount(side[outcome == label], minlength=s)
 
@@ -156,7 +155,11 @@ def bradley_terry_table(
                 "losses": int(wtl[2, i]),
             }
         )
-    return pd.DataFrame.from_records(records, columns=cols).sort_values(["rank", "system"]).reset_index(drop=True)
+    return (
+        pd.DataFrame.from_records(records, columns=cols)
+        .sort_values(["rank", "system"])
+        .reset_index(drop=True)
+    )
 
 
 def to_elo(log_strength: float) -> float:

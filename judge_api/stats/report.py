@@ -15,7 +15,7 @@ The result contains only dicts, lists, str, int, float, bool and None (NaN / inf
 ``json.dumps(report, allow_nan=False)`` works.  Empty frames and runs in which every judgment failed
 give the same sections with zero counts and None statistics.
 ``report_to_markdown`` and ``report_to_table`` render a report for the CLI (Markdown pipe tables, or
-fixed-width plain text).
+fixed-width plain text); ``agreement_to_table`` renders the ``agreement`` section alone.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from judge_api.stats.agreement import preference_agreement, score_agreement, sco
 from judge_api.stats.bias import BiasThresholds, bias_report
 from judge_api.stats.preferences import combine_orders, preference_summary
 from judge_api.stats.ranking import bradley_terry
-from judge_api.stats.scores import paired_comparisons, paper_table, score_summary
+from judge_api.stats.scores import item_scores, paired_comparisons, paper_table, score_summary
 
 SECTIONS = (
     "meta",
@@ -52,8 +52,9 @@ def _status_dict(status: pd.Series) -> dict[str, int]:
     return {s: int(vc.get(s, 0)) for s in F.STATUSES}
 
 
-def counts_section(df: pd.DataFrame) -> dict[str, Any]:
+def counts_section(judgments: pd.DataFrame) -> dict[str, Any]:
     """Row counts by status and mode, and the systems / judges / aspects present."""
+    df = F.validate_judgments(judgments)
     return {
         "n_rows": len(df),
         "by_status": _status_dict(df[F.STATUS]),
@@ -66,23 +67,26 @@ def counts_section(df: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def _cost_block(df: pd.DataFrame) -> dict[str, Any]:
-    finished = df[df[F.STATUS].isin([F.DONE, F.FAILED, F.UNPARSEABLE])]
-    n = len(finished)
+_COST_COLUMNS = (F.INPUT_TOKENS, F.OUTPUT_TOKENS, F.COST_USD, F.LATENCY_MS)
 
-    def mean(col: str) -> float | None:
-        vals = finished[col].to_numpy(dtype="float64")
+
+def _cost_block(cols: Mapping[str, np.ndarray], finished: np.ndarray, cached: np.ndarray) -> dict[str, Any]:
+    def total(name: str) -> float:
+        return float(np.nansum(cols[name]))
+
+    def mean(name: str) -> float | None:
+        vals = cols[name][finished]
         vals = vals[np.isfinite(vals)]
         return float(vals.mean()) if vals.size else None
 
     return {
-        "input_tokens": int(df[F.INPUT_TOKENS].sum()),
-        "output_tokens": int(df[F.OUTPUT_TOKENS].sum()),
-        "cost_usd": float(np.nansum(df[F.COST_USD].to_numpy(dtype="float64"))),
-        "latency_ms": float(np.nansum(df[F.LATENCY_MS].to_numpy(dtype="float64"))),
-        "n_finished": n,
-        "n_cached": int(finished[F.CACHED].sum()),
-        "n_provider_calls": int((~finished[F.CACHED]).sum()),
+        "input_tokens": int(total(F.INPUT_TOKENS)),
+        "output_tokens": int(total(F.OUTPUT_TOKENS)),
+        "cost_usd": total(F.COST_USD),
+        "latency_ms": total(F.LATENCY_MS),
+        "n_finished": int(finished.sum()),
+        "n_cached": int((finished & cached).sum()),
+        "n_provider_calls": int((finished & ~cached).sum()),
         "mean_input_tokens": mean(F.INPUT_TOKENS),
         "mean_output_tokens": mean(F.OUTPUT_TOKENS),
         "mean_cost_usd": mean(F.COST_USD),
@@ -90,10 +94,20 @@ def _cost_block(df: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def cost_section(df: pd.DataFrame) -> dict[str, Any]:
+def cost_section(judgments: pd.DataFrame) -> dict[str, Any]:
     """Token / cost / latency totals and per-judgment means, overall and per judge."""
-    out = _cost_block(df)
-    out["per_judge"] = [{"judge": j, **_cost_block(g)} for j, g in df.groupby(F.JUDGE, sort=True)]
+    df = F.validate_judgments(judgments)
+    cols = {c: df[c].to_numpy(dtype="float64") for c in _COST_COLUMNS}
+    finished = df[F.STATUS].isin(F.FINISHED_STATUSES).to_numpy()
+    cached = df[F.CACHED].to_numpy(dtype=bool)
+    out = _cost_block(cols, finished, cached)
+    codes, judges = pd.factorize(df[F.JUDGE], sort=True)
+    per_judge = []
+    for k, judge in enumerate(judges):
+        m = codes == k
+        block = _cost_block({c: v[m] for c, v in cols.items()}, finished[m], cached[m])
+        per_judge.append({"judge": str(judge), **block})
+    out["per_judge"] = per_judge
     return out
 
 
@@ -135,6 +149,7 @@ def build_report(
     """
     df = F.validate_judgments(judgments)
     combined = combine_orders(df, validated=True)
+    items = item_scores(df, validated=True)
     report: dict[str, Any] = {
         "meta": {
             "n_boot": n_boot,
@@ -148,13 +163,13 @@ def build_report(
             },
         },
         "counts": counts_section(df),
-        "scores": score_summary(df, n_boot=n_boot, seed=seed, ci=ci),
-        "paired": paired_comparisons(df, n_boot=n_boot, seed=seed, ci=ci),
-        "paper_table": _paper_section(paper_table(df)),
-        "preferences": preference_summary(df, ci=ci),
+        "scores": score_summary(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
+        "paired": paired_comparisons(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
+        "paper_table": _paper_section(paper_table(df, items=items)),
+        "preferences": preference_summary(df, ci=ci, combined=combined),
         "ranking": bradley_terry(df, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
         "agreement": None,
-        "bias": bias_report(df, thresholds=thresholds, families=families, combined=combined),
+        "bias": bias_report(df, thresholds=thresholds, families=families, combined=combined, items=items),
         "cost": cost_section(df),
     }
     if ratings is not None:
@@ -162,8 +177,8 @@ def build_report(
         report["agreement"] = {
             "human_prefix": human_prefix,
             "preferences": preference_agreement(df, r, human_prefix=human_prefix, combined=combined),
-            "scores": score_agreement(df, r, n_bins=n_bins, human_prefix=human_prefix),
-            "alpha": score_alpha(df, r, n_bins=n_bins, human_prefix=human_prefix),
+            "scores": score_agreement(df, r, n_bins=n_bins, human_prefix=human_prefix, items=items),
+            "alpha": score_alpha(df, r, n_bins=n_bins, human_prefix=human_prefix, items=items),
         }
     out = F.jsonable(report)
     assert isinstance(out, dict)
@@ -194,6 +209,88 @@ def _ci(lo: Any, hi: Any, digits: int = 2) -> str:
     return f"[{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
 
 
+def _agreement_tables(agr: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    prefs = agr.get("preferences") or {}
+    rows = [
+        [
+            "judge: " + r["judge"],
+            r["aspect"],
+            f"{r['s1']['agree']}/{r['s1']['total']}",
+            _fmt(r["s1"]["rate"], 3),
+            f"{r['s2']['agree']}/{r['s2']['total']}",
+            _fmt(r["s2"]["rate"], 3),
+            _fmt(r["kappa_s1"], 3),
+        ]
+        for r in prefs.get("judge_vs_human") or []
+    ]
+    rows += [
+        [
+            "human vs human",
+            r["aspect"],
+            f"{r['s1']['agree']}/{r['s1']['total']}",
+            _fmt(r["s1"]["rate"], 3),
+            f"{r['s2']['agree']}/{r['s2']['total']}",
+            _fmt(r["s2"]["rate"], 3),
+            "-",
+        ]
+        for r in prefs.get("human_vs_human") or []
+    ]
+    out.append(
+        (
+            "Preference agreement with humans",
+            ["who", "aspect", "S1", "S1 rate", "S2", "S2 rate", "kappa"],
+            rows,
+        )
+    )
+    out.append(
+        (
+            "Score agreement with humans",
+            ["aspect", "judge", "n", "spearman", "kendall", "pearson", "QWK", "system spearman"],
+            [
+                [
+                    r["aspect"],
+                    r["judge"],
+                    _fmt(r["n"]),
+                    _fmt(r["spearman"], 3),
+                    _fmt(r["kendall"], 3),
+                    _fmt(r["pearson"], 3),
+                    _fmt(r["qwk"], 3),
+                    _fmt(r["system_spearman"], 3),
+                ]
+                for r in agr.get("scores") or []
+            ],
+        )
+    )
+    out.append(
+        (
+            "Krippendorff's alpha",
+            [
+                "aspect",
+                "units",
+                "humans",
+                "interval (humans)",
+                "ordinal (humans)",
+                "interval (all)",
+                "ordinal (all)",
+            ],
+            [
+                [
+                    r["aspect"],
+                    _fmt(r["n_units"]),
+                    _fmt(r["n_raters_human"]),
+                    _fmt(r["alpha_interval_humans"], 3),
+                    _fmt(r["alpha_ordinal_humans"], 3),
+                    _fmt(r["alpha_interval_all"], 3),
+                    _fmt(r["alpha_ordinal_all"], 3),
+                ]
+                for r in agr.get("alpha") or []
+            ],
+        )
+    )
+    return out
+
+
 def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of every table the renderers show."""
     out: list[tuple[str, list[str], list[list[str]]]] = []
@@ -203,13 +300,31 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         (
             "Counts",
             ["rows", "items", *F.STATUSES],
-            [[_fmt(c.get("n_rows", 0)), _fmt(c.get("n_items", 0)), *[_fmt(by_status.get(s, 0)) for s in F.STATUSES]]],
+            [
+                [
+                    _fmt(c.get("n_rows", 0)),
+                    _fmt(c.get("n_items", 0)),
+                    *[_fmt(by_status.get(s, 0)) for s in F.STATUSES],
+                ]
+            ],
         )
     )
     out.append(
         (
             "Scores (single mode)",
-            ["system", "aspect", "judge", "n", "mean", "95% CI", "median", "std", "failed", "unparseable", "pending"],
+            [
+                "system",
+                "aspect",
+                "judge",
+                "n",
+                "mean",
+                "95% CI",
+                "median",
+                "std",
+                "failed",
+                "unparseable",
+                "pending",
+            ],
             [
                 [
                     r["system"],
@@ -234,7 +349,12 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             "Paper table (mean scores)",
             ["judge", "system", *[a.capitalize() for a in pt["aspects"]], "Average"],
             [
-                [r["judge"], r["system"], *[_fmt(r["values"].get(a)) for a in pt["aspects"]], _fmt(r["average"])]
+                [
+                    r["judge"],
+                    r["system"],
+                    *[_fmt(r["values"].get(a)) for a in pt["aspects"]],
+                    _fmt(r["average"]),
+                ]
                 for r in pt["rows"]
             ],
         )
@@ -300,69 +420,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     )
     agr = report.get("agreement")
     if agr:
-        prefs = agr.get("preferences") or {}
-        rows = [
-            [
-                "judge: " + r["judge"],
-                r["aspect"],
-                f"{r['s1']['agree']}/{r['s1']['total']}",
-                _fmt(r["s1"]["rate"], 3),
-                f"{r['s2']['agree']}/{r['s2']['total']}",
-                _fmt(r["s2"]["rate"], 3),
-                _fmt(r["kappa_s1"], 3),
-            ]
-            for r in prefs.get("judge_vs_human") or []
-        ]
-        rows += [
-            [
-                "human vs human",
-                r["aspect"],
-                f"{r['s1']['agree']}/{r['s1']['total']}",
-                _fmt(r["s1"]["rate"], 3),
-                f"{r['s2']['agree']}/{r['s2']['total']}",
-                _fmt(r["s2"]["rate"], 3),
-                "-",
-            ]
-            for r in prefs.get("human_vs_human") or []
-        ]
-        out.append(("Preference agreement with humans", ["who", "aspect", "S1", "S1 rate", "S2", "S2 rate", "kappa"], rows))
-        out.append(
-            (
-                "Score agreement with humans",
-                ["aspect", "judge", "n", "spearman", "kendall", "pearson", "QWK", "system spearman"],
-                [
-                    [
-                        r["aspect"],
-                        r["judge"],
-                        _fmt(r["n"]),
-                        _fmt(r["spearman"], 3),
-                        _fmt(r["kendall"], 3),
-                        _fmt(r["pearson"], 3),
-                        _fmt(r["qwk"], 3),
-                        _fmt(r["system_spearman"], 3),
-                    ]
-                    for r in agr.get("scores") or []
-                ],
-            )
-        )
-        out.append(
-            (
-                "Krippendorff's alpha",
-                ["aspect", "units", "humans", "interval (humans)", "ordinal (humans)", "interval (all)", "ordinal (all)"],
-                [
-                    [
-                        r["aspect"],
-                        _fmt(r["n_units"]),
-                        _fmt(r["n_raters_human"]),
-                        _fmt(r["alpha_interval_humans"], 3),
-                        _fmt(r["alpha_ordinal_humans"], 3),
-                        _fmt(r["alpha_interval_all"], 3),
-                        _fmt(r["alpha_ordinal_all"], 3),
-                    ]
-                    for r in agr.get("alpha") or []
-                ],
-            )
-        )
+        out += _agreement_tables(agr)
     bias = report.get("bias") or {}
     brows = []
     for judge, rec in (bias.get("per_judge") or {}).items():
@@ -387,7 +445,17 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     out.append(
         (
             "Bias diagnostics",
-            ["judge", "P(first wins)", "swap flips", "P(longer wins)", "rho(score,len)", "scale used", "entropy", "unparseable", "failed"],
+            [
+                "judge",
+                "P(first wins)",
+                "swap flips",
+                "P(longer wins)",
+                "rho(score,len)",
+                "scale used",
+                "entropy",
+                "unparseable",
+                "failed",
+            ],
             brows,
         )
     )
@@ -395,7 +463,10 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         (
             "Bias flags",
             ["flag", "value", "threshold", "message"],
-            [[f["name"], _fmt(f["value"], 3), _fmt(f["threshold"], 3), f["message"]] for f in bias.get("flags") or []],
+            [
+                [f["name"], _fmt(f["value"], 3), _fmt(f["threshold"], 3), f["message"]]
+                for f in bias.get("flags") or []
+            ],
         )
     )
     cost = report.get("cost") or {}
@@ -456,11 +527,22 @@ def _looks_numeric(cell: str) -> bool:
     return True
 
 
-def report_to_table(report: Mapping[str, Any]) -> str:
-    """The report as fixed-width plain text (one titled block per part)."""
+def _plain(tables: list[tuple[str, list[str], list[list[str]]]]) -> str:
     lines: list[str] = []
-    for title, headers, rows in _tables(report):
+    for title, headers, rows in tables:
         lines += [title, "=" * len(title)]
         lines += _fixed(headers, rows) if rows else ["(no data)"]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def report_to_table(report: Mapping[str, Any]) -> str:
+    """The report as fixed-width plain text (one titled block per part)."""
+    return _plain(_tables(report))
+
+
+def agreement_to_table(agreement: Mapping[str, Any] | None) -> str:
+    """The report's ``agreement`` section alone as fixed-width plain text."""
+    if not agreement:
+        return "No agreement figures: the run has no human ratings.\n"
+    return _plain(_agreement_tables(agreement))

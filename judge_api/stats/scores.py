@@ -6,8 +6,8 @@ Conventions
   aspect, judge; different ``sample_index``) are averaged first, over the samples whose status is
   ``done`` and whose score parsed.  ``n`` is the number of such items.
 * Status counts are judgment *rows* (samples included) and are always reported next to the
-  statistics: ``n_total = n_done + n_failed + n_unparseable + n_pending`` where ``n_pending`` counts
-  both ``pending`` and ``running`` rows.  Nothing is dropped silently.
+  statistics: ``n_total = n_done + n_failed + n_unparseable + n_pending + n_cancelled`` where
+  ``n_pending`` counts both ``pending`` and ``running`` rows.  Nothing is dropped silently.
 * ``std`` is the sample standard deviation (ddof=1) of item scores; the CI of the mean is a
   percentile bootstrap over items (``bootstrap.py``).
 * The histogram covers the rubric scale ``[scale_min, scale_max]``: one bin per integer value when the
@@ -39,38 +39,25 @@ GROUP_KEYS = [SYSTEM, F.ASPECT, F.JUDGE]
 ITEM_KEYS = [F.ITEM_ID, SYSTEM, F.ASPECT, F.JUDGE]
 PAPER_ASPECTS = ("engagingness", "coherence", "consistency")
 
-STATUS_COLUMNS = ["n_total", "n_done", "n_failed", "n_unparseable", "n_pending"]
+STATUS_COLUMNS = F.STATUS_COLUMNS
 
 
-def single_rows(judgments: pd.DataFrame) -> pd.DataFrame:
-    """Single-mode rows of a validated judgments frame, ``system_a`` renamed to ``system``."""
-    rows = judgments[judgments[F.MODE] == F.SINGLE]
+def single_rows(judgments: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
+    """Single-mode rows (optionally only ``columns``) of a validated frame, ``system_a`` -> ``system``."""
+    cols = list(judgments.columns) if columns is None else columns
+    rows = judgments.loc[(judgments[F.MODE] == F.SINGLE).to_numpy(), cols]
     return rows.rename(columns={F.SYSTEM_A: SYSTEM})
 
 
 def status_counts(judgments: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
-    """Row counts per status for single-mode judgments, grouped by ``keys`` (default system x aspect x judge)."""
+    """Row counts per status of single-mode judgments by ``keys`` (default system x aspect x judge)."""
     keys = keys or GROUP_KEYS
-    df = single_rows(F.validate_judgments(judgments))
+    df = single_rows(F.validate_judgments(judgments), [F.ITEM_ID, F.SYSTEM_A, F.ASPECT, F.JUDGE, F.STATUS])
     return _status_table(df, keys)
 
 
 def _status_table(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    if df.empty:
-        return pd.DataFrame(columns=[*keys, *STATUS_COLUMNS])
-    status = df[F.STATUS].to_numpy()
-    flags = pd.DataFrame(
-        {
-            "n_total": np.ones(len(df), dtype="int64"),
-            "n_done": (status == F.DONE).astype("int64"),
-            "n_failed": (status == F.FAILED).astype("int64"),
-            "n_unparseable": (status == F.UNPARSEABLE).astype("int64"),
-            "n_pending": np.isin(status, [F.PENDING, F.RUNNING]).astype("int64"),
-        }
-    )
-    for k in keys:
-        flags[k] = df[k].to_numpy()
-    return flags.groupby(keys, sort=True).sum().reset_index()
+    return F.status_counts_frame(df[F.STATUS], {k: df[k].to_numpy() for k in keys})
 
 
 def item_scores(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataFrame:
@@ -130,14 +117,16 @@ def score_summary(
     seed: int = 0,
     ci: float = 0.95,
     max_bins: int = 10,
+    items: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per system x aspect x judge: n, mean, median, std, bootstrap CI, histogram and status counts.
 
     Groups whose judgments all failed (or are pending) are kept with ``n = 0`` and NaN statistics.
+    ``items`` (``item_scores`` output of the same frame) skips recomputing the item scores.
     """
     df = F.validate_judgments(judgments)
-    counts = _status_table(single_rows(df), GROUP_KEYS)
-    items = item_scores(df, validated=True)
+    counts = _status_table(single_rows(df, [F.SYSTEM_A, F.ASPECT, F.JUDGE, F.STATUS]), GROUP_KEYS)
+    items = item_scores(df, validated=True) if items is None else items
     columns = [
         *GROUP_KEYS,
         "n",
@@ -285,10 +274,15 @@ def paired_comparison(
 
 
 def paired_comparisons(
-    judgments: pd.DataFrame, *, n_boot: int = 1000, seed: int = 0, ci: float = 0.95
+    judgments: pd.DataFrame,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+    items: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """``paired_comparison`` for every unordered pair of systems (x < y by name) per aspect x judge."""
-    items = item_scores(judgments)
+    items = item_scores(judgments) if items is None else items
     if items.empty:
         return pd.DataFrame(columns=PAIRED_COLUMNS)
     records = []
@@ -308,13 +302,15 @@ def ordered_aspects(aspects: list[str] | np.ndarray | pd.Index) -> list[str]:
     return first + sorted(present - set(first))
 
 
-def paper_table(judgments: pd.DataFrame, judge: str | None = None) -> pd.DataFrame:
+def paper_table(
+    judgments: pd.DataFrame, judge: str | None = None, *, items: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Systems x aspects of mean item scores plus ``average`` (mean of the aspect means).
 
     Columns: judge, system, one column per aspect present (paper order), average, n_items.
     One block of rows per judge unless ``judge`` is given.
     """
-    items = item_scores(judgments)
+    items = item_scores(judgments) if items is None else items
     if judge is not None:
         items = items[items[F.JUDGE] == judge]
     if items.empty:

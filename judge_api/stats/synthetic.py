@@ -27,7 +27,9 @@ ASPECTS = ("engagingness", "coherence", "consistency")
 JUDGES = ("openai:gpt-4o", "anthropic:claude-3-5-sonnet")
 
 
-def _status(rng: np.random.Generator, n: int, failed: float, unparseable: float, pending: float) -> np.ndarray:
+def _status(
+    rng: np.random.Generator, n: int, failed: float, unparseable: float, pending: float
+) -> np.ndarray:
     u = rng.random(n)
     return np.select(
         [u < failed, u < failed + unparseable, u < failed + unparseable + pending],
@@ -53,7 +55,7 @@ def synthetic_judgments(
     aspects = np.array(ASPECTS, dtype=object)
     judges = np.array(JUDGES, dtype=object)
     s, a, j = len(systems), len(aspects), len(judges)
-    n_single = int(round(n_rows * single_fraction))
+    n_single = round(n_rows * single_fraction)
     n_pair = n_rows - n_single
     frames = []
 
@@ -95,10 +97,16 @@ def synthetic_judgments(
         order_i, jud_i = np.divmod(rest, j)
         ia, ib = pairs[pair_i, 0], pairs[pair_i, 1]
         # Per (item, pair) latent preference shared by both orders, plus per-verdict noise.
-        latent = (quality[ia] - quality[ib]) + rng.normal(0.0, 0.8, n_items_p * len(pairs))[item * len(pairs) + pair_i]
+        latent = (quality[ia] - quality[ib]) + rng.normal(0.0, 0.8, n_items_p * len(pairs))[
+            item * len(pairs) + pair_i
+        ]
         shown_first_a = order_i == 0
-        signal = latent + rng.normal(0.0, 0.5, n_pair) + np.where(shown_first_a, 1.0, -1.0) * first_position_bonus
-        pref = np.select([signal > 1.0, signal > 0.3, signal >= -0.3, signal >= -1.0], [2.0, 1.0, 0.0, -1.0], -2.0)
+        signal = (
+            latent + rng.normal(0.0, 0.5, n_pair) + np.where(shown_first_a, 1.0, -1.0) * first_position_bonus
+        )
+        pref = np.select(
+            [signal > 1.0, signal > 0.3, signal >= -0.3, signal >= -1.0], [2.0, 1.0, 0.0, -1.0], -2.0
+        )
         outcome = np.select([pref >= 2, pref <= -2], [F.WIN, F.LOSS], F.TIE).astype(object)
         status = _status(rng, n_pair, failed, unparseable, pending)
         done = status == F.DONE
@@ -114,7 +122,7 @@ def synthetic_judgments(
                     F.ORDER: np.where(shown_first_a, F.ORDER_AB, F.ORDER_BA).astype(object),
                     F.STATUS: status,
                     F.PREFERENCE: np.where(done, pref, np.nan),
-                    F.OUTCOME: np.where(done, outcome, None),
+                    F.OUTCOME: pd.Series(outcome).where(done, None).to_numpy(),
                     F.LEN_A: rng.lognormal(6.0, 0.5, n_pair).round(),
                     F.LEN_B: rng.lognormal(6.0, 0.5, n_pair).round(),
                 }
@@ -133,5 +141,7 @@ def synthetic_judgments(
     df[F.OUTPUT_TOKENS] = np.where(finished, rng.integers(5, 200, n), 0)
     df[F.LATENCY_MS] = np.where(finished, rng.gamma(2.0, 400.0, n), np.nan)
     df[F.CACHED] = finished & (rng.random(n) < 0.1)
-    df[F.COST_USD] = np.where(df[F.CACHED], 0.0, (df[F.INPUT_TOKENS] * 2.5 + df[F.OUTPUT_TOKENS] * 10.0) / 1e6)
+    df[F.COST_USD] = np.where(
+        df[F.CACHED], 0.0, (df[F.INPUT_TOKENS] * 2.5 + df[F.OUTPUT_TOKENS] * 10.0) / 1e6
+    )
     return F.validate_judgments(df)

@@ -20,7 +20,7 @@ from workers.simulator.behaviour import (
     select_rule,
 )
 from workers.simulator.faults import FaultEngine, LatencySampler, RateLimiter
-from workers.simulator.script import FALLBACK_RULE, Latency, Rule, Script
+from workers.simulator.script import FALLBACK_RULE, Latency, Provider, Rule, Script
 from workers.simulator.structured import fill_schema
 
 RSUM_SINGLE = (
@@ -45,7 +45,8 @@ MTBENCH_SINGLE = (
 )
 RSUM_PAIR = (
     "There are four options for you to choose from:\n1.Response 1 is better : ...\n"
-    "2.Response 1 is slightly better : ...\n3.Response 2 is slightly better : ...\n4.Response 2 is better : ...\n"
+    "2.Response 1 is slightly better : ...\n3.Response 2 is slightly better : ...\n"
+    "4.Response 2 is better : ...\n"
     "Conversation Context:user: hi Personality:user: tea\nresponse 1: {r1} response 2: {r2}"
 )
 FASTCHAT_PAIR = (
@@ -88,22 +89,21 @@ def test_planted_marker_sets_the_single_score(template: str, planted: int) -> No
 
 def test_unmarked_score_is_a_stable_hash_shared_across_rubric_formats() -> None:
     response = "I would go to the Cascades in early autumn."
-    scores = {
-        t[:20]: _judge(t.format(response=response)).rsplit("[[", 1)[1] for t in (RSUM_SINGLE, HARDENED_SINGLE, MEMOCHAT)
-    }
-    assert len(set(scores.values())) == 1, scores
-    value = int(next(iter(scores.values())).rstrip("]"))
-    assert 1 <= value <= 100
-    other = _judge(RSUM_SINGLE.format(response=response + "!"))
-    assert _judge(RSUM_SINGLE.format(response=response)) == _judge(RSUM_SINGLE.format(response=response))
-    assert quality(response, 0, 1, 100) == quality(response, 0, 1, 100)
-    assert other  # a different text hashes independently (may or may not collide)
+    replies = [
+        _judge(t.format(response=response)) for t in (RSUM_SINGLE, HARDENED_SINGLE, MEMOCHAT, MTBENCH_SINGLE)
+    ]
+    scores = {int(reply.rsplit("[[", 1)[1].rstrip("]")) for reply in replies}
+    assert len(scores) == 1, replies  # the same response text gets the same score in every rubric
+    assert 1 <= scores.pop() <= 100
+    assert replies[0] == _judge(RSUM_SINGLE.format(response=response))  # and on every call
 
 
 def test_hash_depends_on_script_seed_and_scale() -> None:
     values = {quality(f"response {i}", seed, 1, 10) for i in range(50) for seed in (0, 1)}
     assert values <= set(map(float, range(1, 11))) and len(values) > 5
-    assert [quality(f"r{i}", 0, 1, 100) for i in range(20)] != [quality(f"r{i}", 1, 1, 100) for i in range(20)]
+    assert [quality(f"r{i}", 0, 1, 100) for i in range(20)] != [
+        quality(f"r{i}", 1, 1, 100) for i in range(20)
+    ]
 
 
 def test_rule_response_regex_takes_precedence() -> None:
@@ -145,7 +145,8 @@ def test_graded_tie_offered_in_prompt_is_used() -> None:
 
 
 def test_graded_three_level_prompt_never_says_slightly() -> None:
-    prompt = "Say 'Response 1 is better' or 'Response 2 is better'.\nResponse 1: a <<q=51>>\nResponse 2: b <<q=50>>"
+    prompt = "Say 'Response 1 is better' or 'Response 2 is better'.\n"
+    prompt += "Response 1: a <<q=51>>\nResponse 2: b <<q=50>>"
     assert _judge(prompt).endswith("Response 1 is better")
 
 
@@ -181,7 +182,9 @@ def test_pairwise_without_labels_uses_the_last_two_markers() -> None:
 
 
 @pytest.mark.parametrize(("bias", "low", "high"), [(0.0, 0.0, 0.0), (1.0, 1.0, 1.0), (0.5, 0.25, 0.75)])
-def test_position_bias_prefers_the_first_response_with_probability_p(bias: float, low: float, high: float) -> None:
+def test_position_bias_prefers_the_first_response_with_probability_p(
+    bias: float, low: float, high: float
+) -> None:
     script = Script(position_bias=bias, seed=11)
     prompts = [FASTCHAT_PAIR.format(r1=f"weak {i} <<q=10>>", r2=f"strong {i} <<q=90>>") for i in range(80)]
     verdicts = [_judge(p, script) for p in prompts]
@@ -216,12 +219,15 @@ def test_rules_match_on_prompt_and_model_in_order() -> None:
 
 def test_render_substitutes_only_known_fields() -> None:
     values = {"score": "7", "verdict": "[[A]]"}
-    assert render('{"score": {score}, "x": {unknown}} {verdict}', values) == '{"score": 7, "x": {unknown}} [[A]]'
+    assert (
+        render('{"score": {score}, "x": {unknown}} {verdict}', values) == '{"score": 7, "x": {unknown}} [[A]]'
+    )
 
 
 def test_single_json_rule_answers_with_a_json_object() -> None:
-    prompt = 'Memory summary to judge:\nfoo <<q=72>>\n\nAnswer with one JSON object only: {"errors": [], "score": 1}'
-    assert json.loads(_judge(prompt)) == {"explanation": json.loads(_judge(prompt))["explanation"], "score": 72}
+    prompt = 'Memory summary to judge:\nfoo <<q=72>>\n\nAnswer with one JSON object only: {"score": 1}'
+    data = json.loads(_judge(prompt))
+    assert set(data) == {"explanation", "score"} and data["score"] == 72 and data["explanation"]
 
 
 def test_approx_tokens() -> None:
@@ -312,20 +318,25 @@ def test_invalid_scripts_are_rejected(bad: dict[str, object]) -> None:
 
 def test_script_loads_from_yaml_and_json(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(
-        "seed: 5\nlatency: fixed(0.1)\nfaults:\n  - {kind: rate_limit, first_n: 2, retry_after: 3}\n", encoding="utf-8"
+        "seed: 5\nlatency: fixed(0.1)\nfaults:\n  - {kind: rate_limit, first_n: 2, retry_after: 3}\n",
+        encoding="utf-8",
     )
     (tmp_path / "s.json").write_text(json.dumps({"seed": 5, "position_bias": 0.2}), encoding="utf-8")
     from_yaml, from_json = Script.from_file(tmp_path / "s.yaml"), Script.from_file(tmp_path / "s.json")
     assert from_yaml.seed == 5 and from_yaml.latency.seconds == 0.1 and from_yaml.faults[0].retry_after == 3
-    assert from_json.position_bias == 0.2 and [r.name for r in from_json.rules] == [r.name for r in Script().rules]
+    assert from_json.position_bias == 0.2 and [r.name for r in from_json.rules] == [
+        r.name for r in Script().rules
+    ]
 
 
 # ---- faults, rate limiter, latency ------------------------------------------------------------------
-def _fire_pattern(script: Script, calls: int, model: str = "m", provider: str = "openai") -> list[str | None]:
+def _fire_pattern(
+    script: Script, calls: int, model: str = "m", provider: Provider = "openai"
+) -> list[str | None]:
     engine = FaultEngine(script)
-    out = []
+    out: list[str | None] = []
     for _ in range(calls):
-        fault = engine.decide(provider, model, "prompt")  # type: ignore[arg-type]
+        fault = engine.decide(provider, model, "prompt")
         out.append(fault.kind if fault else None)
     return out
 
@@ -348,7 +359,9 @@ def test_deterministic_fault_schedules(fault: dict[str, object], expected_calls:
 
 def test_probabilistic_faults_are_seeded() -> None:
     def pattern(seed: int) -> list[str | None]:
-        return _fire_pattern(Script.model_validate({"seed": seed, "faults": [{"kind": "hang", "probability": 0.3}]}), 200)
+        return _fire_pattern(
+            Script.model_validate({"seed": seed, "faults": [{"kind": "hang", "probability": 0.3}]}), 200
+        )
 
     assert pattern(1) == pattern(1)
     assert pattern(1) != pattern(2)
@@ -366,7 +379,8 @@ def test_fault_filters_and_first_fault_wins() -> None:
         }
     )
     engine = FaultEngine(script)
-    got = [engine.decide(p, m, "x") for p, m in [("openai", "mini"), ("openai", "big"), ("anthropic", "big")]]
+    calls: list[tuple[Provider, str]] = [("openai", "mini"), ("openai", "big"), ("anthropic", "big")]
+    got = [engine.decide(p, m, "x") for p, m in calls]
     assert [f.kind if f else None for f in got] == ["rate_limit", "malformed", "server_error"]
 
 
@@ -384,8 +398,8 @@ def test_rate_limiter_sliding_window() -> None:
 
 def test_latency_sampler_is_seeded_and_bounded() -> None:
     spec = Latency.model_validate("lognormal(0.2, 0.8)")
-    a = [LatencySampler(spec, 3).sample() for _ in range(1)] + [LatencySampler(spec, 3).sample()]
-    assert a[0] == a[1]
+    first, again = LatencySampler(spec, 3), LatencySampler(spec, 3)
+    assert [first.sample() for _ in range(5)] == [again.sample() for _ in range(5)]
     sampler = LatencySampler(Latency.model_validate({"kind": "uniform", "lo": 0.1, "hi": 0.2}), 0)
     assert all(0.1 <= sampler.sample() <= 0.2 for _ in range(100))
     capped = LatencySampler(Latency(kind="lognormal", median=1.0, sigma=3.0, max_seconds=1.5), 0)

@@ -68,6 +68,7 @@ class SimulatorProcess:
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self._stderr_path: Path | None = None
         self._url_ready = threading.Event()
+        self._returncode: int | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> SimulatorProcess:
@@ -156,16 +157,18 @@ class SimulatorProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(self.stop_timeout)
-        if proc is not None and proc.stdout is not None:
-            proc.stdout.close()
+        if proc is not None:
+            self._returncode = proc.returncode
+            if proc.stdout is not None:
+                proc.stdout.close()
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
 
     @property
     def returncode(self) -> int | None:
-        """The child's exit status once stopped (None while running)."""
-        return None if self._proc is None else self._proc.poll()
+        """The child's exit status once it has exited (None while running or before start)."""
+        return self._returncode if self._proc is None else self._proc.poll()
 
     @property
     def running(self) -> bool:

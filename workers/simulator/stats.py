@@ -1,7 +1,8 @@
 """Call accounting for ``GET /_sim/stats`` and ``GET /_sim/requests``.
 
 Only model calls (``POST /v1/chat/completions`` and ``POST /v1/messages``) are counted;
-``GET /v1/models`` (used as the readiness probe) and the control endpoints are not. A call whose
+``GET /v1/models`` (used as the readiness probe), the control endpoints and requests rejected
+before a model is known (unparseable body, missing ``model``/``messages``: 400) are not. A call whose
 client disconnected before the answer (e.g. a hang that outlived the client timeout) is recorded
 with status 499, the nginx convention for "client closed request".
 """

@@ -1,0 +1,163 @@
+"""Benchmark ``judge_api.stats.build_report`` on synthetic judgments frames.
+
+For each size (default 10k, 100k and 1M rows; half single-mode, half pairwise, see
+``judge_api.stats.synthetic``) a fresh child process builds the frame and then
+
+1. times ``build_report(frame, n_boot=N)`` (wall clock, no tracing),
+2. reads the process's peak resident set size (``resource.ru_maxrss``) and how much the RSS grew
+   during the report,
+3. runs ``build_report`` once more under ``tracemalloc`` for the peak of Python / numpy allocations
+   (Arrow string buffers are not traced; the RSS figures include them).
+
+and the parent prints one line per size plus the time ratio per 10x rows.
+
+Usage::
+
+    python bench/bench_report.py                       # 10k, 100k, 1M rows, n_boot=1000
+    python bench/bench_report.py --sizes 10000 100000 --n-boot 200
+    python bench/bench_report.py --json bench.json     # also write the figures as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from judge_api.stats.report import build_report  # noqa: E402
+from judge_api.stats.synthetic import synthetic_judgments  # noqa: E402
+
+MB = 1024 * 1024
+
+
+def _rss_bytes() -> int:
+    """Current resident set size (Linux /proc; falls back to the peak elsewhere)."""
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return _peak_rss_bytes()
+
+
+def _peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def measure(n_rows: int, n_boot: int, seed: int, trace: bool) -> dict[str, Any]:
+    """Build one synthetic frame and measure ``build_report`` on it (runs in the child process)."""
+    t0 = time.perf_counter()
+    frame = synthetic_judgments(n_rows, seed=seed)
+    gen_s = time.perf_counter() - t0
+    rss_before = _rss_bytes()
+    t0 = time.perf_counter()
+    report = build_report(frame, n_boot=n_boot, seed=seed)
+    report_s = time.perf_counter() - t0
+    rss_after = _rss_bytes()
+    peak_rss = _peak_rss_bytes()
+    json_bytes = len(json.dumps(report, allow_nan=False))
+    traced_peak = None
+    if trace:
+        tracemalloc.start()
+        build_report(frame, n_boot=n_boot, seed=seed)
+        traced_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return {
+        "rows": n_rows,
+        "single_rows": int((frame["mode"] == "single").sum()),
+        "pairwise_rows": int((frame["mode"] == "pairwise").sum()),
+        "n_boot": n_boot,
+        "generate_s": gen_s,
+        "report_s": report_s,
+        "rows_per_s": n_rows / report_s if report_s > 0 else None,
+        "frame_mb": frame.memory_usage(deep=True).sum() / MB,
+        "rss_before_mb": rss_before / MB,
+        "rss_growth_mb": max(rss_after - rss_before, 0) / MB,
+        "peak_rss_mb": peak_rss / MB,
+        "traced_peak_mb": None if traced_peak is None else traced_peak / MB,
+        "report_json_kb": json_bytes / 1024,
+    }
+
+
+def _child(args: argparse.Namespace) -> None:
+    print(json.dumps(measure(args.child, args.n_boot, args.seed, not args.no_trace)))
+
+
+def _run_child(n_rows: int, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(n_rows), "--n-boot", str(args.n_boot)]
+    cmd += ["--seed", str(args.seed)] + (["--no-trace"] if args.no_trace else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark child for {n_rows} rows failed:\n{done.stderr}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc pass")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        _child(args)
+        return 0
+
+    print(
+        f"build_report benchmark: python {platform.python_version()}, {os.cpu_count()} CPU(s), "
+        f"n_boot={args.n_boot}, seed={args.seed}"
+    )
+    header = (
+        f"{'rows':>9} {'single':>8} {'pairwise':>8} {'n_boot':>6} {'time s':>8} {'rows/s':>9} "
+        f"{'x per 10x':>9} {'traced MB':>9} {'RSS+ MB':>8} {'peak RSS MB':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    results: list[dict[str, Any]] = []
+    for n_rows in args.sizes:
+        res = _run_child(n_rows, args)
+        if results:
+            prev = results[-1]
+            decades = math.log10(res["rows"] / prev["rows"])
+            ratio = res["report_s"] / prev["report_s"]
+            res["time_ratio_per_10x"] = ratio ** (1.0 / decades) if decades > 0 else None
+        else:
+            res["time_ratio_per_10x"] = None
+        results.append(res)
+        print(
+            f"{res['rows']:>9} {res['single_rows']:>8} {res['pairwise_rows']:>8} {res['n_boot']:>6} "
+            f"{res['report_s']:>8.2f} {_fmt(res['rows_per_s'], ',.0f'):>9} "
+            f"{_fmt(res['time_ratio_per_10x'], '.2f'):>9} {_fmt(res['traced_peak_mb'], '.0f'):>9} "
+            f"{res['rss_growth_mb']:>8.0f} {res['peak_rss_mb']:>11.0f}",
+            flush=True,
+        )
+    print(
+        "time = wall clock of build_report only (frame generation excluded); x per 10x = time ratio per 10x rows; "
+        "traced MB = tracemalloc peak during build_report; RSS+ = RSS growth during it; peak RSS = whole child."
+    )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,301 @@
+"""Cached access to the service's HTTP API.
+
+Every read goes through ``dialogue_judge.client.ApiClient`` and is cached with ``st.cache_data`` keyed by
+the connection (URL, key) and the arguments. Reads that change while a run is going (run list, one run) have
+short TTLs; expensive ones (report, the judgments frame) are keyed by a *version* string that changes
+whenever the run's counts change, so a finished run is fetched once and a running one is refreshed as it
+progresses. Big runs: the judgments frame comes in one CSV download (``/judgments.csv``); tables of
+judgments are read one page at a time from ``/judgments`` with the filters applied by the API.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import analysis
+from dialogue_judge.client import ApiClient, ApiError
+
+__all__ = ["ApiError", "Conn"]
+
+FRAME_TEXT_COLUMNS = (
+    "run_id",
+    "item_id",
+    "mode",
+    "system_a",
+    "system_b",
+    "aspect",
+    "judge",
+    "rubric_id",
+    "rubric_version",
+    "order",
+    "status",
+    "outcome",
+    "cached",
+)
+FRAME_NUMERIC_COLUMNS = (
+    "judgment_id",
+    "sample_index",
+    "score",
+    "preference",
+    "len_a",
+    "len_b",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "cost_usd",
+    "scale_min",
+    "scale_max",
+    "confidence",
+)
+RATING_COLUMNS = (
+    "item_id",
+    "system",
+    "system_b",
+    "aspect",
+    "rater",
+    "kind",
+    "value",
+    "scale_min",
+    "scale_max",
+)
+PAGE_LIMIT = 1000  # the API's largest page
+
+
+class Conn(NamedTuple):
+    """Where the API is; hashable, so it keys the caches."""
+
+    url: str
+    key: str | None = None
+
+
+def make_client(conn: Conn, timeout: float = 120.0) -> ApiClient:
+    """One client per call (tests replace this to inject a fake transport)."""
+    return ApiClient(conn.url, conn.key or None, timeout=timeout)
+
+
+def _get(conn: Conn, path: str, **params: Any) -> Any:
+    client = make_client(conn)
+    try:
+        return client.get(path, **params)
+    finally:
+        client.close()
+
+
+def _dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ApiError(0, f"unexpected answer for {what}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+# -- runs ------------------------------------------------------------------------------------------------
+@st.cache_data(ttl=2, show_spinner=False)
+def list_runs(conn: Conn, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+    """One page of runs (newest first, as the API orders them): ``{total, offset, limit, items}``."""
+    return _dict(_get(conn, "/v1/runs", offset=offset, limit=limit), "/v1/runs")
+
+
+@st.cache_data(ttl=2, show_spinner=False)
+def get_run(conn: Conn, run_id: str) -> dict[str, Any]:
+    return _dict(_get(conn, f"/v1/runs/{run_id}"), "the run")
+
+
+def run_version(run: Mapping[str, Any]) -> str:
+    """Changes whenever the run's judgments change state (keys the report and frame caches)."""
+    counts = run.get("counts") or {}
+    return "|".join(
+        [str(run.get("status")), str(run.get("finished_at")), *(f"{k}={counts[k]}" for k in sorted(counts))]
+    )
+
+
+@st.cache_data(ttl=600, show_spinner=False)
+def rubrics(conn: Conn) -> list[dict[str, Any]]:
+    data = _get(conn, "/v1/rubrics")
+    return list(data) if isinstance(data, list) else []
+
+
+# -- report ----------------------------------------------------------------------------------------------
+@st.cache_data(ttl=300, max_entries=32, show_spinner="Computing the report…")
+def report(conn: Conn, run_id: str, n_boot: int, version: str, ratings_rev: int = 0) -> dict[str, Any]:
+    """The run's report (``/report``); ``version`` / ``ratings_rev`` only key the cache."""
+    del version, ratings_rev
+    return _dict(_get(conn, f"/v1/runs/{run_id}/report", n_boot=n_boot), "the report")
+
+
+# -- judgments -------------------------------------------------------------------------------------------
+def parse_judgments_csv(text: str) -> pd.DataFrame:
+    """The ``/judgments.csv`` body as a frame with stable types (ids stay strings, numbers are floats)."""
+    if not text.strip():
+        return pd.DataFrame(columns=[*FRAME_TEXT_COLUMNS, *FRAME_NUMERIC_COLUMNS])
+    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    for column in FRAME_NUMERIC_COLUMNS:
+        if column in frame:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    for column in ("system_b", "order", "outcome"):
+        if column in frame:
+            frame[column] = frame[column].replace("", None)
+    if "cached" in frame:
+        frame["cached"] = frame["cached"].str.lower().isin(["true", "1"])
+    return frame
+
+
+@st.cache_data(ttl=600, max_entries=4, show_spinner="Loading judgments…")
+def judgments_frame(conn: Conn, run_id: str, version: str) -> pd.DataFrame:
+    """Every judgment of a run, one row each (data-contract columns), from one CSV download."""
+    del version
+    client = make_client(conn, timeout=300.0)
+    try:
+        text = client.request("GET", f"/v1/runs/{run_id}/judgments.csv")
+    finally:
+        client.close()
+    if not isinstance(text, str):
+        raise ApiError(0, "unexpected answer for judgments.csv: expected CSV text")
+    return parse_judgments_csv(text)
+
+
+def clean_filters(filters: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in sorted(filters.items()) if v not in (None, "", "(all)")}
+
+
+@st.cache_data(ttl=600, max_entries=8, show_spinner=False)
+def judge_item_scores(conn: Conn, run_id: str, version: str) -> pd.DataFrame:
+    """Single-mode item scores (samples averaged) of a run, built once per run version."""
+    return analysis.judge_item_scores(judgments_frame(conn, run_id, version))
+
+
+@st.cache_data(ttl=600, max_entries=8, show_spinner=False)
+def order_outcomes(conn: Conn, run_id: str, version: str) -> pd.DataFrame:
+    """Pairwise keys with both presentation orders' outcomes, built once per run version."""
+    return analysis.order_outcomes(judgments_frame(conn, run_id, version))
+
+
+@st.cache_data(ttl=10, max_entries=64, show_spinner=False)
+def judgments_page(
+    conn: Conn, run_id: str, offset: int, limit: int, filters: tuple[tuple[str, Any], ...] = ()
+) -> dict[str, Any]:
+    """One page of ``/judgments`` (full rows: explanation, raw output, error) with API-side filters."""
+    return _dict(
+        _get(
+            conn, f"/v1/runs/{run_id}/judgments", offset=offset, limit=min(limit, PAGE_LIMIT), **dict(filters)
+        ),
+        "the judgments",
+    )
+
+
+@st.cache_data(ttl=30, max_entries=64, show_spinner=False)
+def item_judgments(conn: Conn, run_id: str, item_id: str, version: str) -> list[dict[str, Any]]:
+    """Every judgment of one item (paging until the total is read)."""
+    del version
+    rows: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = _dict(
+            _get(conn, f"/v1/runs/{run_id}/judgments", offset=offset, limit=PAGE_LIMIT, item_id=item_id),
+            "the judgments",
+        )
+        items = list(page.get("items") or [])
+        rows.extend(items)
+        offset += PAGE_LIMIT
+        if not items or offset >= int(page.get("total") or 0):
+            return rows
+
+
+# -- items -----------------------------------------------------------------------------------------------
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def items_page(conn: Conn, run_id: str, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+    return _dict(_get(conn, f"/v1/runs/{run_id}/items", offset=offset, limit=limit), "the items")
+
+
+@st.cache_data(ttl=600, max_entries=256, show_spinner=False)
+def get_item(conn: Conn, run_id: str, item_id: str) -> dict[str, Any]:
+    """One item's payload; ``{}`` when the run has no such item."""
+    data = _dict(_get(conn, f"/v1/runs/{run_id}/items", item_id=[item_id], limit=1), "the item")
+    items = data.get("items") or []
+    return dict(items[0]) if items else {}
+
+
+# -- human ratings ---------------------------------------------------------------------------------------
+@st.cache_data(ttl=30, max_entries=16, show_spinner=False)
+def ratings(conn: Conn, run_id: str, ratings_rev: int = 0) -> pd.DataFrame:
+    """The run's human ratings as a frame (columns of the data contract's human ratings frame)."""
+    del ratings_rev
+    data = _dict(_get(conn, f"/v1/runs/{run_id}/human-ratings"), "the human ratings")
+    frame = pd.DataFrame(list(data.get("items") or []))
+    for column in RATING_COLUMNS:
+        if column not in frame:
+            frame[column] = pd.Series(
+                dtype="float64" if column in ("value", "scale_min", "scale_max") else object
+            )
+    return frame
+
+
+# -- writes (never cached) -------------------------------------------------------------------------------
+def post_ratings(conn: Conn, run_id: str, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    client = make_client(conn)
+    try:
+        result = client.post(f"/v1/runs/{run_id}/human-ratings", {"ratings": [dict(r) for r in rows]})
+    finally:
+        client.close()
+    ratings.clear()
+    return _dict(result, "the rating upload")
+
+
+def agreement(conn: Conn, run_id: str) -> dict[str, Any] | None:
+    """``/agreement`` now (uncached); None while the run has no human ratings (HTTP 409)."""
+    try:
+        return _dict(_get(conn, f"/v1/runs/{run_id}/agreement"), "the agreement")
+    except ApiError as exc:
+        if exc.status_code == 409:
+            return None
+        raise
+
+
+def create_run_jsonl(
+    conn: Conn,
+    body: bytes,
+    *,
+    rubrics: list[str],
+    judges: list[str],
+    modes: list[str],
+    name: str | None = None,
+    baseline: str | None = None,
+    orders: str = "both",
+) -> dict[str, Any]:
+    params: list[tuple[str, str]] = [("rubric", r) for r in rubrics] + [("judge", j) for j in judges]
+    params += [("mode", m) for m in modes] + [("orders", orders)]
+    if name:
+        params.append(("name", name))
+    if baseline:
+        params.append(("baseline", baseline))
+    client = make_client(conn)
+    try:
+        result = client.request(
+            "POST",
+            "/v1/runs/jsonl",
+            content=body,
+            params=params,
+            headers={"content-type": "application/x-ndjson"},
+        )
+    finally:
+        client.close()
+    list_runs.clear()
+    return _dict(result, "the new run")
+
+
+def retry_run(conn: Conn, run_id: str) -> dict[str, Any]:
+    client = make_client(conn)
+    try:
+        result = client.post(f"/v1/runs/{run_id}/retry", {})
+    finally:
+        client.close()
+    list_runs.clear()
+    get_run.clear()
+    return _dict(result, "the retry")
+
+
+def clear_caches() -> None:
+    st.cache_data.clear()

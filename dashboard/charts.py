@@ -1,0 +1,342 @@
+"""Pure chart builders: DataFrames (from ``analysis``) in, Altair charts / Plotly figures out.
+
+No Streamlit here, so every chart can be unit-tested by checking its spec. Charts are built from aggregated
+report data (one row per system x aspect, pair, judge...), never from raw judgment rows, so they stay small
+for runs of any size; the two item-level charts (scatter) take a sample capped at ``MAX_POINTS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import altair as alt
+import pandas as pd
+import plotly.graph_objects as go
+
+AltairChart = (
+    alt.Chart | alt.LayerChart | alt.FacetChart | alt.ConcatChart | alt.HConcatChart | alt.VConcatChart
+)
+OUTCOME_COLORS = {"win": "#2e7d32", "tie": "#b0bec5", "loss": "#c62828"}
+MAX_POINTS = 5000
+HEIGHT_PER_ROW = 34
+
+
+def _height(n_rows: int, minimum: int = 160) -> int:
+    return max(minimum, HEIGHT_PER_ROW * n_rows + 60)
+
+
+def score_means_chart(scores: pd.DataFrame, aspects: Sequence[str] | None = None) -> AltairChart:
+    """Grouped bars of the mean score per system x aspect with 95% CI error bars."""
+    df = scores.dropna(subset=["mean"]).copy()
+    order = list(aspects) if aspects else sorted(df["aspect"].dropna().unique())
+    base = alt.Chart(df).encode(
+        x=alt.X("system:N", title=None, axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("aspect:N", sort=order),
+        color=alt.Color("aspect:N", sort=order, title="aspect"),
+    )
+    tooltip = [
+        "system:N",
+        "aspect:N",
+        alt.Tooltip("mean:Q", format=".1f"),
+        alt.Tooltip("ci_low:Q", format=".1f"),
+        alt.Tooltip("ci_high:Q", format=".1f"),
+        "n:Q",
+    ]
+    bars = base.mark_bar(opacity=0.85).encode(y=alt.Y("mean:Q", title="mean score"), tooltip=tooltip)
+    errors = base.mark_rule(color="black", strokeWidth=1.5).encode(y="ci_low:Q", y2="ci_high:Q")
+    return alt.layer(bars, errors).properties(height=340)
+
+
+def ranking_chart(ranking: pd.DataFrame) -> AltairChart:
+    """Bradley-Terry Elo-scale strength per system with its bootstrap CI, best on top."""
+    df = ranking.dropna(subset=["elo"]).copy()
+    order = df.sort_values("elo", ascending=False)["system"].drop_duplicates().tolist()
+    base = alt.Chart(df).encode(y=alt.Y("system:N", sort=order, title=None))
+    tooltip = [
+        "rank:Q",
+        "system:N",
+        alt.Tooltip("elo:Q", format=".0f"),
+        alt.Tooltip("elo_ci_low:Q", format=".0f"),
+        alt.Tooltip("elo_ci_high:Q", format=".0f"),
+        "n_comparisons:Q",
+    ]
+    rules = base.mark_rule(strokeWidth=2, color="#546e7a").encode(
+        x=alt.X(
+            "elo_ci_low:Q", title="Bradley-Terry strength (Elo scale, 95% CI)", scale=alt.Scale(zero=False)
+        ),
+        x2="elo_ci_high:Q",
+    )
+    points = base.mark_point(filled=True, size=120, color="#1565c0").encode(x="elo:Q", tooltip=tooltip)
+    return alt.layer(rules, points).properties(height=_height(len(order)))
+
+
+def histogram_chart(hist: pd.DataFrame) -> AltairChart:
+    """Score distribution (the report's histogram bins) per system, one small panel per aspect."""
+    df = hist.copy()
+    df["bin"] = (
+        df["bin_start"].round(0).astype("Int64").astype(str)
+        + "–"
+        + df["bin_end"].round(0).astype("Int64").astype(str)
+    )
+    return (
+        alt.Chart(df)
+        .mark_bar()
+        .encode(
+            x=alt.X("bin:N", sort=alt.SortField("bin_start"), title="score bin"),
+            y=alt.Y("sum(count):Q", title="items"),
+            color=alt.Color("system:N"),
+            xOffset="system:N",
+            column=alt.Column("aspect:N", title=None),
+            tooltip=["system:N", "aspect:N", "bin:N", "sum(count):Q"],
+        )
+        .properties(width=260, height=180)
+    )
+
+
+def wtl_figure(wtl: pd.DataFrame, title: str | None = None) -> go.Figure:
+    """The seed paper's figure 4: stacked horizontal win / tie / loss bars (percent) per system pair."""
+    fig = go.Figure()
+    pairs = list(dict.fromkeys(wtl["pair"].tolist()))
+    for outcome in ("win", "tie", "loss"):
+        part = wtl[wtl["outcome"] == outcome].set_index("pair").reindex(pairs)
+        pct = part["pct"].fillna(0.0)
+        fig.add_trace(
+            go.Bar(
+                y=pairs,
+                x=pct,
+                name=outcome,
+                orientation="h",
+                marker_color=OUTCOME_COLORS[outcome],
+                text=[f"{v:.1f}%" if v >= 4 else "" for v in pct],
+                textposition="inside",
+                insidetextanchor="middle",
+                customdata=part["count"].fillna(0).astype(int),
+                hovertemplate=(f"%{{y}}<br>{outcome}: %{{x:.1f}}%% (%{{customdata}})<extra></extra>"),
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=max(220, 48 * len(pairs) + 110),
+        title=title,
+        xaxis={"range": [0, 100], "title": "% of comparisons", "ticksuffix": "%"},
+        yaxis={"autorange": "reversed", "title": None, "automargin": True},
+        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "traceorder": "normal"},
+        margin={"l": 10, "r": 10, "t": 60 if title else 40, "b": 40},
+    )
+    return fig
+
+
+def winrate_heatmap(matrix: pd.DataFrame) -> go.Figure:
+    """Row system's win rate ((W + T/2) / N) over the column system; blank cells are pairs never compared."""
+    systems = sorted(set(matrix["row"]) | set(matrix["column"]))
+    pivot = matrix.pivot_table(index="row", columns="column", values="win_rate", aggfunc="mean").reindex(
+        index=systems, columns=systems
+    )
+    text = [[("" if pd.isna(v) else f"{v:.2f}") for v in row] for row in pivot.to_numpy()]
+    fig = go.Figure(
+        go.Heatmap(
+            z=pivot.to_numpy(),
+            x=systems,
+            y=systems,
+            zmin=0,
+            zmax=1,
+            colorscale="RdBu",
+            text=text,
+            texttemplate="%{text}",
+            hovertemplate="%{y} over %{x}: %{z:.3f}<extra></extra>",
+            colorbar={"title": "win rate"},
+        )
+    )
+    fig.update_layout(
+        height=max(260, 60 * len(systems) + 120),
+        xaxis={"title": "opponent", "side": "bottom"},
+        yaxis={"title": "system", "autorange": "reversed"},
+        margin={"l": 10, "r": 10, "t": 30, "b": 40},
+    )
+    return fig
+
+
+def agreement_scatter(scatter: pd.DataFrame) -> AltairChart:
+    """Judge score vs mean human score (both on 0-1) per rated (item, system, aspect), with the y = x line."""
+    df = scatter.head(MAX_POINTS) if len(scatter) > MAX_POINTS else scatter
+    points = (
+        alt.Chart(df)
+        .mark_circle(size=70, opacity=0.7)
+        .encode(
+            x=alt.X("human_unit:Q", title="human score (0–1 of its scale)", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("judge_unit:Q", title="judge score (0–1 of its scale)", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("system:N"),
+            tooltip=[
+                "item_id:N",
+                "system:N",
+                "aspect:N",
+                "judge:N",
+                alt.Tooltip("score:Q", format=".1f"),
+                alt.Tooltip("human:Q", format=".1f"),
+                "n_raters:Q",
+            ],
+        )
+    )
+    diagonal = (
+        alt.Chart(pd.DataFrame({"x": [0.0, 1.0], "y": [0.0, 1.0]}))
+        .mark_line(strokeDash=[4, 4], color="gray")
+        .encode(x="x:Q", y="y:Q")
+    )
+    return alt.layer(diagonal, points).properties(height=360)
+
+
+def confusion_heatmap(
+    matrix: Sequence[Sequence[float]],
+    labels: Sequence[str],
+    *,
+    row_title: str = "judge",
+    column_title: str = "human",
+) -> AltairChart:
+    """Counts heatmap with the numbers written in (rows: ``row_title``, columns: ``column_title``)."""
+    rows = [
+        {row_title: labels[i], column_title: labels[j], "count": float(v)}
+        for i, line in enumerate(matrix)
+        for j, v in enumerate(line)
+    ]
+    df = pd.DataFrame(rows, columns=[row_title, column_title, "count"])
+    order = list(labels)
+    base = alt.Chart(df).encode(
+        x=alt.X(f"{column_title}:N", sort=order), y=alt.Y(f"{row_title}:N", sort=order)
+    )
+    heat = base.mark_rect().encode(
+        color=alt.Color("count:Q", scale=alt.Scale(scheme="blues"), legend=None),
+        tooltip=[f"{row_title}:N", f"{column_title}:N", "count:Q"],
+    )
+    text = base.mark_text(fontSize=13).encode(
+        text=alt.Text("count:Q", format=".0f"), color=alt.value("black")
+    )
+    size = 44 * len(order) + 40
+    return alt.layer(heat, text).properties(width=size, height=size)
+
+
+def rank_comparison_chart(ranks: pd.DataFrame) -> AltairChart:
+    """Slope chart: each system's rank by the judge (left) and the humans (right); crossings disagree."""
+    long = ranks.melt(
+        id_vars=["system"], value_vars=["judge_rank", "human_rank"], var_name="by", value_name="rank"
+    )
+    long["by"] = long["by"].map({"judge_rank": "judge", "human_rank": "humans"})
+    base = alt.Chart(long).encode(
+        x=alt.X("by:N", sort=["judge", "humans"], title=None, axis=alt.Axis(labelAngle=0)),
+        y=alt.Y(
+            "rank:Q",
+            scale=alt.Scale(reverse=True, zero=False),
+            title="rank (1 = best)",
+            axis=alt.Axis(tickMinStep=1),
+        ),
+        color=alt.Color("system:N"),
+    )
+    lines = base.mark_line(point=alt.OverlayMarkDef(size=80)).encode(
+        detail="system:N", tooltip=["system:N", "by:N", "rank:Q"]
+    )
+    labels = (
+        base.transform_filter(alt.datum.by == "humans").mark_text(align="left", dx=8).encode(text="system:N")
+    )
+    return alt.layer(lines, labels).properties(height=max(200, 40 * ranks["system"].nunique() + 80))
+
+
+def rate_bars(
+    bias: pd.DataFrame,
+    column: str,
+    title: str,
+    *,
+    reference: float = 0.5,
+    band: float | None = None,
+    domain: tuple[float, float] = (0.0, 1.0),
+) -> AltairChart:
+    """One bar per judge of a rate (default in [0, 1]), a dashed reference line, an optional ok band."""
+    df = bias.dropna(subset=[column]).copy()
+    layers: list[alt.Chart] = []
+    if band is not None:
+        band_df = pd.DataFrame(
+            {"lo": [max(domain[0], reference - band)], "hi": [min(domain[1], reference + band)]}
+        )
+        layers.append(alt.Chart(band_df).mark_rect(opacity=0.12, color="#2e7d32").encode(x="lo:Q", x2="hi:Q"))
+    layers.append(
+        alt.Chart(df)
+        .mark_bar(color="#5c6bc0")
+        .encode(
+            x=alt.X(f"{column}:Q", title=title, scale=alt.Scale(domain=list(domain))),
+            y=alt.Y("judge:N", title=None),
+            tooltip=["judge:N", alt.Tooltip(f"{column}:Q", format=".3f")],
+        )
+    )
+    layers.append(
+        alt.Chart(pd.DataFrame({"ref": [reference]}))
+        .mark_rule(strokeDash=[5, 4], color="black")
+        .encode(x="ref:Q")
+    )
+    return alt.layer(*layers).properties(height=max(90, 40 * len(df) + 50))
+
+
+def delta_chart(deltas: pd.DataFrame) -> AltairChart:
+    """Candidate - baseline mean per system x aspect with its paired-bootstrap CI; zero marked."""
+    df = deltas.copy()
+    df["label"] = df["system"].astype(str) + " · " + df["aspect"].astype(str)
+    df["direction"] = df["delta"].map(lambda d: "better" if d > 0 else "worse" if d < 0 else "same")
+    base = alt.Chart(df).encode(y=alt.Y("label:N", title=None, sort=None))
+    rules = base.mark_rule(strokeWidth=2, color="#78909c").encode(
+        x=alt.X("ci_low:Q", title="candidate − baseline (mean score, 95% CI)"), x2="ci_high:Q"
+    )
+    points = base.mark_point(filled=True, size=110).encode(
+        x="delta:Q",
+        color=alt.Color(
+            "direction:N",
+            scale=alt.Scale(domain=["better", "same", "worse"], range=["#2e7d32", "#90a4ae", "#c62828"]),
+        ),
+        tooltip=[
+            "system:N",
+            "aspect:N",
+            alt.Tooltip("baseline:Q", format=".2f"),
+            alt.Tooltip("candidate:Q", format=".2f"),
+            alt.Tooltip("delta:Q", format=".2f"),
+            alt.Tooltip("ci_low:Q", format=".2f"),
+            alt.Tooltip("ci_high:Q", format=".2f"),
+            "n_items:Q",
+        ],
+    )
+    zero = (
+        alt.Chart(pd.DataFrame({"zero": [0.0]}))
+        .mark_rule(strokeDash=[4, 4], color="black")
+        .encode(x="zero:Q")
+    )
+    return alt.layer(zero, rules, points).properties(height=_height(len(df)))
+
+
+def progress_figure(counts: dict[str, int]) -> go.Figure:
+    """One stacked bar of a run's judgments by status."""
+    colors = {
+        "done": "#2e7d32",
+        "running": "#1565c0",
+        "pending": "#b0bec5",
+        "failed": "#c62828",
+        "unparseable": "#ef6c00",
+        "cancelled": "#6d4c41",
+    }
+    fig = go.Figure()
+    for status, color in colors.items():
+        value = int(counts.get(status) or 0)
+        if value:
+            fig.add_trace(
+                go.Bar(
+                    x=[value],
+                    y=["judgments"],
+                    orientation="h",
+                    name=status,
+                    marker_color=color,
+                    text=[str(value)],
+                    textposition="inside",
+                )
+            )
+    fig.update_layout(
+        barmode="stack",
+        height=130,
+        margin={"l": 10, "r": 10, "t": 10, "b": 10},
+        legend={"orientation": "h", "y": -0.4},
+        yaxis={"visible": False},
+    )
+    return fig

@@ -1,0 +1,146 @@
+"""Session state shared by the pages: API connection, the selected run, cache revisions.
+
+The connection comes from ``DJ_API_URL`` (default http://127.0.0.1:8000) and ``DJ_API_KEY`` and can be
+edited in the sidebar; the selected run is kept in the session (and in the ``?run=`` query parameter for
+links).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import streamlit as st
+
+from dashboard import api, widgets
+
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+RUN_LIST_LIMIT = 100
+N_BOOT_CHOICES = (0, 200, 500, 1000, 2000)
+FINISHED = ("done", "budget_exhausted", "cancelled", "failed")
+
+
+def init() -> None:
+    ss = st.session_state
+    ss.setdefault("api_url", os.environ.get("DJ_API_URL") or DEFAULT_API_URL)
+    ss.setdefault("api_key", os.environ.get("DJ_API_KEY") or "")
+    ss.setdefault("n_boot", 500)
+    ss.setdefault("ratings_rev", 0)
+    if "run_id" not in ss:
+        ss["run_id"] = st.query_params.get("run")
+
+
+def conn() -> api.Conn:
+    init()
+    url = str(st.session_state["api_url"]).strip() or DEFAULT_API_URL
+    return api.Conn(url.rstrip("/"), str(st.session_state["api_key"]).strip() or None)
+
+
+def n_boot() -> int:
+    return int(st.session_state.get("n_boot", 500))
+
+
+def ratings_rev() -> int:
+    return int(st.session_state.get("ratings_rev", 0))
+
+
+def bump_ratings() -> None:
+    """After posting ratings: the next report / ratings read goes to the API."""
+    st.session_state["ratings_rev"] = ratings_rev() + 1
+
+
+def select_run(run_id: str | None) -> None:
+    """Select a run on the next script run (call before ``st.rerun()``)."""
+    st.session_state["_select_next"] = run_id
+
+
+def run_label(run: dict[str, Any]) -> str:
+    name = run.get("name") or "unnamed"
+    return f"{name} · {run.get('id')} · {run.get('status')}"
+
+
+def sidebar() -> None:
+    """Connection settings, report options, refresh, and the run selector."""
+    init()
+    ss = st.session_state
+    with st.sidebar:
+        with st.expander("API connection", expanded=False):
+            st.text_input("API URL", key="api_url", help="DJ_API_URL")
+            st.text_input(
+                "API key", key="api_key", type="password", help="DJ_API_KEY; sent as a Bearer token"
+            )
+            st.selectbox(
+                "Bootstrap resamples (CIs)",
+                N_BOOT_CHOICES,
+                key="n_boot",
+                help="n_boot of the report: more is steadier and slower",
+            )
+            if st.button("Refresh data", help="Forget cached API answers"):
+                api.clear_caches()
+        runs = widgets.guard(api.list_runs, conn(), 0, RUN_LIST_LIMIT, what="the run list", quiet=True)
+        if runs is None:
+            st.caption(f"API unreachable at {conn().url}")
+            return
+        items = list(runs.get("items") or [])
+        if "_select_next" in ss:
+            ss["run_id"] = ss.pop("_select_next")
+        ids = [str(r["id"]) for r in items]
+        if ss.get("run_id") and ss["run_id"] not in ids:
+            ids.insert(0, str(ss["run_id"]))
+        if not ids:
+            st.caption("No runs yet.")
+            return
+        labels = {str(r["id"]): run_label(r) for r in items}
+        if ss.get("run_id") not in ids:
+            ss["run_id"] = ids[0]
+        ss["_run_widget"] = ss["run_id"]
+        st.selectbox(
+            "Run", ids, key="_run_widget", format_func=lambda i: labels.get(i, i), on_change=_run_changed
+        )
+        if int(runs.get("total") or 0) > len(items):
+            st.caption(
+                f"Showing the newest {len(items)} of {runs.get('total')} runs; open older ones on Runs."
+            )
+        if st.query_params.get("run") != ss["run_id"]:
+            st.query_params["run"] = ss["run_id"]
+
+
+def _run_changed() -> None:
+    st.session_state["run_id"] = st.session_state["_run_widget"]
+
+
+def current_run_id() -> str | None:
+    value = st.session_state.get("run_id")
+    return str(value) if value else None
+
+
+def require_run() -> dict[str, Any]:
+    """The selected run's summary; otherwise an empty state or an error and ``st.stop()``."""
+    runs = widgets.guard(api.list_runs, conn(), 0, 1, what="the run list")
+    if runs is None:
+        st.stop()
+    run_id = current_run_id()
+    if not run_id and not runs.get("total"):
+        widgets.empty(widgets.NO_RUNS)
+        st.stop()
+    if not run_id:
+        widgets.empty("Select a run in the sidebar.")
+        st.stop()
+    run = widgets.guard(api.get_run, conn(), run_id, what=f"run {run_id}")
+    if run is None:
+        st.stop()
+    return run
+
+
+def require_report(run: dict[str, Any]) -> dict[str, Any]:
+    """The selected run's report (cached by the run's progress and the ratings revision) or ``st.stop()``."""
+    report = widgets.guard(
+        api.report, conn(), str(run["id"]), n_boot(), api.run_version(run), ratings_rev(), what="the report"
+    )
+    if report is None:
+        st.stop()
+    return report
+
+
+def unfinished(run: dict[str, Any]) -> bool:
+    return str(run.get("status")) not in FINISHED

@@ -1,0 +1,101 @@
+"""Human agreement: S1/S2, kappa, correlations, alpha; judge-vs-human scatter, confusions, system ranks."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import analysis, api, charts, state, widgets
+
+EMPTY = (
+    "No human ratings for this run yet — rate items on the **Annotate** page, or import them with "
+    "`dialogue-judge import-ratings RUN_ID ratings.csv`."
+)
+
+
+def tables(report: dict) -> None:
+    if not report.get("agreement"):
+        widgets.empty("The report has no agreement section yet — press *Refresh data* in the sidebar.")
+        return
+    st.subheader("Preference agreement (S1 keeps ties, S2 drops them)")
+    prefs = analysis.pref_agreement_frame(report)
+    if prefs.empty:
+        st.caption("No human preference votes.")
+    else:
+        widgets.table(prefs, "preference_agreement", "agr_pref")
+    st.subheader("Score agreement (judge vs mean human)")
+    widgets.table(analysis.score_agreement_frame(report), "score_agreement", "agr_scores")
+    st.subheader("Krippendorff's alpha")
+    widgets.table(analysis.alpha_frame(report), "alpha", "agr_alpha")
+
+
+def item_level(run: dict, ratings: pd.DataFrame) -> None:
+    conn, run_id = state.conn(), str(run["id"])
+    judge_items = widgets.guard(
+        api.judge_item_scores, conn, run_id, api.run_version(run), what="the judgments"
+    )
+    if judge_items is None:
+        return
+    scatter = analysis.scatter_frame(judge_items, analysis.human_item_scores(ratings))
+    if scatter.empty:
+        widgets.empty(
+            "No item has both a judge score and a human score yet — rate single-mode items on Annotate."
+        )
+        return
+    left, right = st.columns(2)
+    with left:
+        aspect = widgets.pick("Aspect", analysis.aspect_order(scatter["aspect"].tolist()), key="agr_aspect")
+    with right:
+        judge = widgets.pick("Judge", sorted(scatter["judge"].unique().tolist()), key="agr_judge")
+    chosen = scatter[(scatter["aspect"] == aspect) & (scatter["judge"] == judge)]
+    left, right = st.columns([3, 2])
+    with left:
+        st.subheader("Judge vs human scores")
+        st.caption(f"{len(chosen):,} rated (item, system) pairs; dashed line: perfect agreement.")
+        widgets.chart(charts.agreement_scatter(chosen), key="agr_scatter")
+    with right:
+        st.subheader("Score confusion (5 bins)")
+        st.caption("Judge bin (rows) by human bin (columns), both scales cut into five equal parts.")
+        matrix = analysis.score_confusion(chosen)
+        widgets.chart(
+            charts.confusion_heatmap(matrix.to_numpy().tolist(), list(matrix.index)), key="agr_conf"
+        )
+    st.subheader("System-level ranks: judge vs humans")
+    ranks = analysis.system_ranks(chosen)
+    widgets.chart(charts.rank_comparison_chart(ranks), key="agr_ranks")
+    widgets.table(ranks, "system_ranks", "agr_ranks_t")
+    with st.expander("Rated items"):
+        widgets.table(chosen.sort_values("gap", ascending=False), "judge_vs_human_items", "agr_items")
+
+
+def preference_confusions(report: dict) -> None:
+    confusions = analysis.pref_confusions(report)
+    if not confusions:
+        return
+    st.subheader("Preference confusion (judge rows × human columns)")
+    cols = st.columns(min(3, len(confusions)))
+    for i, c in enumerate(confusions):
+        with cols[i % len(cols)]:
+            st.caption(f"{c['aspect']} · {c['judge']}")
+            widgets.chart(charts.confusion_heatmap(c["matrix"], c["labels"]), key=f"agr_pconf_{i}")
+
+
+def render() -> None:
+    st.title("Human agreement")
+    run = state.require_run()
+    ratings = widgets.guard(
+        api.ratings, state.conn(), str(run["id"]), state.ratings_rev(), what="the human ratings"
+    )
+    if ratings is None:
+        return
+    if ratings.empty:
+        widgets.empty(EMPTY)
+        return
+    report = state.require_report(run)
+    st.caption(f"{len(ratings):,} human ratings from {ratings['rater'].nunique()} raters.")
+    tables(report)
+    preference_confusions(report)
+    item_level(run, ratings)
+
+
+render()

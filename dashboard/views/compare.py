@@ -1,0 +1,123 @@
+"""Compare runs: baseline vs candidate run — per-aspect deltas with CIs and the items that got worse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from dashboard import analysis, api, charts, state, widgets
+
+
+def choose_runs() -> tuple[dict[str, Any], dict[str, Any]] | None:
+    listing = widgets.guard(api.list_runs, state.conn(), 0, state.RUN_LIST_LIMIT, what="the run list")
+    if listing is None:
+        return None
+    runs = {str(r["id"]): r for r in listing.get("items") or []}
+    if len(runs) < 2:
+        widgets.empty(
+            widgets.NO_RUNS
+            if not runs
+            else "Comparing needs two runs of the same items — submit the items again with the new judge, "
+            "rubric or systems (`dialogue-judge submit items.jsonl --judge ...`)."
+        )
+        return None
+    ids = list(runs)
+    current = state.current_run_id()
+    cand_default = ids.index(current) if current in ids else 0
+    left, right = st.columns(2)
+    cand = left.selectbox(
+        "Candidate run",
+        ids,
+        index=cand_default,
+        key="cmp_cand",
+        format_func=lambda i: state.run_label(runs[i]),
+    )
+    base = right.selectbox(
+        "Baseline run",
+        ids,
+        index=(cand_default + 1) % len(ids),
+        key="cmp_base",
+        format_func=lambda i: state.run_label(runs[i]),
+    )
+    if cand == base:
+        st.warning("Pick two different runs.")
+        return None
+    return runs[base], runs[cand]
+
+
+def score_deltas(base: dict[str, Any], cand: dict[str, Any]) -> None:
+    conn = state.conn()
+    b = widgets.guard(
+        api.judge_item_scores, conn, str(base["id"]), api.run_version(base), what="the baseline run"
+    )
+    c = widgets.guard(
+        api.judge_item_scores, conn, str(cand["id"]), api.run_version(cand), what="the candidate run"
+    )
+    if b is None or c is None:
+        return
+    st.subheader("Per-aspect score deltas (candidate − baseline, paired bootstrap 95% CI over shared items)")
+    deltas = analysis.compare_scores(b, c, n_boot=max(state.n_boot(), 200))
+    if deltas.empty:
+        widgets.empty(
+            "The two runs share no single-mode (item, system, aspect) scores — compare runs of the same "
+            "items and systems."
+        )
+        return
+    widgets.chart(charts.delta_chart(deltas), key="cmp_delta")
+    widgets.table(deltas, "score_deltas", "cmp_delta_t")
+    st.subheader("Items that got worse")
+    worse = analysis.worse_items(b, c)
+    if worse.empty:
+        st.success("No (item, system, aspect) scored lower in the candidate run.")
+        return
+    widgets.table(worse, "worse_items", "cmp_worse", page_size=50)
+    left, right = st.columns([3, 1])
+    item = left.selectbox(
+        "Review item (candidate run)",
+        worse["item_id"].astype(str).head(500).unique().tolist(),
+        key="cmp_item",
+    )
+    right.write("")
+    if right.button("Open in explorer", key="cmp_go") and item:
+        state.select_run(str(cand["id"]))
+        st.session_state["ex_typed"] = item
+        st.switch_page("views/explorer.py")
+
+
+def preference_deltas(base: dict[str, Any], cand: dict[str, Any]) -> None:
+    reports = [
+        widgets.guard(
+            api.report,
+            state.conn(),
+            str(r["id"]),
+            0,
+            api.run_version(r),
+            state.ratings_rev(),
+            what=f"the report of {r['id']}",
+        )
+        for r in (base, cand)
+    ]
+    if reports[0] is None or reports[1] is None:
+        return
+    deltas = analysis.compare_preferences(
+        analysis.preferences_frame(reports[0]), analysis.preferences_frame(reports[1])
+    )
+    st.subheader("Pairwise win-rate deltas")
+    if deltas.empty:
+        st.caption("No system pair was judged pairwise in both runs.")
+        return
+    widgets.table(deltas, "win_rate_deltas", "cmp_pref")
+
+
+def render() -> None:
+    st.title("Compare runs")
+    chosen = choose_runs()
+    if chosen is None:
+        return
+    base, cand = chosen
+    score_deltas(base, cand)
+    preference_deltas(base, cand)
+
+
+render()

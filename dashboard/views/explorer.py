@@ -1,0 +1,179 @@
+"""Item explorer: filter judgments (paged by the API), then read one item as a chat with its candidates, every
+judgment (the explanation in each presentation order) and its human ratings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import api, state, widgets
+
+STATUSES = ["done", "failed", "unparseable", "pending", "running"]
+PAGE = 50
+LIST_COLUMNS = [
+    "id",
+    "item_id",
+    "mode",
+    "system_a",
+    "system_b",
+    "aspect",
+    "order",
+    "score",
+    "verdict",
+    "outcome",
+    "status",
+    "judge",
+]
+
+
+def filters(report: dict[str, Any] | None) -> dict[str, Any]:
+    counts = (report or {}).get("counts") or {}
+    c1, c2, c3, c4 = st.columns(4)
+    system = c1.selectbox("System", ["(all)", *counts.get("systems", [])], key="ex_system")
+    aspect = c2.selectbox("Aspect", ["(all)", *counts.get("aspects", [])], key="ex_aspect")
+    status = c3.selectbox("Status", ["(all)", *STATUSES], key="ex_status")
+    mode = c4.selectbox("Mode", ["(all)", "single", "pairwise"], key="ex_mode")
+    out: dict[str, Any] = {"system": system, "aspect": aspect, "status": status, "mode": mode}
+    if st.toggle("Filter by score", key="ex_score_on"):
+        low, high = st.slider("Score range", 0.0, 100.0, (0.0, 100.0), key="ex_score")
+        out.update(score_min=low, score_max=high)
+    return api.clean_filters(out)
+
+
+def judgment_list(run_id: str, flt: dict[str, Any]) -> list[str]:
+    """The filtered judgments, one API page at a time; returns the item ids on the shown page."""
+    first = widgets.guard(
+        api.judgments_page, state.conn(), run_id, 0, 1, tuple(flt.items()), what="the judgments"
+    )
+    if first is None:
+        return []
+    total = int(first.get("total") or 0)
+    st.caption(f"{total:,} judgments match.")
+    if not total:
+        return []
+    offset = widgets.pager(total, "ex_list", PAGE)
+    page = widgets.guard(
+        api.judgments_page, state.conn(), run_id, offset, PAGE, tuple(flt.items()), what="the judgments"
+    )
+    rows = pd.DataFrame((page or {}).get("items") or [])
+    if rows.empty:
+        return []
+    st.dataframe(rows[[c for c in LIST_COLUMNS if c in rows]], hide_index=True, height=260, key="ex_list_df")
+    widgets.csv_button(rows, f"{run_id}-judgments-page", "ex_list")
+    return list(dict.fromkeys(rows["item_id"].astype(str)))
+
+
+def context(item: dict[str, Any]) -> None:
+    persona = item.get("persona") or {}
+    for who in ("user", "bot"):
+        if persona.get(who):
+            st.markdown(f"**{who.capitalize()} persona**")
+            st.markdown("\n".join(f"- {p}" for p in persona[who]))
+    for field in ("memory", "reference"):
+        if item.get(field):
+            st.markdown(f"**{field.capitalize()}**")
+            st.info(str(item[field]))
+    if item.get("meta"):
+        st.json(item["meta"], expanded=False)
+
+
+def candidates(item: dict[str, Any], judgments: pd.DataFrame) -> None:
+    cands = item.get("candidates") or {}
+    single = judgments[judgments["mode"] == "single"] if not judgments.empty else judgments
+    cols = st.columns(max(1, min(4, len(cands))))
+    for i, (system, text) in enumerate(cands.items()):
+        with cols[i % len(cols)], st.container(border=True):
+            st.markdown(f"**{system}**")
+            st.write(text)
+            for row in (
+                single[single["system_a"] == system].to_dict(orient="records") if not single.empty else []
+            ):
+                score = "–" if pd.isna(row.get("score")) else f"{row['score']:g}"
+                with st.expander(f"{row['aspect']}: {score} ({row['status']})"):
+                    st.write(
+                        row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)"
+                    )
+
+
+def verdicts(judgments: pd.DataFrame) -> None:
+    pair = judgments[judgments["mode"] == "pairwise"] if not judgments.empty else judgments
+    if pair.empty:
+        return
+    st.subheader("Pairwise verdicts (each presentation order)")
+    for (a, b, aspect, judge), g in pair.groupby(["system_a", "system_b", "aspect", "judge"], sort=True):
+        st.markdown(f"**{a} vs {b}** · {aspect} · `{judge}`")
+        cols = st.columns(2)
+        for col, order in zip(cols, ("ab", "ba"), strict=True):
+            shown = f"{a} first" if order == "ab" else f"{b} first"
+            with col, st.container(border=True):
+                rows = g[g["order"] == order].to_dict(orient="records")
+                if not rows:
+                    st.caption(f"{shown}: not judged")
+                for row in rows:
+                    st.markdown(
+                        f"*{shown}* → **{row.get('outcome') or row.get('status')}** for {a} "
+                        f"(verdict: {row.get('verdict') or '–'}, preference {row.get('preference')})"
+                    )
+                    st.write(
+                        row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)"
+                    )
+
+
+def item_view(run: dict[str, Any], item_id: str) -> None:
+    conn, run_id = state.conn(), str(run["id"])
+    item = widgets.guard(api.get_item, conn, run_id, item_id, what=f"item {item_id}")
+    if item is None:
+        return
+    if not item:
+        widgets.empty(f"Item {item_id!r} is not in this run — check the id, or pick one from the list above.")
+        return
+    rows = widgets.guard(
+        api.item_judgments, conn, run_id, item_id, api.run_version(run), what="its judgments"
+    )
+    judgments = pd.DataFrame(rows or [])
+    st.header(f"Item `{item_id}`")
+    left, right = st.columns([3, 2])
+    with left:
+        widgets.dialogue(item)
+    with right:
+        context(item)
+    st.subheader("Candidates and their scores")
+    candidates(item, judgments)
+    verdicts(judgments)
+    ratings = widgets.guard(api.ratings, conn, run_id, state.ratings_rev(), what="the human ratings")
+    if ratings is not None and not ratings.empty:
+        mine = ratings[ratings["item_id"].astype(str) == item_id]
+        st.subheader("Human ratings")
+        if mine.empty:
+            st.caption("None yet — rate this item on the Annotate page.")
+        else:
+            widgets.table(mine, f"{item_id}-ratings", "ex_ratings")
+
+
+def render() -> None:
+    st.title("Item explorer")
+    run = state.require_run()
+    report = widgets.guard(
+        api.report,
+        state.conn(),
+        str(run["id"]),
+        0,
+        api.run_version(run),
+        state.ratings_rev(),
+        what="the run's systems and aspects",
+        quiet=True,
+    )
+    ids = judgment_list(str(run["id"]), filters(report))
+    left, right = st.columns(2)
+    picked = left.selectbox("Item (from the judgments listed)", ids, key="ex_item") if ids else None
+    typed = right.text_input("…or go to item id", placeholder="e.g. msc5-0-t7", key="ex_typed")
+    item_id = typed.strip() or picked
+    if not item_id:
+        widgets.empty("No judgment matches these filters — widen them, or pick another run in the sidebar.")
+        return
+    item_view(run, item_id)
+
+
+render()

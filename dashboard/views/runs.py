@@ -1,0 +1,179 @@
+"""Runs: every run with status, progress, judges, rubrics, cost and tokens; start a run from a JSONL file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import api, charts, state, widgets
+
+REFRESH_S = 2.0
+MODES = ["single", "pairwise"]
+
+
+def runs_table(items: list[dict[str, Any]]) -> pd.DataFrame:
+    rows = [
+        {
+            "id": r.get("id"),
+            "name": r.get("name"),
+            "status": r.get("status"),
+            "progress": float(r.get("progress") or 0.0),
+            "judgments": r.get("n_judgments"),
+            "items": r.get("n_items"),
+            "failed": (r.get("counts") or {}).get("failed", 0),
+            "unparseable": (r.get("counts") or {}).get("unparseable", 0),
+            "judges": ", ".join(r.get("judges") or []),
+            "rubrics": ", ".join(r.get("rubrics") or []),
+            "mode": ", ".join(r.get("mode") or []),
+            "cost_usd": r.get("cost_usd"),
+            "input_tokens": r.get("input_tokens"),
+            "output_tokens": r.get("output_tokens"),
+            "cached": r.get("cached"),
+            "created_at": r.get("created_at"),
+            "finished_at": r.get("finished_at"),
+        }
+        for r in items
+    ]
+    return pd.DataFrame(rows)
+
+
+COLUMNS = {
+    "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
+    "cost_usd": st.column_config.NumberColumn("cost (USD)", format="$%.4f"),
+}
+
+
+def run_list() -> None:
+    conn = state.conn()
+    total_page = widgets.guard(api.list_runs, conn, 0, 1, what="the run list")
+    if total_page is None:
+        return
+    total = int(total_page.get("total") or 0)
+    if not total:
+        widgets.empty(widgets.NO_RUNS)
+        return
+    offset = widgets.pager(total, "runs", page_size=50)
+    page = widgets.guard(api.list_runs, conn, offset, 50, what="the run list")
+    if page is None:
+        return
+    items = list(page.get("items") or [])
+    df = runs_table(items)
+    busy = [r for r in items if state.unfinished(r)]
+    cols = st.columns(4)
+    cols[0].metric("Runs", f"{total:,}")
+    cols[1].metric("Running", len(busy))
+    cols[2].metric("Judgments (this page)", f"{int(df['judgments'].fillna(0).sum()):,}")
+    cols[3].metric("Cost (this page)", f"${float(df['cost_usd'].fillna(0).sum()):.4f}")
+    st.dataframe(df, hide_index=True, column_config=COLUMNS, key="runs_df")
+    widgets.csv_button(df, "runs", "runs")
+    ids = [str(r["id"]) for r in items]
+    chosen = st.selectbox(
+        "Open run",
+        ids,
+        index=None,
+        placeholder="pick a run to select it everywhere",
+        format_func=lambda i: state.run_label(next(r for r in items if r["id"] == i)),
+    )
+    if chosen and chosen != state.current_run_id():
+        state.select_run(chosen)
+        st.rerun()
+
+
+def run_detail(run: dict[str, Any]) -> None:
+    st.subheader(f"Run {run.get('name') or ''} `{run.get('id')}`")
+    counts = run.get("counts") or {}
+    cols = st.columns(5)
+    cols[0].metric("Status", str(run.get("status")))
+    cols[1].metric("Progress", f"{100 * float(run.get('progress') or 0):.1f}%")
+    cols[2].metric(
+        "Done / failed / unparseable",
+        f"{counts.get('done', 0)} / {counts.get('failed', 0)} / {counts.get('unparseable', 0)}",
+    )
+    cols[3].metric("Tokens in / out", f"{run.get('input_tokens', 0):,} / {run.get('output_tokens', 0):,}")
+    cols[4].metric("Cost", f"${float(run.get('cost_usd') or 0):.4f}")
+    st.progress(float(run.get("progress") or 0.0))
+    widgets.chart(charts.progress_figure(counts), key="run_progress")
+    st.caption(
+        f"Judges: {', '.join(run.get('judges') or [])} · rubrics: {', '.join(run.get('rubrics') or [])} · "
+        f"provider calls {run.get('provider_calls', 0)}, cached {run.get('cached', 0)}"
+    )
+    if run.get("message"):
+        st.warning(str(run["message"]))
+    failed = int(counts.get("failed") or 0) + int(counts.get("unparseable") or 0)
+    if failed and st.button(f"Retry {failed} failed / unparseable judgments", key="retry"):
+        result = widgets.guard(api.retry_run, state.conn(), str(run["id"]), what="the retry")
+        if result is not None:
+            st.success(f"Requeued {result.get('requeued', 0)} judgments.")
+
+
+def live_section() -> None:
+    """The run list and the selected run; refreshes itself every few seconds while a run is unfinished."""
+    first = widgets.guard(api.list_runs, state.conn(), 0, 50, what="the run list", quiet=True)
+    busy = any(state.unfinished(r) for r in (first or {}).get("items") or [])
+    run_id = state.current_run_id()
+
+    @st.fragment(run_every=REFRESH_S if busy else None)
+    def live() -> None:
+        run_list()
+        if run_id:
+            run = widgets.guard(api.get_run, state.conn(), run_id, what=f"run {run_id}")
+            if run is not None:
+                run_detail(run)
+        now = widgets.guard(api.list_runs, state.conn(), 0, 50, what="the run list", quiet=True)
+        if busy and now is not None and not any(state.unfinished(r) for r in now.get("items") or []):
+            st.rerun()  # everything finished: a full rerun stops the auto-refresh
+
+    live()
+    if busy:
+        st.caption(f"Live: refreshing every {REFRESH_S:.0f} s while a run is unfinished.")
+
+
+def upload_form() -> None:
+    with st.expander("Start a run from a JSONL file", expanded=False):
+        rubric_list = widgets.guard(api.rubrics, state.conn(), what="the rubrics") or []
+        ids = [str(r.get("id")) for r in rubric_list]
+        with st.form("new_run"):
+            upload = st.file_uploader("Items (JSONL: one item per line)", type=["jsonl", "json", "txt"])
+            name = st.text_input("Name")
+            rubrics = st.multiselect("Rubrics", ids, default=[i for i in ids if i == "rsum-single"][:1])
+            judges = st.text_area("Judges (one per line)", placeholder="openai:gpt-4o-mini")
+            modes = st.multiselect("Modes", MODES, default=["single"])
+            left, right = st.columns(2)
+            baseline = left.text_input("Baseline system (pairwise, optional)")
+            orders = right.selectbox("Pairwise orders", ["both", "random"])
+            submitted = st.form_submit_button("Start run", type="primary")
+        if not submitted:
+            return
+        judge_list = [j.strip() for j in judges.splitlines() if j.strip()]
+        if upload is None or not rubrics or not judge_list or not modes:
+            st.error("A run needs a JSONL file, at least one rubric, one judge and one mode.")
+            return
+        created = widgets.guard(
+            api.create_run_jsonl,
+            state.conn(),
+            upload.getvalue(),
+            rubrics=rubrics,
+            judges=judge_list,
+            modes=modes,
+            name=name or upload.name.rsplit(".", 1)[0],
+            baseline=baseline or None,
+            orders=orders,
+            what="the new run",
+        )
+        if created is not None:
+            st.success(
+                f"Started run `{created.get('id')}`: {created.get('n_items')} items, "
+                f"{created.get('n_judgments')} judgments."
+            )
+            state.select_run(str(created.get("id")))
+
+
+def render() -> None:
+    st.title("Runs")
+    upload_form()
+    live_section()
+
+
+render()

@@ -1,0 +1,147 @@
+"""Streamlit building blocks the pages share: guarded API calls, empty states, paged downloadable tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from dialogue_judge.client import ApiError
+
+T = TypeVar("T")
+NO_RUNS = (
+    "No runs yet — submit one with `dialogue-judge submit items.jsonl --judge ...` or upload a JSONL file "
+    "on the **Runs** page."
+)
+PAGE_SIZE = 100
+ALTAIR_TYPES = (
+    alt.Chart,
+    alt.LayerChart,
+    alt.FacetChart,
+    alt.ConcatChart,
+    alt.HConcatChart,
+    alt.VConcatChart,
+)
+INLINE_CSV_ROWS = 20_000
+
+
+def guard(fn: Callable[..., T], *args: Any, what: str, quiet: bool = False, **kwargs: Any) -> T | None:
+    """Call ``fn``; on failure show one clear ``st.error`` (never a traceback) and return None."""
+    try:
+        return fn(*args, **kwargs)
+    except ApiError as exc:
+        message = f"Could not load {what} from the API: {exc.message}"
+        if exc.status_code == 401 or exc.status_code == 403:
+            message += " — check the API key in the sidebar (DJ_API_KEY)."
+        elif exc.status_code == 0:
+            message += (
+                " — is the service running? Start it with `dialogue-judge up`, or set the API URL in the"
+                " sidebar."
+            )
+    except Exception as exc:  # a malformed answer must not become a traceback on the page
+        message = f"Could not load {what}: {type(exc).__name__}: {exc}"
+    if quiet:
+        st.caption(message)
+    else:
+        st.error(message, icon="🚫")
+    return None
+
+
+def empty(message: str) -> None:
+    """An empty state that says what to do next."""
+    st.info(message, icon="ℹ️")
+
+
+def pager(total: int, key: str, page_size: int = PAGE_SIZE) -> int:
+    """A page picker when ``total`` exceeds one page; returns the offset of the chosen page."""
+    pages = max(1, -(-total // page_size))
+    if pages == 1:
+        return 0
+    left, right = st.columns([1, 3])
+    page = left.number_input("Page", min_value=1, max_value=pages, value=1, step=1, key=f"{key}_page")
+    first = (int(page) - 1) * page_size
+    right.caption(f"rows {first + 1}–{min(total, first + page_size)} of {total:,}")
+    return first
+
+
+def csv_button(df: pd.DataFrame, name: str, key: str) -> None:
+    if len(df) <= INLINE_CSV_ROWS:
+        data: Any = df.to_csv(index=False).encode()
+    else:
+
+        def data() -> bytes:  # deferred: built only when clicked
+            return df.to_csv(index=False).encode()
+
+    st.download_button(
+        "Download CSV",
+        data,
+        file_name=f"{name}.csv",
+        mime="text/csv",
+        key=f"{key}_csv",
+        icon=":material/download:",
+    )
+
+
+def table(
+    df: pd.DataFrame,
+    name: str,
+    key: str,
+    *,
+    page_size: int = PAGE_SIZE,
+    column_config: dict[str, Any] | None = None,
+    height: int | Literal["auto"] = "auto",
+) -> None:
+    """A dataframe shown one page at a time, with the whole table downloadable as CSV."""
+    if df.empty:
+        st.caption("No rows.")
+        return
+    offset = pager(len(df), key, page_size)
+    st.dataframe(
+        df.iloc[offset : offset + page_size],
+        hide_index=True,
+        column_config=column_config,
+        height=height,
+        key=f"{key}_df",
+    )
+    csv_button(df, name, key)
+
+
+def chart(figure: Any, key: str) -> None:
+    """Render an Altair chart or a Plotly figure at full width."""
+    if isinstance(figure, ALTAIR_TYPES):
+        st.altair_chart(figure, key=key)
+    else:
+        st.plotly_chart(figure, key=key, config={"displaylogo": False})
+
+
+def pick(label: str, options: list[str], key: str, *, all_label: str | None = None) -> str | None:
+    """A selectbox that is skipped when there is one option (returns it) and None when there is none."""
+    if not options:
+        return None
+    choices = ([all_label] if all_label else []) + options
+    if len(choices) == 1:
+        return choices[0]
+    value = st.selectbox(label, choices, key=key)
+    return None if value == all_label else value
+
+
+def fmt_pct(value: Any) -> str:
+    return (
+        "–"
+        if value is None or (isinstance(value, float) and pd.isna(value))
+        else f"{100 * float(value):.1f}%"
+    )
+
+
+def dialogue(item: dict[str, Any]) -> None:
+    """An item's dialogue as a chat, sessions separated."""
+    session = None
+    for turn in item.get("dialogue") or []:
+        if turn.get("session") is not None and turn.get("session") != session:
+            session = turn.get("session")
+            st.caption(f"──── session {session} ────")
+        with st.chat_message("user" if turn.get("speaker") == "user" else "assistant"):
+            st.markdown(str(turn.get("text", "")))

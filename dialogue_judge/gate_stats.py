@@ -1,0 +1,391 @@
+"""The consistency gate's decision procedure: pure numpy/scipy, no I/O, so it can be checked by simulation.
+
+What is decided
+---------------
+* **single mode**: the per-item *drop* ``d_i = score(baseline) - score(candidate)`` of one aspect (positive = the
+  candidate got worse). The parameter is the mean drop ``mu``, the tolerance ``D`` (``--max-drop``).
+* **pairwise mode**: per item, the candidate's head-to-head outcome against the baseline with both presentation
+  orders combined (``judge_api.stats.preferences.combine_orders``: orders agree -> that outcome, disagree -> tie).
+  Its *loss value* is 1 for a loss, 1/2 for a tie and 0 for a win; the parameter is the *loss rate* ``p`` (the
+  mean loss value = 1 - the candidate's win rate with ties counted half, the statistics library's convention).
+  ``p = 0.5`` when nothing changed, whatever the judge's appetite for ties. The tolerance is ``L``
+  (``--max-loss-rate``).
+
+*regression* when a confidence interval for the parameter lies entirely above the tolerance; *no regression* when
+it lies entirely below it (the drop is credibly smaller than what the team tolerates); otherwise *undecided*.
+
+Error control with repeated looks: a confidence sequence plus one final fixed-sample test
+------------------------------------------------------------------------------------------
+Items are judged in a seeded random order, in batches, and the evidence is examined after every batch. Alpha is
+split in two halves (and, with ``m`` gated aspects, each aspect gets ``alpha / m`` split the same way):
+
+1. **Early stops: an anytime-valid betting confidence sequence** at level ``1 - alpha / 2`` (Waudby-Smith & Ramdas,
+   "Estimating means of bounded random variables by betting", JRSS-B 2023: hedged capital process, predictable
+   plug-in bets truncated at ``c / m`` with ``c = 3/4``, running intersection). It needs nothing but bounded
+   values: drops lie in ``[-(max - min), max - min]`` of the rubric's scale and loss values in ``[0, 1]``. By
+   Ville's inequality it covers the true parameter at *every* item count simultaneously with probability
+   ``>= 1 - alpha / 2``, so any number of looks, at any time, is allowed. An aspect stops as soon as the sequence
+   excludes the tolerance.
+2. **The final fixed-sample test**, once, when the items run out (or the budget stops the run): a two-sided
+   ``1 - alpha / 2`` interval on everything judged: Student t for the mean drop (standard deviation floored at 1%
+   of the scale width) or Tango's score interval for the loss rate (the score interval for a difference of paired
+   proportions: losses and wins are the discordant pairs, ties the concordant ones; valid and sharp with many
+   ties, where a Wilson interval on half-counted ties is needlessly wide and a t interval breaks down).
+
+By the union bound the gate errs (a false alarm, or a pass while the true drop exceeds the tolerance) with
+probability at most ``alpha`` however early it stops. Why not the t interval at every look with Bonferroni
+spending? Because a small early sample cannot rule out rare large effects: when a change ruins 10% of the dialogues
+and leaves the rest untouched, 16 items show no damage 18% of the time and a t interval would declare them safe.
+The betting sequence only stops early on evidence that no bounded distribution explains away; large regressions
+(the calls worth saving) still stop early, and ordinary cases are settled by the final test, whose power is that
+of a fixed-sample test at ``alpha / 2``. With ``sequential=False`` (or when the verdicts already exist) the final
+test alone is run at the full ``alpha``. ``tests/gate/test_gate_stats.py`` measures the error rates by
+simulation rather than assuming them.
+
+The reported p-value is *adjusted*: the smallest alpha at which the gate would have made the same decision at the
+same look (``4m / K`` for the confidence sequence with capital ``K``, ``4m p`` for the one-sided p-value of the
+final test), so it can be compared with alpha directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import optimize
+from scipy import stats as sps
+
+Decision = Literal["regression", "no_regression", "undecided"]
+GateMode = Literal["single", "pairwise"]
+DecidedBy = Literal["confidence sequence", "final test", ""]
+
+MIN_BATCH = 10
+"""Smallest automatic batch (items judged between two looks)."""
+TARGET_LOOKS = 10
+"""The automatic batch size aims at about this many looks."""
+MIN_ITEMS_FINAL_TEST = 5
+"""The final fixed-sample test never decides on fewer usable items than this."""
+SD_FLOOR_FRACTION = 0.01
+"""Single mode: the final test floors the standard deviation of the drops at this share of the scale width."""
+BET_TRUNCATION = 0.75
+"""``c`` of the betting confidence sequence: bets are truncated at ``c / m`` (``c / (1 - m)``)."""
+HEDGE = 0.5
+"""Weight of the upward capital process in the hedged process (``theta``)."""
+
+
+# -- batches ---------------------------------------------------------------------------------------------------
+
+
+def look_schedule(n_items: int, batch: int | None = None, *, sequential: bool = True) -> list[int]:
+    """Cumulative item counts after which the gate looks at the evidence (the last one is ``n_items``)."""
+    if n_items <= 0:
+        return []
+    if not sequential:
+        return [n_items]
+    if batch is None:
+        batch = max(MIN_BATCH, math.ceil(n_items / TARGET_LOOKS))
+    if batch < 1:
+        raise ValueError("a batch must hold at least one item")
+    looks = list(range(batch, n_items, batch))
+    looks.append(n_items)
+    return looks
+
+
+# -- the betting confidence sequence ---------------------------------------------------------------------------
+
+
+def _finite(values: ArrayLike) -> np.ndarray:
+    x = np.asarray(values, dtype="float64").ravel()
+    return x[np.isfinite(x)]
+
+
+def _plugin_bets(x: np.ndarray, alpha: float) -> np.ndarray:
+    """Predictable plug-in bets ``lambda_t`` (WSR 2023, eq. 26), computed from ``x_1 .. x_{t-1}`` only."""
+    t = np.arange(1, x.size + 1, dtype="float64")
+    mu_hat = (0.5 + np.cumsum(x)) / (t + 1.0)
+    sigma2 = (0.25 + np.cumsum((x - mu_hat) ** 2)) / (t + 1.0)
+    sigma2_prev = np.concatenate(([0.25], sigma2[:-1]))
+    return np.sqrt(2.0 * math.log(2.0 / alpha) / (sigma2_prev * t * np.log1p(t)))
+
+
+def _max_log_capital(x: np.ndarray, bets: np.ndarray, m: float) -> tuple[float, float]:
+    """``max_s log K+_s(m)`` and ``max_s log K-_s(m)`` over the prefixes of ``x`` (running intersection)."""
+    if x.size == 0:
+        return 0.0, 0.0
+    up = np.minimum(bets, BET_TRUNCATION / m) if m > 0 else bets
+    down = np.minimum(bets, BET_TRUNCATION / (1.0 - m)) if m < 1 else bets
+    log_up = np.cumsum(np.log1p(up * (x - m)))
+    log_down = np.cumsum(np.log1p(-down * (x - m)))
+    return float(max(0.0, log_up.max())), float(max(0.0, log_down.max()))
+
+
+@dataclass(frozen=True)
+class SequenceState:
+    """The confidence sequence for a mean of values in [0, 1] after all the values seen so far."""
+
+    n: int
+    low: float
+    high: float
+    log_capital_up: float
+    """``max_s log K+_s(threshold)``: evidence that the mean exceeds the threshold."""
+    log_capital_down: float
+    """``max_s log K-_s(threshold)``: evidence that the mean is below the threshold."""
+
+
+def confidence_sequence(values: ArrayLike, alpha: float, threshold: float) -> SequenceState:
+    """Hedged-capital betting confidence sequence (level ``1 - alpha``) for the mean of values in [0, 1].
+
+    ``low``/``high`` are the running-intersection bounds after the last value. ``K+_t(m)`` is non-increasing and
+    ``K-_t(m)`` non-decreasing in ``m`` (the truncated bets keep that), so the sequence is an interval and its
+    bounds are found by bisection.
+    """
+    x = _finite(values)
+    if x.size and (x.min() < 0.0 or x.max() > 1.0):
+        raise ValueError("the confidence sequence needs values in [0, 1]")
+    bets = _plugin_bets(x, alpha)
+    barrier = math.log(1.0 / alpha)
+    log_theta_up, log_theta_down = math.log(HEDGE), math.log(1.0 - HEDGE)
+
+    def rejected_up(m: float) -> bool:  # m is below the mean, credibly
+        return _max_log_capital(x, bets, m)[0] + log_theta_up >= barrier
+
+    def rejected_down(m: float) -> bool:  # m is above the mean, credibly
+        return _max_log_capital(x, bets, m)[1] + log_theta_down >= barrier
+
+    def bisect(predicate: Any, lo: float, hi: float, want_last_true: bool) -> float:
+        # predicate is monotone on [lo, hi]; find its switching point
+        for _ in range(48):
+            mid = (lo + hi) / 2.0
+            if predicate(mid) == want_last_true:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2.0
+
+    low = 0.0
+    if x.size and rejected_up(1e-12):
+        low = bisect(rejected_up, 1e-12, 1.0 - 1e-12, True)
+    high = 1.0
+    if x.size and rejected_down(1.0 - 1e-12):
+        high = bisect(lambda m: not rejected_down(m), 1e-12, 1.0 - 1e-12, True)
+    up, down = _max_log_capital(x, bets, threshold)
+    return SequenceState(int(x.size), low, high, up + log_theta_up, down + log_theta_down)
+
+
+# -- final fixed-sample tests -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FixedTest:
+    n: int
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_regression: float | None
+    """One-sided p-value of H0 'no regression beyond the tolerance' (small -> regression)."""
+    p_no_regression: float | None
+    """One-sided p-value of H0 'a regression at least as large as the tolerance' (small -> pass)."""
+    sd: float | None = None
+
+
+def t_test(drops: ArrayLike, max_drop: float, alpha: float, *, sd_floor: float = 1.0) -> FixedTest:
+    """Student-t interval (two-sided level ``1 - alpha``) of the mean drop and the one-sided tests against D."""
+    x = _finite(drops)
+    n = int(x.size)
+    if n < 2:
+        return FixedTest(n, float(x.mean()) if n else None, None, None, None, None)
+    mean = float(x.mean())
+    sd = max(float(x.std(ddof=1)), float(sd_floor))
+    se = sd / math.sqrt(n)
+    t_crit = float(sps.t.ppf(1.0 - alpha / 2.0, n - 1))
+    t_stat = (mean - max_drop) / se
+    return FixedTest(n, mean, mean - t_crit * se, mean + t_crit * se, float(sps.t.sf(t_stat, n - 1)),
+                     float(sps.t.cdf(t_stat, n - 1)), float(x.std(ddof=1)))
+
+
+def tango_z(losses: float, wins: float, n: float, delta0: float) -> float:
+    """Tango's (1998) score statistic for H0: P(loss) - P(win) = delta0 (paired proportions; ties concordant)."""
+    a = 2.0 * n
+    b = -losses - wins + (2.0 * n - losses + wins) * delta0
+    c = -wins * delta0 * (1.0 - delta0)
+    p_win = (-b + math.sqrt(max(b * b - 4.0 * a * c, 0.0))) / (2.0 * a)
+    variance = n * (2.0 * p_win + delta0 * (1.0 - delta0))
+    diff = losses - wins - n * delta0
+    if variance <= 0.0:
+        return math.copysign(math.inf, diff) if diff else 0.0
+    return diff / math.sqrt(variance)
+
+
+def tango_test(loss_values: ArrayLike, max_loss_rate: float, alpha: float) -> FixedTest:
+    """Tango score interval (level ``1 - alpha``) of the loss rate ``0.5 + (P(loss) - P(win)) / 2``."""
+    x = _finite(loss_values)
+    n = int(x.size)
+    if n == 0:
+        return FixedTest(0, None, None, None, None, None)
+    losses, wins = float((x == 1.0).sum()), float((x == 0.0).sum())
+    rate = float(x.mean())
+    z_crit = float(sps.norm.ppf(1.0 - alpha / 2.0))
+    eps = 1e-9
+    delta_hat = (losses - wins) / n
+
+    def root(target: float, lo: float, hi: float, edge: float) -> float:
+        f = lambda d: tango_z(losses, wins, n, d) - target  # noqa: E731
+        if f(lo) * f(hi) > 0:
+            return edge
+        return float(optimize.brentq(f, lo, hi, xtol=1e-10))
+
+    d_low = root(z_crit, -1.0 + eps, min(delta_hat, 1.0 - eps), -1.0)
+    d_high = root(-z_crit, max(delta_hat, -1.0 + eps), 1.0 - eps, 1.0)
+    z = tango_z(losses, wins, n, 2.0 * max_loss_rate - 1.0)
+    return FixedTest(n, rate, 0.5 + d_low / 2.0, 0.5 + d_high / 2.0, float(sps.norm.sf(z)), float(sps.norm.cdf(z)))
+
+
+# -- one aspect at one look ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AspectEvidence:
+    """The decision for one aspect at one look, with the numbers that justify it."""
+
+    decision: Decision
+    decided_by: DecidedBy
+    n: int
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    ci_level: float
+    ci_method: str
+    p_value: float | None
+    """Adjusted p-value of the decision's direction (regression when undecided); compare with alpha."""
+    sd: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Where the values of an aspect live: drops of a ``[low, high]`` score scale, or loss values in [0, 1]."""
+
+    mode: GateMode
+    low: float = 0.0
+    high: float = 1.0
+
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+    def to_unit(self, values: np.ndarray) -> np.ndarray:
+        if self.mode == "pairwise":
+            return values
+        return (values + self.width) / (2.0 * self.width)
+
+    def from_unit(self, value: float) -> float:
+        if self.mode == "pairwise":
+            return value
+        return value * 2.0 * self.width - self.width
+
+    def threshold_to_unit(self, threshold: float) -> float:
+        return float(self.to_unit(np.asarray([threshold], dtype="float64"))[0])
+
+
+def evaluate_aspect(
+    values: ArrayLike,
+    *,
+    scale: Scale,
+    threshold: float,
+    alpha: float,
+    n_aspects: int = 1,
+    final: bool,
+    sequential: bool = True,
+) -> AspectEvidence:
+    """Decide one aspect from its values so far (drops or loss values, in judging order; NaN = no verdict).
+
+    ``sequential``: the confidence sequence is consulted (and the final test gets the other half of the
+    aspect's alpha); ``final``: this is the last look, so the final fixed-sample test runs if the sequence did
+    not decide.
+    """
+    x = _finite(values)
+    n = int(x.size)
+    alpha_aspect = alpha / n_aspects
+    alpha_final = alpha_aspect / 2.0 if sequential else alpha_aspect
+    if sequential and n:
+        cs_alpha = alpha_aspect / 2.0
+        state = confidence_sequence(scale.to_unit(x), cs_alpha, scale.threshold_to_unit(threshold))
+        barrier = math.log(1.0 / cs_alpha)
+        low, high = scale.from_unit(state.low), scale.from_unit(state.high)
+        estimate = float(x.mean())
+        if state.log_capital_up >= barrier or state.log_capital_down >= barrier:
+            regression = state.log_capital_up >= state.log_capital_down
+            log_k = state.log_capital_up if regression else state.log_capital_down
+            # the hedged barrier is theta*K >= 1/a', a' = alpha/(2m): the smallest alpha that rejects is 2m/(theta*K)
+            p = min(1.0, 2.0 * n_aspects * math.exp(-log_k))
+            return AspectEvidence("regression" if regression else "no_regression", "confidence sequence", n,
+                                  estimate, low, high, 1.0 - cs_alpha, "betting confidence sequence", p)
+        if not final:
+            p = min(1.0, 2.0 * n_aspects * math.exp(-state.log_capital_up))
+            return AspectEvidence("undecided", "", n, estimate, low, high, 1.0 - cs_alpha,
+                                  "betting confidence sequence", p)
+    sd_floor = SD_FLOOR_FRACTION * scale.width
+    test = (t_test(x, threshold, alpha_final, sd_floor=sd_floor) if scale.mode == "single"
+            else tango_test(x, threshold, alpha_final))
+    method = "Student t interval" if scale.mode == "single" else "Tango score interval"
+    factor = 2.0 * alpha / alpha_final  # one-sided p vs alpha_final / 2, expressed against alpha
+    decision: Decision = "undecided"
+    if final and n >= MIN_ITEMS_FINAL_TEST and test.ci_low is not None and test.ci_high is not None:
+        if test.ci_low > threshold:
+            decision = "regression"
+        elif test.ci_high < threshold:
+            decision = "no_regression"
+    raw_p = test.p_no_regression if decision == "no_regression" else test.p_regression
+    p = None if raw_p is None else min(1.0, raw_p * factor)
+    return AspectEvidence(decision, "final test" if decision != "undecided" else "", n, test.estimate,
+                          test.ci_low, test.ci_high, 1.0 - alpha_final, method, p, test.sd)
+
+
+@dataclass(frozen=True)
+class SequentialOutcome:
+    decision: Decision
+    look: int
+    """1-based index of the look that decided (the last look when undecided)."""
+    n_looks: int
+    n_items: int
+    """Items judged when the procedure stopped."""
+    evidence: AspectEvidence
+
+
+def sequential_decision(
+    values: ArrayLike,
+    *,
+    scale: Scale,
+    threshold: float,
+    alpha: float,
+    looks: Sequence[int],
+    n_aspects: int = 1,
+    sequential: bool = True,
+) -> SequentialOutcome:
+    """The gate's procedure for one aspect on values already in judging order (NaN = no usable verdict)."""
+    x = np.asarray(values, dtype="float64").ravel()
+    evidence: AspectEvidence | None = None
+    for index, n_k in enumerate(looks, start=1):
+        final = index == len(looks)
+        evidence = evaluate_aspect(x[:n_k], scale=scale, threshold=threshold, alpha=alpha, n_aspects=n_aspects,
+                                   final=final, sequential=sequential)
+        if evidence.decision != "undecided":
+            return SequentialOutcome(evidence.decision, index, len(looks), min(n_k, x.size), evidence)
+    assert evidence is not None, "no looks"
+    return SequentialOutcome("undecided", len(looks), len(looks), min(looks[-1], x.size), evidence)
+
+
+def loss_value(outcome: str | None) -> float:
+    """Pairwise outcome *for the candidate* -> loss value (loss 1, tie 1/2, win 0; NaN when missing)."""
+    return {"loss": 1.0, "tie": 0.5, "win": 0.0}.get(outcome or "", float("nan"))
+
+
+def default_max_drop(scale_low: float, scale_high: float) -> float:
+    """The default tolerance: 5 points on a 1-100 scale, the same share of other scales."""
+    return round(0.05 * (scale_high - scale_low + 1.0), 6)

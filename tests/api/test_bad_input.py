@@ -1,0 +1,338 @@
+"""Bad input for every endpoint: a clear 4xx that names the field at fault and the reason, and nothing stored
+half-way (every table's row count is unchanged after each rejected request). Runs on SQLite and PostgreSQL:
+some values (NUL characters, NaN) are only unstorable on PostgreSQL."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from .conftest import JUDGE, Api, ApiFactory, item, run_body
+
+RUN = "{run}"  # replaced by the id of a stored run
+
+
+@dataclass
+class Case:
+    name: str
+    method: str
+    path: str
+    status: int
+    loc: list[Any] | None  # the error's loc must start with this (None: a plain-string detail)
+    reason: str  # a fragment of the message
+    json: Any = None
+    content: bytes | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def body_with(change: Any) -> dict[str, Any]:
+    body = run_body(n_items=2)
+    change(body)
+    return body
+
+
+def set_(path: list[Any], value: Any) -> Any:
+    def change(body: dict[str, Any]) -> None:
+        target = body
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return change
+
+
+def drop(path: list[Any]) -> Any:
+    def change(body: dict[str, Any]) -> None:
+        target = body
+        for key in path[:-1]:
+            target = target[key]
+        del target[path[-1]]
+
+    return change
+
+
+RATING = {"item_id": "item-0", "system": "a", "aspect": "consistency", "rater": "r1", "value": 50}
+
+
+def rating(**changes: Any) -> dict[str, Any]:
+    return {"ratings": [{**RATING, **changes}]}
+
+
+RUN_CASES = [
+    Case("not json", "POST", "/v1/runs", 422, ["body"], "JSON decode error", content=b'{"items": [',
+         headers={"content-type": "application/json"}),
+    Case("not an object", "POST", "/v1/runs", 422, ["body"], "valid dictionary", json=[1, 2]),
+    Case("missing items", "POST", "/v1/runs", 422, ["body", "items"], "Field required", json=body_with(drop(["items"]))),
+    Case("empty items", "POST", "/v1/runs", 422, ["body", "items"], "at least 1 item", json=body_with(set_(["items"], []))),
+    Case("unknown field", "POST", "/v1/runs", 422, ["body", "itemz"], "Extra inputs are not permitted",
+         json=body_with(set_(["itemz"], []))),
+    Case("items not a list", "POST", "/v1/runs", 422, ["body", "items"], "valid list", json=body_with(set_(["items"], "x"))),
+    Case("missing candidates", "POST", "/v1/runs", 422, ["body", "items", 1, "candidates"], "Field required",
+         json=body_with(drop(["items", 1, "candidates"]))),
+    Case("no candidate", "POST", "/v1/runs", 422, ["body", "items", 0, "candidates"], "at least one candidate",
+         json=body_with(set_(["items", 0, "candidates"], {}))),
+    Case("empty candidate", "POST", "/v1/runs", 422, ["body", "items", 0, "candidates"], "candidate 'a' is empty",
+         json=body_with(set_(["items", 0, "candidates", "a"], "   "))),
+    Case("bad system name", "POST", "/v1/runs", 422, ["body", "items", 0, "candidates"], "system name '-x'",
+         json=body_with(set_(["items", 0, "candidates", "-x"], "hello"))),
+    Case("bad item id", "POST", "/v1/runs", 422, ["body", "items", 0, "id"], "should match pattern",
+         json=body_with(set_(["items", 0, "id"], "has space"))),
+    Case("duplicate item ids", "POST", "/v1/runs", 422, ["body"], "items[1].id: duplicate item id 'item-0'",
+         json=body_with(set_(["items", 1, "id"], "item-0"))),
+    Case("bad speaker", "POST", "/v1/runs", 422, ["body", "items", 0, "dialogue", 1, "speaker"], "'user' or 'bot'",
+         json=body_with(set_(["items", 0, "dialogue", 1, "speaker"], "narrator"))),
+    Case("negative session", "POST", "/v1/runs", 422, ["body", "items", 0, "dialogue", 0, "session"],
+         "greater than or equal to 0", json=body_with(set_(["items", 0, "dialogue", 0, "session"], -1))),
+    Case("unknown rubric", "POST", "/v1/runs", 422, ["body", "rubrics", 0], "unknown rubric 'nope'",
+         json=body_with(set_(["rubrics"], ["nope"]))),
+    Case("rubric vs mode", "POST", "/v1/runs", 422, ["body", "rubrics", 0], "is a pairwise rubric",
+         json=body_with(set_(["rubrics"], ["rsum-pairwise"]))),
+    Case("unknown provider", "POST", "/v1/runs", 422, ["body", "judges", 0], "unknown provider 'acme'",
+         json=body_with(set_(["judges"], ["acme:model"]))),
+    Case("compatible judge without url", "POST", "/v1/runs", 422, ["body", "judges", 0], "need '<model>@<base_url>'",
+         json=body_with(set_(["judges"], ["openai-compatible:model"]))),
+    Case("unknown aspect", "POST", "/v1/runs", 422, ["body", "aspects", 0], "no chosen rubric has the aspect 'humour'",
+         json=body_with(set_(["aspects"], ["humour"]))),
+    Case("pairwise one system", "POST", "/v1/runs", 422, ["body"], "pairwise needs at least two candidates",
+         json={**run_body(), "items": [item(0, systems=("a",))], "mode": ["pairwise"], "rubrics": ["rsum-pairwise"],
+               "aspects": None}),
+    Case("baseline missing", "POST", "/v1/runs", 422, ["body"], "baseline 'zz' is missing",
+         json=body_with(set_(["baseline"], "zz"))),
+    Case("baseline pairing without name", "POST", "/v1/runs", 422, ["body"], "needs a baseline system name",
+         json=body_with(set_(["pairing"], "baseline"))),
+    Case("samples at temperature 0", "POST", "/v1/runs", 422, ["body", "options"], "samples > 1 needs temperature",
+         json=body_with(set_(["options"], {"samples": 3}))),
+    Case("temperature too high", "POST", "/v1/runs", 422, ["body", "options", "temperature"], "less than or equal to 2",
+         json=body_with(set_(["options"], {"temperature": 9}))),
+    Case("budget not positive", "POST", "/v1/runs", 422, ["body", "budget_usd"], "greater than 0",
+         json=body_with(set_(["budget_usd"], 0))),
+    Case("bad outcome map", "POST", "/v1/runs", 422, ["body", "outcome_map", "2"], "'win', 'tie' or 'loss'",
+         json=body_with(set_(["outcome_map"], {"2": "victory"}))),
+    Case("bad mode", "POST", "/v1/runs", 422, ["body", "mode", 0], "'single' or 'pairwise'",
+         json=body_with(set_(["mode"], ["triple"]))),
+    Case("too many judges", "POST", "/v1/runs", 422, ["body", "judges"], "at most 10 items",
+         json=body_with(set_(["judges"], [JUDGE] * 11))),
+    Case("NUL in name", "POST", "/v1/runs", 422, ["body", "name"], "NUL character",
+         json=body_with(set_(["name"], "run\x00name"))),
+    Case("NUL in turn", "POST", "/v1/runs", 422, ["body", "items", 1, "dialogue", 0, "text"], "NUL character",
+         json=body_with(set_(["items", 1, "dialogue", 0, "text"], "a\x00b"))),
+    Case("NUL in meta key", "POST", "/v1/runs", 422, ["body", "meta", "k\\u0000"], "NUL character",
+         json=body_with(set_(["meta"], {"k\x00": 1}))),
+    Case("NaN in meta", "POST", "/v1/runs", 422, ["body", "items", 0, "meta", "x"], "finite number",
+         content=json.dumps(body_with(set_(["items", 0, "meta"], {"x": float("nan")}))).encode(),
+         headers={"content-type": "application/json"}),
+    Case("Infinity budget", "POST", "/v1/runs", 422, ["body", "budget_usd"], "finite number",
+         content=json.dumps(body_with(set_(["budget_usd"], float("inf")))).encode(),
+         headers={"content-type": "application/json"}),
+    Case("lone surrogate", "POST", "/v1/runs", 422, ["body", "items", 0, "candidates", "a"], "unpaired surrogate",
+         content=json.dumps(run_body(n_items=1)).replace("Answer from a", "Answer \\ud800 from a").encode(),
+         headers={"content-type": "application/json"}),
+    Case("no content type", "POST", "/v1/runs", 422, ["body"], "", content=json.dumps(run_body()).encode()),
+]
+
+JSONL_PARAMS = {"rubric": "rsum-single", "judge": JUDGE}
+JSONL_BODY = "\n".join(json.dumps(item(i)) for i in range(2)).encode()
+JSONL_CASES = [
+    Case("jsonl missing rubric", "POST", "/v1/runs/jsonl", 422, ["query", "rubric"], "Field required",
+         content=JSONL_BODY, params={"judge": JUDGE}),
+    Case("jsonl missing judge", "POST", "/v1/runs/jsonl", 422, ["query", "judge"], "Field required",
+         content=JSONL_BODY, params={"rubric": "rsum-single"}),
+    Case("jsonl bad line", "POST", "/v1/runs/jsonl", 422, ["body", "items", "line 2"], "not valid JSON",
+         content=JSONL_BODY.splitlines()[0] + b"\n{oops\n", params=JSONL_PARAMS),
+    Case("jsonl bad item", "POST", "/v1/runs/jsonl", 422, ["body", "items", 1, "candidates"], "Field required",
+         content=JSONL_BODY.splitlines()[0] + b'\n{"id": "x"}\n', params=JSONL_PARAMS),
+    Case("jsonl empty body", "POST", "/v1/runs/jsonl", 422, ["body", "items"], "at least 1 item",
+         content=b"\n\n", params=JSONL_PARAMS),
+    Case("jsonl bad mode", "POST", "/v1/runs/jsonl", 422, ["query", "mode", 0], "'single' or 'pairwise'",
+         content=JSONL_BODY, params={**JSONL_PARAMS, "mode": "both"}),
+    Case("jsonl bad orders", "POST", "/v1/runs/jsonl", 422, ["query", "orders"], "'both' or 'random'",
+         content=JSONL_BODY, params={**JSONL_PARAMS, "orders": "sideways"}),
+    Case("jsonl unknown rubric", "POST", "/v1/runs/jsonl", 422, ["body", "rubrics", 0], "unknown rubric",
+         content=JSONL_BODY, params={**JSONL_PARAMS, "rubric": "nope"}),
+    Case("jsonl baseline missing", "POST", "/v1/runs/jsonl", 422, ["body"], "baseline 'zz' is missing",
+         content=JSONL_BODY, params={**JSONL_PARAMS, "baseline": "zz"}),
+    Case("jsonl NUL in query", "POST", "/v1/runs/jsonl", 422, ["query", "name"], "NUL character",
+         content=JSONL_BODY, params={**JSONL_PARAMS, "name": "a\x00"}),
+]
+
+READ_CASES = [
+    Case("list negative offset", "GET", "/v1/runs", 422, ["query", "offset"], "greater than or equal to 0",
+         params={"offset": -1}),
+    Case("list huge offset", "GET", "/v1/runs", 422, ["query", "offset"], "less than or equal to",
+         params={"offset": 10**20}),
+    Case("list zero limit", "GET", "/v1/runs", 422, ["query", "limit"], "greater than or equal to 1", params={"limit": 0}),
+    Case("list limit too big", "GET", "/v1/runs", 422, ["query", "limit"], "less than or equal to 500",
+         params={"limit": 501}),
+    Case("list limit not int", "GET", "/v1/runs", 422, ["query", "limit"], "valid integer", params={"limit": "ten"}),
+    Case("unknown run", "GET", "/v1/runs/run_0000000000000000", 404, None, "run 'run_0000000000000000' not found"),
+    Case("unknown run NUL", "GET", "/v1/runs/run%00x", 422, ["path"], "NUL character"),
+    Case("retry unknown run", "POST", "/v1/runs/nope/retry", 404, None, "run 'nope' not found"),
+    Case("judgments unknown run", "GET", "/v1/runs/nope/judgments", 404, None, "run 'nope' not found"),
+    Case("judgments bad limit", "GET", f"/v1/runs/{RUN}/judgments", 422, ["query", "limit"],
+         "less than or equal to 1000", params={"limit": 5000}),
+    Case("judgments bad mode", "GET", f"/v1/runs/{RUN}/judgments", 422, ["query", "mode"], "'single' or 'pairwise'",
+         params={"mode": "x"}),
+    Case("judgments bad score", "GET", f"/v1/runs/{RUN}/judgments", 422, ["query", "score_min"], "valid number",
+         params={"score_min": "high"}),
+    Case("judgments NaN score", "GET", f"/v1/runs/{RUN}/judgments", 422, ["query", "score_max"], "finite number",
+         params={"score_max": "nan"}),
+    Case("judgments NUL filter", "GET", f"/v1/runs/{RUN}/judgments", 422, ["query", "status"], "NUL character",
+         params={"status": "do\x00ne"}),
+    Case("csv unknown run", "GET", "/v1/runs/nope/judgments.csv", 404, None, "run 'nope' not found"),
+    Case("items negative offset", "GET", f"/v1/runs/{RUN}/items", 422, ["query", "offset"], "greater than or equal",
+         params={"offset": -5}),
+    Case("items unknown run", "GET", "/v1/runs/nope/items", 404, None, "run 'nope' not found"),
+    Case("report negative n_boot", "GET", f"/v1/runs/{RUN}/report", 422, ["query", "n_boot"], "greater than or equal",
+         params={"n_boot": -1}),
+    Case("report huge n_boot", "GET", f"/v1/runs/{RUN}/report", 422, ["query", "n_boot"], "less than or equal to 20000",
+         params={"n_boot": 10**6}),
+    Case("report negative seed", "GET", f"/v1/runs/{RUN}/report", 422, ["query", "seed"], "greater than or equal",
+         params={"seed": -3}),
+    Case("report unknown run", "GET", "/v1/runs/nope/report", 404, None, "run 'nope' not found"),
+    Case("agreement without ratings", "GET", f"/v1/runs/{RUN}/agreement", 409, None, "no human ratings yet"),
+    Case("agreement unknown run", "GET", "/v1/runs/nope/agreement", 404, None, "run 'nope' not found"),
+    Case("get ratings unknown run", "GET", "/v1/runs/nope/human-ratings", 404, None, "run 'nope' not found"),
+]
+
+RATING_PATH = f"/v1/runs/{RUN}/human-ratings"
+RATING_CASES = [
+    Case("ratings unknown run", "POST", "/v1/runs/nope/human-ratings", 404, None, "run 'nope' not found",
+         json=rating()),
+    Case("ratings empty", "POST", RATING_PATH, 422, ["body", "ratings"], "at least 1 item", json={"ratings": []}),
+    Case("ratings missing", "POST", RATING_PATH, 422, ["body", "ratings"], "Field required", json={}),
+    Case("rating unknown item", "POST", RATING_PATH, 422, ["body", "ratings", 1, "item_id"],
+         "item 'item-77' is not in run",
+         json={"ratings": [RATING, {**RATING, "item_id": "item-77"}]}),
+    Case("rating outside scale", "POST", RATING_PATH, 422, ["body", "ratings", 0], "value: 150.0 is outside the scale",
+         json=rating(value=150)),
+    Case("rating bad scale", "POST", RATING_PATH, 422, ["body", "ratings", 0], "scale_min must be below scale_max",
+         json=rating(scale_min=5, scale_max=5, value=5)),
+    Case("preference without system_b", "POST", RATING_PATH, 422, ["body", "ratings", 0],
+         "system_b: a preference names both systems", json=rating(kind="preference", value=1)),
+    Case("preference bad value", "POST", RATING_PATH, 422, ["body", "ratings", 0], "a preference is 1",
+         json=rating(kind="preference", system_b="b", value=0.5)),
+    Case("rating bad kind", "POST", RATING_PATH, 422, ["body", "ratings", 0, "kind"], "'score' or 'preference'",
+         json=rating(kind="stars")),
+    Case("rating extra field", "POST", RATING_PATH, 422, ["body", "ratings", 0, "colour"], "Extra inputs",
+         json=rating(colour="red")),
+    Case("rating empty rater", "POST", RATING_PATH, 422, ["body", "ratings", 0, "rater"], "at least 1 character",
+         json=rating(rater="")),
+    Case("rating bad system", "POST", RATING_PATH, 422, ["body", "ratings", 0, "system"], "should match pattern",
+         json=rating(system="")),
+    Case("rating NUL rater", "POST", RATING_PATH, 422, ["body", "ratings", 0, "rater"], "NUL character",
+         json=rating(rater="r\x00")),
+    Case("rating NaN in meta", "POST", RATING_PATH, 422, ["body", "ratings", 0, "meta", "w"], "finite number",
+         content=json.dumps(rating(meta={"w": float("inf")})).encode(), headers={"content-type": "application/json"}),
+    Case("rating value not a number", "POST", RATING_PATH, 422, ["body", "ratings", 0, "value"], "valid number",
+         json=rating(value="high")),
+]
+
+ALL_CASES = RUN_CASES + JSONL_CASES + READ_CASES + RATING_CASES
+
+
+def test_every_endpoint_has_a_bad_input_case() -> None:
+    from judge_api.app import create_app
+
+    covered = {(c.method, c.path.replace(RUN, "{run_id}")) for c in ALL_CASES}
+    covered |= {(c.method, "/v1/runs/{run_id}" + c.path.split("/v1/runs/nope", 1)[1])
+                for c in ALL_CASES if c.path.startswith("/v1/runs/nope")}
+    covered.add(("GET", "/v1/runs/{run_id}"))  # the unknown-run cases above
+    missing = []
+    for route in create_app().routes:
+        path = getattr(route, "path", "")
+        for method in getattr(route, "methods", set()) - {"HEAD", "OPTIONS"}:
+            if path.startswith("/v1") and path != "/v1/rubrics" and (method, path) not in covered:
+                missing.append((method, path))
+    assert not missing, f"endpoints without a bad-input case: {missing}"  # GET /v1/rubrics takes no input
+
+
+def check(api: Api, run_id: str, case: Case) -> str | None:
+    """None if the case behaves, else what went wrong."""
+    before = api.row_counts()
+    kwargs: dict[str, Any] = {"params": case.params, "headers": case.headers}
+    if case.json is not None:
+        kwargs["json"] = json.loads(json.dumps(case.json).replace(RUN, run_id))
+    if case.content is not None:
+        kwargs["content"] = case.content
+    response = api.client.request(case.method, case.path.replace(RUN, run_id), **kwargs)
+    after = api.row_counts()
+    problems = []
+    if response.status_code != case.status:
+        problems.append(f"status {response.status_code} != {case.status}: {response.text[:300]}")
+    else:
+        detail = response.json()["detail"]
+        if case.loc is None:
+            if not isinstance(detail, str) or case.reason not in detail:
+                problems.append(f"detail {detail!r} lacks {case.reason!r}")
+        else:
+            matching = [e for e in detail if list(e["loc"])[: len(case.loc)] == case.loc]
+            if not matching:
+                problems.append(f"no error at {case.loc}: {detail}")
+            elif not any(case.reason in e["msg"] for e in matching):
+                problems.append(f"no message with {case.reason!r} at {case.loc}: {matching}")
+            elif any(not e["msg"] for e in detail):
+                problems.append(f"an error without a reason: {detail}")
+    if after != before:
+        problems.append(f"rows changed: {before} -> {after}")
+    return "; ".join(problems) or None
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_bad_input_is_rejected_clearly_and_stores_nothing(api_factory: ApiFactory, backend: str,
+                                                          request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    api = api_factory(database_url=url, DJ_MAX_JUDGMENTS="100000")
+    run_id = api.submit()["id"]
+    failures = {}
+    for case in ALL_CASES:
+        problem = check(api, run_id, copy.deepcopy(case))
+        if problem:
+            failures[case.name] = problem
+    assert not failures, json.dumps(failures, indent=1)
+
+
+def test_too_many_judgments_names_items_and_stores_nothing(api_factory: ApiFactory) -> None:
+    api = api_factory(DJ_MAX_JUDGMENTS="5")
+    before = api.row_counts()
+    response = api.client.post("/v1/runs", json=run_body(n_items=3))
+    assert response.status_code == 422
+    error = response.json()["detail"][0]
+    assert error["loc"] == ["body", "items"] and "more than 5 judgments" in error["msg"]
+    assert api.row_counts() == before
+
+
+def test_a_failing_insert_rolls_back_the_whole_run(api_factory: ApiFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If storing fails half-way (here: the judgments insert), the run and its items are not kept either."""
+    from judge_api import repository
+
+    api = api_factory()
+    before = api.row_counts()
+    real_insert = repository.insert
+
+    def exploding_insert(table: Any) -> Any:
+        if getattr(table, "__tablename__", "") == "judgments":
+            raise RuntimeError("disk full")
+        return real_insert(table)
+
+    monkeypatch.setattr(repository, "insert", exploding_insert)
+    response = api.client.post("/v1/runs", json=run_body())
+    assert response.status_code == 500
+    assert api.row_counts() == before
+
+
+def test_valid_requests_still_work(api: Api) -> None:
+    """The guards do not reject ordinary input: unicode, emoji, a backslash-u sequence typed as text."""
+    body = run_body()
+    body["items"][0]["dialogue"][0]["text"] = "Ünïcödé 🐕 and a literal \\u0000 typed by a user"
+    body["items"][0]["meta"] = {"score": 1.5, "tags": ["x", "y"], "nested": {"ok": True}}
+    body["name"] = "a normal name"
+    created = api.submit(body=body)
+    items = api.client.get(f"/v1/runs/{created['id']}/items").json()["items"]
+    assert items[0]["dialogue"][0]["text"] == body["items"][0]["dialogue"][0]["text"]
+    ratings = api.client.post(f"/v1/runs/{created['id']}/human-ratings", json=rating())
+    assert ratings.status_code == 201 and ratings.json()["created"] == 1

