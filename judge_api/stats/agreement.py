@@ -58,11 +58,11 @@ def votes_from_judgments(judgments: pd.DataFrame, *, combined: pd.DataFrame | No
     code = comb[F.OUTCOME].map(F.OUTCOME_CODE).to_numpy(dtype="float64")
     votes = pd.DataFrame(
         {
-            F.ITEM_ID: comb[F.ITEM_ID].to_numpy(),
-            F.SYSTEM: comb[F.SYSTEM_A].to_numpy(),
-            F.SYSTEM_B: comb[F.SYSTEM_B].to_numpy(),
-            F.ASPECT: comb[F.ASPECT].to_numpy(),
-            F.RATER: comb[F.JUDGE].to_numpy(),
+            F.ITEM_ID: F.column(comb[F.ITEM_ID]),
+            F.SYSTEM: F.column(comb[F.SYSTEM_A]),
+            F.SYSTEM_B: F.column(comb[F.SYSTEM_B]),
+            F.ASPECT: F.column(comb[F.ASPECT]),
+            F.RATER: F.column(comb[F.JUDGE]),
             F.KIND: F.KIND_PREFERENCE,
             F.VALUE: code,
             F.TIE_INCONSISTENT: comb["inconsistent"].to_numpy(dtype=bool),
@@ -88,11 +88,11 @@ def canonical_votes(votes: pd.DataFrame) -> pd.DataFrame:
     v = np.sign(votes[F.VALUE].to_numpy(dtype="float64"))
     out = pd.DataFrame(
         {
-            F.ITEM_ID: votes[F.ITEM_ID].to_numpy(),
-            F.ASPECT: votes[F.ASPECT].to_numpy(),
+            F.ITEM_ID: F.column(votes[F.ITEM_ID]),
+            F.ASPECT: F.column(votes[F.ASPECT]),
             "sys_lo": np.where(swap, b, a),
             "sys_hi": np.where(swap, a, b),
-            F.RATER: votes[F.RATER].to_numpy(),
+            F.RATER: F.column(votes[F.RATER]),
             "vote": np.where(swap, -v, v).astype(np.int64),
         }
     )
@@ -106,7 +106,7 @@ def _vote_counts(canon: pd.DataFrame, extra: list[str] | None = None) -> pd.Data
         return pd.DataFrame(columns=[*keys, "c-1", "c0", "c1"])
     onehot = pd.DataFrame({f"c{c}": (canon["vote"].to_numpy() == c).astype(np.int64) for c in CATEGORIES})
     for k in keys:
-        onehot[k] = canon[k].to_numpy()
+        onehot[k] = F.column(canon[k])
     return onehot.groupby(keys, sort=False).sum().reset_index()
 
 

@@ -68,9 +68,7 @@ class BiasThresholds(BaseModel):
     length_win_rate_max: float = Field(default=0.7, ge=0, le=1, description="P(longer response wins)")
     unparseable_rate_max: float = Field(default=0.05, ge=0, le=1)
     failure_rate_max: float = Field(default=0.05, ge=0, le=1)
-    self_preference_score_diff_max: float = Field(
-        default=0.05, ge=0, le=1, description="fraction of the scale range"
-    )
+    self_preference_score_diff_max: float = Field(default=0.05, ge=0, le=1, description="fraction of the scale range")
     self_preference_win_rate_max: float = Field(default=0.6, ge=0, le=1)
     min_n: int = Field(default=20, ge=1, description="observations needed before a figure can be flagged")
 
@@ -117,7 +115,7 @@ def position_bias(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
     first = ((df[F.ORDER] == F.ORDER_AB) & (df[F.OUTCOME] == F.WIN)) | (
         (df[F.ORDER] == F.ORDER_BA) & (df[F.OUTCOME] == F.LOSS)
     )
-    g = pd.DataFrame({"judge": df[F.JUDGE].to_numpy(), "first": first.to_numpy(dtype=np.int64)})
+    g = pd.DataFrame({"judge": F.column(df[F.JUDGE]), "first": first.to_numpy(dtype=np.int64)})
     agg = g.groupby("judge", sort=True)["first"].agg(["size", "sum"])
     return {
         str(j): {
@@ -147,7 +145,7 @@ def length_bias(combined: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, di
     lb = c[F.LEN_B].to_numpy(dtype="float64")
     ok = np.isfinite(la) & np.isfinite(lb) & (la != lb)
     longer_wins = (la > lb) == (c[F.OUTCOME] == F.WIN).to_numpy()
-    g = pd.DataFrame({"judge": c[F.JUDGE].to_numpy()[ok], "lw": longer_wins[ok].astype(np.int64)})
+    g = pd.DataFrame({"judge": F.column(c[F.JUDGE][ok]), "lw": longer_wins[ok].astype(np.int64)})
     for j, r in g.groupby("judge", sort=True)["lw"].agg(["size", "sum"]).iterrows():
         out.setdefault(str(j), {}).update(
             n_pairs=int(r["size"]), longer_wins=int(r["sum"]), p_longer_wins=_ratio(r["sum"], r["size"])
@@ -200,7 +198,7 @@ def failure_rates(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
     g = (
         pd.DataFrame(
             {
-                "judge": df[F.JUDGE].to_numpy(),
+                "judge": F.column(df[F.JUDGE]),
                 "n_total": 1,
                 "n_finished": np.isin(status, F.FINISHED_STATUSES).astype(np.int64),
                 "n_failed": (status == F.FAILED).astype(np.int64),
@@ -275,9 +273,7 @@ def _flag(name: str, value: float, threshold: float, message: str) -> dict[str, 
     return {"name": name, "value": float(value), "threshold": float(threshold), "message": message}
 
 
-def bias_flags(
-    per_judge: Mapping[str, Mapping[str, Any]], thresholds: BiasThresholds
-) -> list[dict[str, Any]]:
+def bias_flags(per_judge: Mapping[str, Mapping[str, Any]], thresholds: BiasThresholds) -> list[dict[str, Any]]:
     """Flags for every per-judge figure beyond its threshold (with at least ``min_n`` observations)."""
     t = thresholds
     flags: list[dict[str, Any]] = []
@@ -302,8 +298,7 @@ def bias_flags(
                     "swap_flip_rate",
                     swap["rate"],
                     t.swap_flip_rate_max,
-                    f"{judge}: {swap['rate']:.1%} of {swap['n']} pairs change verdict when the order "
-                    "is swapped",
+                    f"{judge}: {swap['rate']:.1%} of {swap['n']} pairs change verdict when the order is swapped",
                 )
             )
         length = rec.get("length") or {}
@@ -324,9 +319,7 @@ def bias_flags(
         ):
             rate = fail.get(key)
             if rate is not None and fail["n_finished"] >= t.min_n and rate > limit:
-                flags.append(
-                    _flag(key, rate, limit, f"{judge}: {rate:.1%} of {fail['n_finished']} judgments {label}")
-                )
+                flags.append(_flag(key, rate, limit, f"{judge}: {rate:.1%} of {fail['n_finished']} judgments {label}"))
         selfp = rec.get("self_preference") or {}
         diff = selfp.get("score_diff_scaled")
         n_selfp = min(selfp.get("n_same", 0), selfp.get("n_other", 0))

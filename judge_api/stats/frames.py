@@ -283,9 +283,7 @@ def validate_ratings(df: pd.DataFrame | None) -> pd.DataFrame:
     turn = df[TURN].to_numpy() if TURN in df.columns else np.full(n, np.nan)
     out[TURN] = pd.to_numeric(pd.Series(turn), errors="coerce").astype("Int64")
     out[TIE_INCONSISTENT] = (
-        df[TIE_INCONSISTENT].fillna(False).astype(bool).to_numpy()
-        if TIE_INCONSISTENT in df.columns
-        else False
+        df[TIE_INCONSISTENT].fillna(False).astype(bool).to_numpy() if TIE_INCONSISTENT in df.columns else False
     )
     _check_values(out[KIND], KINDS, KIND)
     is_pref = (out[KIND] == KIND_PREFERENCE).to_numpy()
@@ -304,8 +302,13 @@ def distinct(*series: pd.Series) -> list[str]:
     return sorted(values)
 
 
-def status_counts_frame(status: pd.Series, keys: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per group of ``keys`` (name -> column values) with the ``STATUS_COLUMNS`` counts."""
+def column(series: pd.Series) -> pd.Series:
+    """A column ready to be put into a new frame with a RangeIndex (no dtype conversion)."""
+    return series.reset_index(drop=True)
+
+
+def status_counts_frame(status: pd.Series, keys: Mapping[str, pd.Series]) -> pd.DataFrame:
+    """One row per group of ``keys`` (name -> column) with the ``STATUS_COLUMNS`` counts."""
     st = status.to_numpy()
     flags = pd.DataFrame(
         {
@@ -318,7 +321,7 @@ def status_counts_frame(status: pd.Series, keys: Mapping[str, Any]) -> pd.DataFr
         }
     )
     for name, values in keys.items():
-        flags[name] = np.asarray(values)
+        flags[name] = column(values)
     if flags.empty:
         return pd.DataFrame(columns=[*keys, *STATUS_COLUMNS])
     return flags.groupby(list(keys), sort=True).sum().reset_index()[[*keys, *STATUS_COLUMNS]]

@@ -93,9 +93,7 @@ def load_mtbench_gpt4_pair_judgments(path: str | Path, judge: str = "gpt4_pair")
     df = _read(path)
     n = len(df)
     winner = df["winner"].to_numpy()
-    combined = np.select([winner == "model_a", winner == "model_b"], [F.WIN, F.LOSS], default=F.TIE).astype(
-        object
-    )
+    combined = np.select([winner == "model_a", winner == "model_b"], [F.WIN, F.LOSS], default=F.TIE).astype(object)
     inconsistent = winner == "tie (inconsistent)"
     out_ab = np.where(inconsistent, F.WIN, combined)
     out_ba = np.where(inconsistent, F.LOSS, combined)

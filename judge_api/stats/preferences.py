@@ -10,6 +10,7 @@ Conventions
   FastChat's MT-Bench rule: both orders agree -> that outcome; they disagree -> ``tie`` flagged
   ``inconsistent``; only one order was judged (single-order mode, or the other order failed) ->
   that order's outcome.  ``preference`` of the key is the mean of the orders' mean preferences.
+  A row without ``order`` counts as order ``ab``.
 * Per system pair: ``wins``/``ties``/``losses`` count combined keys; ``ties = ties_real +
   ties_inconsistent``.  ``win_rate_pct``/``tie_rate_pct``/``loss_rate_pct`` are ``100 * count / n``
   (the seed paper's "Rsum wins 48.2% and loses 11.9%" figures), ``win_rate = (W + T/2) / N`` in [0, 1]
@@ -115,7 +116,9 @@ def combine_orders(judgments: pd.DataFrame, *, validated: bool = False) -> pd.Da
     out["n_orders"] = has.sum(axis=1).astype("int64")
     out["outcome_ab"] = _codes_to_outcomes(order_code[:, 0])
     out["outcome_ba"] = _codes_to_outcomes(order_code[:, 1])
-    out[F.PREFERENCE] = np.nanmean(order_pref, axis=1) if nk else np.empty(0)
+    pref_orders = np.isfinite(order_pref)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[F.PREFERENCE] = np.where(pref_orders, order_pref, 0.0).sum(axis=1) / pref_orders.sum(axis=1)
     for col in (F.LEN_A, F.LEN_B):
         vals = df[col].to_numpy(dtype="float64")
         ok = np.isfinite(vals)
@@ -227,7 +230,7 @@ def summarise_combined(combined: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFr
         }
     )
     for k in GROUP_KEYS:
-        flags[k] = c[k].to_numpy()
+        flags[k] = F.column(c[k])
     g = flags.groupby(GROUP_KEYS, sort=True).sum().reset_index()
     n = g["n"].to_numpy(dtype="float64")
     w = g["wins"].to_numpy(dtype="float64")
@@ -244,7 +247,7 @@ def summarise_combined(combined: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFr
         g["mean_preference"] = g["pref_sum"] / g["pref_n"].where(g["pref_n"] > 0)
     # Distribution of mean preference levels (rounded to the nearest half step).
     levels = np.round(c[F.PREFERENCE].to_numpy(dtype="float64") * 2.0) / 2.0
-    dist = pd.DataFrame({k: c[k].to_numpy() for k in GROUP_KEYS})
+    dist = pd.DataFrame({k: F.column(c[k]) for k in GROUP_KEYS})
     dist["level"] = levels
     dist = dist[np.isfinite(levels)]
     counts = dist.groupby([*GROUP_KEYS, "level"], sort=True).size()
@@ -259,7 +262,7 @@ def summarise_combined(combined: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFr
 
 
 def _status_by_pair(df: pd.DataFrame) -> pd.DataFrame:
-    return F.status_counts_frame(df[F.STATUS], {k: df[k].to_numpy() for k in GROUP_KEYS})
+    return F.status_counts_frame(df[F.STATUS], {k: df[k] for k in GROUP_KEYS})
 
 
 def preference_summary(
@@ -281,9 +284,7 @@ def preference_summary(
     out = status.merge(summary, on=GROUP_KEYS, how="left")
     for col in ("n", "wins", "ties", "ties_real", "ties_inconsistent", "losses", "n_single_order"):
         out[col] = out[col].fillna(0).astype("int64")
-    out["preference_distribution"] = [
-        d if isinstance(d, dict) else {} for d in out["preference_distribution"]
-    ]
+    out["preference_distribution"] = [d if isinstance(d, dict) else {} for d in out["preference_distribution"]]
     return out[PREFERENCE_COLUMNS]
 
 
@@ -305,9 +306,7 @@ def orient_pair(entry: Mapping[str, Any], system: str) -> dict[str, Any]:
     if out.get(F.SYSTEM_A) == system:
         return out
     if out.get(F.SYSTEM_B) != system:
-        raise ValueError(
-            f"{system!r} is not one of the pair {out.get(F.SYSTEM_A)!r} / {out.get(F.SYSTEM_B)!r}"
-        )
+        raise ValueError(f"{system!r} is not one of the pair {out.get(F.SYSTEM_A)!r} / {out.get(F.SYSTEM_B)!r}")
     out[F.SYSTEM_A], out[F.SYSTEM_B] = entry.get(F.SYSTEM_B), entry.get(F.SYSTEM_A)
     for a, b in _SWAP:
         if a in entry or b in entry:

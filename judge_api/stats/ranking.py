@@ -155,11 +155,7 @@ def bradley_terry_table(
                 "losses": int(wtl[2, i]),
             }
         )
-    return (
-        pd.DataFrame.from_records(records, columns=cols)
-        .sort_values(["rank", "system"])
-        .reset_index(drop=True)
-    )
+    return pd.DataFrame.from_records(records, columns=cols).sort_values(["rank", "system"]).reset_index(drop=True)
 
 
 def to_elo(log_strength: float) -> float:

@@ -294,6 +294,7 @@ def _agreement_tables(agr: Mapping[str, Any]) -> list[tuple[str, list[str], list
 def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of every table the renderers show."""
     out: list[tuple[str, list[str], list[list[str]]]] = []
+    ci_label = f"{round(100 * float((report.get('meta') or {}).get('ci', 0.95)))}% CI"
     c = report.get("counts") or {}
     by_status = c.get("by_status") or {}
     out.append(
@@ -318,12 +319,13 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
                 "judge",
                 "n",
                 "mean",
-                "95% CI",
+                ci_label,
                 "median",
                 "std",
                 "failed",
                 "unparseable",
                 "pending",
+                "cancelled",
             ],
             [
                 [
@@ -338,6 +340,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
                     _fmt(r["n_failed"]),
                     _fmt(r["n_unparseable"]),
                     _fmt(r["n_pending"]),
+                    _fmt(r["n_cancelled"]),
                 ]
                 for r in report.get("scores") or []
             ],
@@ -362,7 +365,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     out.append(
         (
             "Paired comparisons (x - y)",
-            ["aspect", "judge", "x", "y", "pairs", "mean diff", "95% CI", "Wilcoxon p"],
+            ["aspect", "judge", "x", "y", "pairs", "mean diff", ci_label, "Wilcoxon p"],
             [
                 [
                     r["aspect"],
@@ -381,7 +384,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     out.append(
         (
             "Preferences (pairwise, orders combined)",
-            ["a", "b", "aspect", "judge", "n", "win %", "tie %", "loss %", "incons.", "win rate", "95% CI"],
+            ["a", "b", "aspect", "judge", "n", "win %", "tie %", "loss %", "incons.", "win rate", ci_label],
             [
                 [
                     r["system_a"],
@@ -403,7 +406,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     out.append(
         (
             "Ranking (Bradley-Terry)",
-            ["aspect", "judge", "rank", "system", "elo", "95% CI", "comparisons"],
+            ["aspect", "judge", "rank", "system", "elo", ci_label, "comparisons"],
             [
                 [
                     r["aspect"],
@@ -463,10 +466,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         (
             "Bias flags",
             ["flag", "value", "threshold", "message"],
-            [
-                [f["name"], _fmt(f["value"], 3), _fmt(f["threshold"], 3), f["message"]]
-                for f in bias.get("flags") or []
-            ],
+            [[f["name"], _fmt(f["value"], 3), _fmt(f["threshold"], 3), f["message"]] for f in bias.get("flags") or []],
         )
     )
     cost = report.get("cost") or {}

@@ -57,7 +57,7 @@ def status_counts(judgments: pd.DataFrame, keys: list[str] | None = None) -> pd.
 
 
 def _status_table(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    return F.status_counts_frame(df[F.STATUS], {k: df[k].to_numpy() for k in keys})
+    return F.status_counts_frame(df[F.STATUS], {k: df[k] for k in keys})
 
 
 def item_scores(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataFrame:

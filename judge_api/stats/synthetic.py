@@ -27,9 +27,7 @@ ASPECTS = ("engagingness", "coherence", "consistency")
 JUDGES = ("openai:gpt-4o", "anthropic:claude-3-5-sonnet")
 
 
-def _status(
-    rng: np.random.Generator, n: int, failed: float, unparseable: float, pending: float
-) -> np.ndarray:
+def _status(rng: np.random.Generator, n: int, failed: float, unparseable: float, pending: float) -> np.ndarray:
     u = rng.random(n)
     return np.select(
         [u < failed, u < failed + unparseable, u < failed + unparseable + pending],
@@ -97,16 +95,10 @@ def synthetic_judgments(
         order_i, jud_i = np.divmod(rest, j)
         ia, ib = pairs[pair_i, 0], pairs[pair_i, 1]
         # Per (item, pair) latent preference shared by both orders, plus per-verdict noise.
-        latent = (quality[ia] - quality[ib]) + rng.normal(0.0, 0.8, n_items_p * len(pairs))[
-            item * len(pairs) + pair_i
-        ]
+        latent = (quality[ia] - quality[ib]) + rng.normal(0.0, 0.8, n_items_p * len(pairs))[item * len(pairs) + pair_i]
         shown_first_a = order_i == 0
-        signal = (
-            latent + rng.normal(0.0, 0.5, n_pair) + np.where(shown_first_a, 1.0, -1.0) * first_position_bonus
-        )
-        pref = np.select(
-            [signal > 1.0, signal > 0.3, signal >= -0.3, signal >= -1.0], [2.0, 1.0, 0.0, -1.0], -2.0
-        )
+        signal = latent + rng.normal(0.0, 0.5, n_pair) + np.where(shown_first_a, 1.0, -1.0) * first_position_bonus
+        pref = np.select([signal > 1.0, signal > 0.3, signal >= -0.3, signal >= -1.0], [2.0, 1.0, 0.0, -1.0], -2.0)
         outcome = np.select([pref >= 2, pref <= -2], [F.WIN, F.LOSS], F.TIE).astype(object)
         status = _status(rng, n_pair, failed, unparseable, pending)
         done = status == F.DONE
@@ -141,7 +133,5 @@ def synthetic_judgments(
     df[F.OUTPUT_TOKENS] = np.where(finished, rng.integers(5, 200, n), 0)
     df[F.LATENCY_MS] = np.where(finished, rng.gamma(2.0, 400.0, n), np.nan)
     df[F.CACHED] = finished & (rng.random(n) < 0.1)
-    df[F.COST_USD] = np.where(
-        df[F.CACHED], 0.0, (df[F.INPUT_TOKENS] * 2.5 + df[F.OUTPUT_TOKENS] * 10.0) / 1e6
-    )
+    df[F.COST_USD] = np.where(df[F.CACHED], 0.0, (df[F.INPUT_TOKENS] * 2.5 + df[F.OUTPUT_TOKENS] * 10.0) / 1e6)
     return F.validate_judgments(df)

@@ -60,8 +60,17 @@ def test_quadratic_weighted_kappa_from_category_arrays() -> None:
 
 @pytest.mark.parametrize(
     ("value", "lo", "hi", "expected"),
-    [(1, 1, 100, 0), (20.8, 1, 100, 1), (20.7, 1, 100, 0), (50, 1, 100, 2), (100, 1, 100, 4),
-     (0, 0, 2, 0), (1, 0, 2, 2), (2, 0, 2, 4), (1.5, 0, 2, 3)],
+    [
+        (1, 1, 100, 0),
+        (20.8, 1, 100, 1),
+        (20.7, 1, 100, 0),
+        (50, 1, 100, 2),
+        (100, 1, 100, 4),
+        (0, 0, 2, 0),
+        (1, 0, 2, 2),
+        (2, 0, 2, 4),
+        (1.5, 0, 2, 3),
+    ],
 )
 def test_common_scale_bins(value: float, lo: float, hi: float, expected: int) -> None:
     assert A.to_bins(value, lo, hi, 5) == expected
@@ -138,15 +147,31 @@ def _score_frames(noise: float, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFra
         for sysname, q in systems.items():
             latent = q + rng.normal(0, 0.6)
             jrows.append(
-                {"item_id": f"i{i}", "mode": "single", "system_a": sysname, "aspect": "coherence", "judge": "j",
-                 "status": "done", "score": float(np.clip(np.round(50 + 25 * latent), 1, 100)),
-                 "scale_min": 1.0, "scale_max": 100.0}
+                {
+                    "item_id": f"i{i}",
+                    "mode": "single",
+                    "system_a": sysname,
+                    "aspect": "coherence",
+                    "judge": "j",
+                    "status": "done",
+                    "score": float(np.clip(np.round(50 + 25 * latent), 1, 100)),
+                    "scale_min": 1.0,
+                    "scale_max": 100.0,
+                }
             )
             for rater in ("crowd-1", "crowd-2", "crowd-3"):
                 h = float(np.clip(np.round(1 + latent + rng.normal(0, noise)), 0, 2))
                 hrows.append(
-                    {"item_id": f"i{i}", "system": sysname, "aspect": "coherence", "rater": rater, "kind": "score",
-                     "value": h, "scale_min": 0.0, "scale_max": 2.0}
+                    {
+                        "item_id": f"i{i}",
+                        "system": sysname,
+                        "aspect": "coherence",
+                        "rater": rater,
+                        "kind": "score",
+                        "value": h,
+                        "scale_min": 0.0,
+                        "scale_max": 2.0,
+                    }
                 )
     return pd.DataFrame(jrows), pd.DataFrame(hrows)
 

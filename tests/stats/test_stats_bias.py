@@ -26,9 +26,19 @@ def pair_rows(n: int, *, first_wins: float, flip_every: int = 0, longer_wins: bo
             if flip_every and i % flip_every == 0 and order == "ba":
                 outcome = {"win": "loss", "loss": "win"}[outcome] if outcome != "tie" else "win"
             rows.append(
-                {"item_id": f"i{i}", "mode": "pairwise", "system_a": "x", "system_b": "y", "aspect": "o",
-                 "judge": "openai:gpt-4o", "order": order, "outcome": outcome, "status": "done",
-                 "len_a": la, "len_b": lb}
+                {
+                    "item_id": f"i{i}",
+                    "mode": "pairwise",
+                    "system_a": "x",
+                    "system_b": "y",
+                    "aspect": "o",
+                    "judge": "openai:gpt-4o",
+                    "order": order,
+                    "outcome": outcome,
+                    "status": "done",
+                    "len_a": la,
+                    "len_b": lb,
+                }
             )
     return pd.DataFrame(rows)
 
@@ -69,8 +79,14 @@ def test_length_bias_longer_always_wins() -> None:
     assert rep_short["per_judge"]["openai:gpt-4o"]["length"]["p_longer_wins"] == 0.0
 
 
-def single_rows(scores: list[float], *, systems: list[str] | None = None, lengths: list[float] | None = None,
-                statuses: list[str] | None = None, judge: str = "openai:gpt-4o") -> pd.DataFrame:
+def single_rows(
+    scores: list[float],
+    *,
+    systems: list[str] | None = None,
+    lengths: list[float] | None = None,
+    statuses: list[str] | None = None,
+    judge: str = "openai:gpt-4o",
+) -> pd.DataFrame:
     n = len(scores)
     return pd.DataFrame(
         {
@@ -162,8 +178,19 @@ def test_self_preference_pairwise_mode() -> None:
     for i in range(40):
         a, b = ("gpt-4o-mini", "llama-3") if i % 2 else ("llama-3", "gpt-4o-mini")
         outcome = "win" if a == "gpt-4o-mini" else "loss"  # the gpt system always wins
-        rows.append({"item_id": f"i{i}", "mode": "pairwise", "system_a": a, "system_b": b, "aspect": "o",
-                     "judge": "openai:gpt-4o", "order": "ab", "outcome": outcome, "status": "done"})
+        rows.append(
+            {
+                "item_id": f"i{i}",
+                "mode": "pairwise",
+                "system_a": a,
+                "system_b": b,
+                "aspect": "o",
+                "judge": "openai:gpt-4o",
+                "order": "ab",
+                "outcome": outcome,
+                "status": "done",
+            }
+        )
     rep = B.bias_report(pd.DataFrame(rows))
     sp = rep["per_judge"]["openai:gpt-4o"]["self_preference"]
     assert (sp["n_pairwise"], sp["win_rate_same"]) == (40, 1.0)

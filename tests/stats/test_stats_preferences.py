@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from judge_api.stats import preferences as P
 
 
-def pairwise(rows: list[tuple[str, str, str | None, float | None]], a: str = "x", b: str = "y") -> pd.DataFrame:
+def pairwise(rows: Sequence[tuple[str, str, str | None, float | None]], a: str = "x", b: str = "y") -> pd.DataFrame:
     """(item, order, outcome, preference) rows of one pair / aspect / judge; status done unless outcome None."""
     return pd.DataFrame(
         {

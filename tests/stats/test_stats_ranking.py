@@ -22,8 +22,17 @@ def _planted_frame(n_items: int = 150, seed: int = 0) -> pd.DataFrame:
             u = rng.random()
             outcome = "win" if u < 0.9 * p else ("tie" if u < 0.9 * p + 0.1 else "loss")
             rows.append(
-                {"item_id": f"i{item}", "mode": "pairwise", "system_a": a, "system_b": b, "aspect": "overall",
-                 "judge": "j", "order": "ab", "outcome": outcome, "status": "done"}
+                {
+                    "item_id": f"i{item}",
+                    "mode": "pairwise",
+                    "system_a": a,
+                    "system_b": b,
+                    "aspect": "overall",
+                    "judge": "j",
+                    "order": "ab",
+                    "outcome": outcome,
+                    "status": "done",
+                }
             )
     return pd.DataFrame(rows)
 
@@ -58,8 +67,16 @@ def test_stacked_replicates_match_single_fits() -> None:
 
 def test_a_system_that_wins_everything_stays_finite() -> None:
     rows = [
-        {"item_id": str(i), "mode": "pairwise", "system_a": "top", "system_b": "bottom", "aspect": "o",
-         "judge": "j", "outcome": "win", "status": "done"}
+        {
+            "item_id": str(i),
+            "mode": "pairwise",
+            "system_a": "top",
+            "system_b": "bottom",
+            "aspect": "o",
+            "judge": "j",
+            "outcome": "win",
+            "status": "done",
+        }
         for i in range(20)
     ]
     table = R.bradley_terry(pd.DataFrame(rows), n_boot=50)

@@ -141,7 +141,15 @@ def test_agreement_section_with_score_ratings(synthetic: pd.DataFrame) -> None:
 def test_renderers_show_every_part(report: dict[str, Any]) -> None:
     md = report_to_markdown(report)
     txt = report_to_table(report)
-    for title in ("Scores (single mode)", "Paper table", "Paired comparisons", "Preferences", "Ranking", "Bias", "Cost"):
+    for title in (
+        "Scores (single mode)",
+        "Paper table",
+        "Paired comparisons",
+        "Preferences",
+        "Ranking",
+        "Bias",
+        "Cost",
+    ):
         assert f"## {title}" in md
         assert title in txt
     assert "| system | aspect | judge |" in md

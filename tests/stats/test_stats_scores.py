@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from judge_api.stats import scores as S
 
 
-def single(rows: list[tuple[str, str, str, str, float | None, str, int]]) -> pd.DataFrame:
+def single(rows: Sequence[tuple[str, str, str, str, float | None, str, int]]) -> pd.DataFrame:
     """(item, system, aspect, judge, score, status, sample_index) rows on a 1-100 scale."""
     return pd.DataFrame(
         {
