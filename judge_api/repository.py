@@ -45,7 +45,10 @@ def new_run_id() -> str:
 
 
 def create_run(
-    session: Session, request: RunCreate, planned: Sequence[PlannedJudgment], project_id: str = DEFAULT_PROJECT
+    session: Session,
+    request: RunCreate,
+    planned: Sequence[PlannedJudgment],
+    project_id: str = DEFAULT_PROJECT,
 ) -> Run:
     """Store the run, its items and its pending judgments in the caller's transaction."""
     ensure_project(session, project_id)
@@ -64,7 +67,7 @@ def create_run(
         {"run_id": run.id, "item_key": item.id, "payload": item.model_dump(mode="json")} for item in request.items
     ]
     session.execute(insert(RunItem), item_rows)
-    item_pks = dict(session.execute(select(RunItem.item_key, RunItem.id).where(RunItem.run_id == run.id)).all())
+    item_pks = item_pks_for(session, run.id)
     candidates = {item.id: item.candidates for item in request.items}
     judge_params = request.options.model_dump(mode="json")
     if request.outcome_map:
@@ -103,13 +106,20 @@ def create_run(
         }
         if p.identical:
             row.update(
-                status="done", verdict="identical", preference=0.0, outcome="tie",
+                status="done",
+                verdict="identical",
+                preference=0.0,
+                outcome="tie",
                 explanation="The two responses are identical: a tie without a judge call.",
             )
         rows.append(row)
     for start in range(0, len(rows), 5000):
         session.execute(insert(Judgment), rows[start : start + 5000])
     return run
+
+
+def item_pks_for(session: Session, run_id: str) -> dict[str, int]:
+    return {key: pk for key, pk in session.execute(select(RunItem.item_key, RunItem.id).where(RunItem.run_id == run_id))}
 
 
 def pending_judgment_ids(session: Session, run_id: str | None = None) -> list[int]:
@@ -198,8 +208,9 @@ def retry_failed(session: Session, run_id: str) -> int:
 
 
 def run_spend(session: Session, run_id: str) -> float:
-    return float(session.scalar(select(func.coalesce(func.sum(Judgment.cost_usd), 0.0)).where(
-        Judgment.run_id == run_id)) or 0.0)
+    return float(
+        session.scalar(select(func.coalesce(func.sum(Judgment.cost_usd), 0.0)).where(Judgment.run_id == run_id)) or 0.0
+    )
 
 
 def cancel_pending(session: Session, run_id: str, reason: str) -> int:
@@ -382,20 +393,58 @@ def get_items(session: Session, run_id: str, item_keys: Sequence[str] | None = N
 
 
 JUDGMENT_FRAME_COLUMNS = [
-    "judgment_id", "run_id", "item_id", "mode", "system_a", "system_b", "aspect", "judge", "rubric_id",
-    "rubric_version", "order", "sample_index", "status", "score", "preference", "outcome", "len_a", "len_b",
-    "input_tokens", "output_tokens", "latency_ms", "cost_usd", "cached",
+    "judgment_id",
+    "run_id",
+    "item_id",
+    "mode",
+    "system_a",
+    "system_b",
+    "aspect",
+    "judge",
+    "rubric_id",
+    "rubric_version",
+    "order",
+    "sample_index",
+    "status",
+    "score",
+    "preference",
+    "outcome",
+    "len_a",
+    "len_b",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "cost_usd",
+    "cached",
 ]
 
 
 def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     """The run's judgments as the statistics library's frame (docs/data-contract.md)."""
     cols = [
-        Judgment.id, Judgment.run_id, Judgment.item_key, Judgment.mode, Judgment.system_a, Judgment.system_b,
-        Judgment.aspect, Judgment.judge, Judgment.rubric_id, Judgment.rubric_version, Judgment.order,
-        Judgment.sample_index, Judgment.status, Judgment.score, Judgment.preference, Judgment.outcome,
-        Judgment.len_a, Judgment.len_b, Judgment.input_tokens, Judgment.output_tokens, Judgment.latency_ms,
-        Judgment.cost_usd, Judgment.cached,
+        Judgment.id,
+        Judgment.run_id,
+        Judgment.item_key,
+        Judgment.mode,
+        Judgment.system_a,
+        Judgment.system_b,
+        Judgment.aspect,
+        Judgment.judge,
+        Judgment.rubric_id,
+        Judgment.rubric_version,
+        Judgment.order,
+        Judgment.sample_index,
+        Judgment.status,
+        Judgment.score,
+        Judgment.preference,
+        Judgment.outcome,
+        Judgment.len_a,
+        Judgment.len_b,
+        Judgment.input_tokens,
+        Judgment.output_tokens,
+        Judgment.latency_ms,
+        Judgment.cost_usd,
+        Judgment.cached,
     ]
     rows = session.execute(select(*cols).where(Judgment.run_id == run_id).order_by(Judgment.id)).all()
     frame = pd.DataFrame(rows, columns=JUDGMENT_FRAME_COLUMNS)
@@ -415,7 +464,16 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
 
 
 RATING_FRAME_COLUMNS = [
-    "item_id", "system", "system_b", "aspect", "rater", "kind", "value", "scale_min", "scale_max", "turn",
+    "item_id",
+    "system",
+    "system_b",
+    "aspect",
+    "rater",
+    "kind",
+    "value",
+    "scale_min",
+    "scale_max",
+    "turn",
     "tie_inconsistent",
 ]
 
