@@ -18,8 +18,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dialogue_judge.client import ApiClient, ApiError
 
-app = typer.Typer(help="dialogue-judge: LLM-judge evaluation of dialogue consistency.", no_args_is_help=True,
-                  add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="dialogue-judge: LLM-judge evaluation of dialogue consistency.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 keys_app = typer.Typer(help="API keys (stored hashed; scopes: submit, read, admin).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 console = Console(soft_wrap=True)
@@ -36,8 +40,9 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def api_client(api: str | None, api_key: str | None) -> ApiClient:
-    return ApiClient(api or os.environ.get("DJ_API_URL", "http://127.0.0.1:8000"),
-                     api_key or os.environ.get("DJ_API_KEY"))
+    return ApiClient(
+        api or os.environ.get("DJ_API_URL", "http://127.0.0.1:8000"), api_key or os.environ.get("DJ_API_KEY")
+    )
 
 
 def read_items(path: Path) -> list[dict[str, Any]]:
@@ -67,17 +72,25 @@ def read_items(path: Path) -> list[dict[str, Any]]:
 
 def wait_for_run(client: ApiClient, run_id: str, poll_s: float = 0.5, timeout_s: float | None = None) -> dict[str, Any]:
     started = time.monotonic()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err,
-                  transient=False) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
         summary = client.run(run_id)
         task = progress.add_task(f"judging {run_id}", total=summary["n_judgments"], detail="")
         while True:
             summary = client.run(run_id)
             counts = summary["counts"]
             finished = sum(counts[k] for k in ("done", "failed", "unparseable", "cancelled"))
-            detail = (f"done {counts['done']} · unparseable {counts['unparseable']} · failed {counts['failed']}"
-                      f" · cached {summary['cached']}")
+            detail = (
+                f"done {counts['done']} · unparseable {counts['unparseable']} · failed {counts['failed']}"
+                f" · cached {summary['cached']}"
+            )
             progress.update(task, completed=finished, detail=detail)
             if summary["status"] in ("done", "budget_exhausted"):
                 return summary
@@ -109,7 +122,10 @@ def render_report(report: dict[str, Any], fmt: str) -> str:
 def up(
     api_port: int = typer.Option(8000, help="API port"),
     dashboard_port: int = typer.Option(8501, help="dashboard port"),
-    local_judge: bool = typer.Option(True, help="start the local SmolLM2 smoke-test judge"),
+    local_judge: bool = typer.Option(
+        None,
+        help="start the local SmolLM2 smoke-test judge (default: only when no provider key is configured)",
+    ),
     local_judge_port: int = typer.Option(8011),
     workers: int = typer.Option(8, help="worker threads"),
     dashboard: bool = typer.Option(True, help="start the dashboard"),
@@ -120,10 +136,20 @@ def up(
     from judge_api.config import default_home
     from workers.local_judge import SMOKE_TEST_WARNING
 
-    stack = Stack(home=home or Path(os.environ.get("DJ_HOME") or default_home()), api_port=api_port,
-                  dashboard_port=dashboard_port, local_judge_port=local_judge_port, worker_concurrency=workers,
-                  start_local_judge=local_judge, start_dashboard=dashboard,
-                  redis_url=os.environ.get("REDIS_URL") or None, database_url=os.environ.get("DATABASE_URL") or None)
+    if local_judge is None:
+        provider_keys = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY")
+        local_judge = not any(os.environ.get(k) or os.environ.get(f"{k}_FILE") for k in provider_keys)
+    stack = Stack(
+        home=home or Path(os.environ.get("DJ_HOME") or default_home()),
+        api_port=api_port,
+        dashboard_port=dashboard_port,
+        local_judge_port=local_judge_port,
+        worker_concurrency=workers,
+        start_local_judge=local_judge,
+        start_dashboard=dashboard,
+        redis_url=os.environ.get("REDIS_URL") or None,
+        database_url=os.environ.get("DATABASE_URL") or None,
+    )
     try:
         stack.start()
     except Exception as exc:
@@ -165,16 +191,28 @@ def demo(
     local = judge.startswith("local:")
     if local:
         err.print(f"[yellow]{SMOKE_TEST_WARNING}[/yellow]")
-    stack = Stack(home=Path(os.environ.get("DJ_HOME") or default_home()), api_port=api_port,
-                  dashboard_port=free_port(), start_local_judge=local, start_dashboard=keep_running,
-                  redis_url=os.environ.get("REDIS_URL") or None, database_url=os.environ.get("DATABASE_URL") or None)
+    stack = Stack(
+        home=Path(os.environ.get("DJ_HOME") or default_home()),
+        api_port=api_port,
+        dashboard_port=free_port(),
+        start_local_judge=local,
+        start_dashboard=keep_running,
+        redis_url=os.environ.get("REDIS_URL") or None,
+        database_url=os.environ.get("DATABASE_URL") or None,
+    )
     try:
         err.print("starting the stack (Redis, API, worker" + (", local judge" if local else "") + ") ...")
         stack.start()
         client = ApiClient(stack.api_url)
-        body = {"name": "demo: MSC example", "items": items, "rubrics": [rubric], "judges": [judge],
-                "mode": ["single"], "aspects": ["consistency"] if local else None,
-                "options": {"structured_output": True, "max_tokens": 160 if local else 512}}
+        body = {
+            "name": "demo: MSC example",
+            "items": items,
+            "rubrics": [rubric],
+            "judges": [judge],
+            "mode": ["single"],
+            "aspects": ["consistency"] if local else None,
+            "options": {"structured_output": True, "max_tokens": 160 if local else 512},
+        }
         created = client.create_run(body)
         err.print(f"submitted {created['id']}: {created['n_items']} items, {created['n_judgments']} judgments")
         wait_for_run(client, created["id"])
@@ -194,8 +232,11 @@ def demo(
 
 
 @app.command()
-def api(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
-        workers: int = typer.Option(1, help="uvicorn worker processes")) -> None:
+def api(
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8000),
+    workers: int = typer.Option(1, help="uvicorn worker processes"),
+) -> None:
     """Run the HTTP API (configured by DATABASE_URL and REDIS_URL)."""
     import uvicorn
 
@@ -203,15 +244,27 @@ def api(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
 
 
 @app.command()
-def worker(concurrency: int = typer.Option(16, help="threads (judge calls are I/O bound)"),
-           pool: str = typer.Option("threads", help="celery pool: threads, prefork, solo"),
-           name: str = typer.Option(None, help="worker node name")) -> None:
+def worker(
+    concurrency: int = typer.Option(16, help="threads (judge calls are I/O bound)"),
+    pool: str = typer.Option("threads", help="celery pool: threads, prefork, solo"),
+    name: str = typer.Option(None, help="worker node name"),
+) -> None:
     """Run a Celery worker (configured by REDIS_URL and DATABASE_URL)."""
     if not os.environ.get("REDIS_URL"):
         raise fail("REDIS_URL is not set (use 'dialogue-judge up' for the embedded stack)")
     from workers.celery_app import app as celery_app
 
-    argv = ["worker", "--pool", pool, "--concurrency", str(concurrency), "-Q", "judgments", "--loglevel", "INFO"]
+    argv = [
+        "worker",
+        "--pool",
+        pool,
+        "--concurrency",
+        str(concurrency),
+        "-Q",
+        "judgments",
+        "--loglevel",
+        "INFO",
+    ]
     if name:
         argv += ["-n", name]
     celery_app.worker_main(argv)
@@ -243,11 +296,22 @@ def submit(
     """Submit items for judging."""
     items = read_items(file)
     body: dict[str, Any] = {
-        "name": name or file.stem, "items": items, "rubrics": rubric, "judges": judge, "mode": mode,
-        "pairing": "baseline" if baseline else "all", "baseline": baseline, "orders": orders,
-        "aspects": aspect or None, "budget_usd": budget,
-        "options": {"samples": samples, "temperature": temperature, "structured_output": structured,
-                    "reask": reask},
+        "name": name or file.stem,
+        "items": items,
+        "rubrics": rubric,
+        "judges": judge,
+        "mode": mode,
+        "pairing": "baseline" if baseline else "all",
+        "baseline": baseline,
+        "orders": orders,
+        "aspects": aspect or None,
+        "budget_usd": budget,
+        "options": {
+            "samples": samples,
+            "temperature": temperature,
+            "structured_output": structured,
+            "reask": reask,
+        },
     }
     client = api_client(api, api_key)
     try:
@@ -268,13 +332,20 @@ def runs(limit: int = 20, api: str = typer.Option(None), api_key: str = typer.Op
     except ApiError as exc:
         raise fail(exc.message) from None
     for run in page["items"]:
-        console.print(f"{run['id']}  {run['status']:<16} {run['progress'] * 100:5.1f}%  "
-                      f"{run['n_judgments']:>7} judgments  ${run['cost_usd']:.4f}  {run['name'] or ''}")
+        console.print(
+            f"{run['id']}  {run['status']:<16} {run['progress'] * 100:5.1f}%  "
+            f"{run['n_judgments']:>7} judgments  ${run['cost_usd']:.4f}  {run['name'] or ''}"
+        )
 
 
 @app.command()
-def report(run_id: str, fmt: str = typer.Option("table", "--format", help="table, json or md"),
-           n_boot: int = typer.Option(1000), api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
+def report(
+    run_id: str,
+    fmt: str = typer.Option("table", "--format", help="table, json or md"),
+    n_boot: int = typer.Option(1000),
+    api: str = typer.Option(None),
+    api_key: str = typer.Option(None),
+) -> None:
     """Print a run's report."""
     if fmt not in ("table", "json", "md"):
         raise fail(f"--format must be table, json or md (got {fmt!r})")
@@ -295,7 +366,9 @@ def retry(run_id: str, api: str = typer.Option(None), api_key: str = typer.Optio
 
 
 @app.command()
-def requeue(all_pending: bool = typer.Option(True, help="every pending judgment, not only stale ones")) -> None:
+def requeue(
+    all_pending: bool = typer.Option(True, help="every pending judgment, not only stale ones"),
+) -> None:
     """Re-enqueue judgments still pending in the database (after a Redis restart). Uses DATABASE_URL/REDIS_URL."""
     from judge_api.config import get_settings
     from judge_api.migrate import upgrade
@@ -323,13 +396,20 @@ def rubrics() -> None:
         raise fail(str(exc)) from None
     for rubric in registry.all():
         scale = f"{rubric.scale[0]:g}-{rubric.scale[1]:g}" if rubric.scale else "pairwise"
-        console.print(f"{rubric.id:<22} {rubric.kind:<9} {scale:<9} v{rubric.version}  "
-                      f"aspects: {', '.join(rubric.aspect_names)}", highlight=False)
+        console.print(
+            f"{rubric.id:<22} {rubric.kind:<9} {scale:<9} v{rubric.version}  aspects: {', '.join(rubric.aspect_names)}",
+            highlight=False,
+        )
 
 
 @app.command("import-ratings")
-def import_ratings(run_id: str, file: Path, fmt: str = typer.Option(None, "--format", help="csv or jsonl"),
-                   api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
+def import_ratings(
+    run_id: str,
+    file: Path,
+    fmt: str = typer.Option(None, "--format", help="csv or jsonl"),
+    api: str = typer.Option(None),
+    api_key: str = typer.Option(None),
+) -> None:
     """Import human ratings (CSV with a header, or JSONL) for a run's items."""
     from dialogue_judge.ratings import RatingsFileError, read_ratings
 
@@ -345,8 +425,12 @@ def import_ratings(run_id: str, file: Path, fmt: str = typer.Option(None, "--for
 
 
 @app.command()
-def agreement(run_id: str, fmt: str = typer.Option("table", "--format", help="table or json"),
-              api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
+def agreement(
+    run_id: str,
+    fmt: str = typer.Option("table", "--format", help="table or json"),
+    api: str = typer.Option(None),
+    api_key: str = typer.Option(None),
+) -> None:
     """Judge-human and human-human agreement for a run with human ratings."""
     try:
         result = api_client(api, api_key).get(f"/v1/runs/{run_id}/agreement")
@@ -361,8 +445,11 @@ def agreement(run_id: str, fmt: str = typer.Option("table", "--format", help="ta
 
 
 @app.command()
-def convert(dataset: str = typer.Argument(..., help="msc or mtbench-plus"), file: Path = typer.Argument(...),
-            limit: int = typer.Option(0, help="at most this many items (0 = all)")) -> None:
+def convert(
+    dataset: str = typer.Argument(..., help="msc or mtbench-plus"),
+    file: Path = typer.Argument(...),
+    limit: int = typer.Option(0, help="at most this many items (0 = all)"),
+) -> None:
     """Convert a public dataset file to dialogue-judge items (JSONL on stdout, candidates left empty)."""
     from dialogue_judge import datasets
 
@@ -379,12 +466,42 @@ def convert(dataset: str = typer.Argument(..., help="msc or mtbench-plus"), file
         sys.stdout.write(json.dumps(item) + "\n")
 
 
+@app.command("import-mtbench")
+def import_mtbench_cmd(
+    folder: Path = typer.Argument(..., help="folder with questions.jsonl, model_answers_6models.jsonl, "
+                                  "gpt4_pair.jsonl and human.jsonl (e.g. ../shared/data/mtbench_human_judgments)"),
+    turn: int = typer.Option(1, help="MT-Bench turn (1 or 2); one run per turn"),
+    project: str = typer.Option("default"),
+) -> None:
+    """Import MT-Bench's GPT-4 pairwise verdicts and expert votes as a run (writes to DATABASE_URL directly)."""
+    from dialogue_judge.importers import import_mtbench
+    from judge_api.config import get_settings
+    from judge_api.db import session_scope
+    from judge_api.migrate import upgrade
+
+    needed = ["questions.jsonl", "model_answers_6models.jsonl", "gpt4_pair.jsonl", "human.jsonl"]
+    missing = [name for name in needed if not (folder / name).is_file()]
+    if missing:
+        raise fail(f"{folder}: missing {', '.join(missing)}")
+    if turn not in (1, 2):
+        raise fail("--turn must be 1 or 2")
+    upgrade(get_settings().resolved_database_url())
+    with session_scope() as session:
+        run_id = import_mtbench(session, folder, turn, project)
+    emit(run_id)
+    err.print(f"agreement: dialogue-judge agreement {run_id}   (expert votes only: GET /v1/runs/{run_id}"
+              "/agreement?human_prefix=expert_)")
+
+
 # -- keys ----------------------------------------------------------------------------------------------------
 
 
 @keys_app.command("create")
-def keys_create(project: str = typer.Option("default"), name: str = typer.Option("key"),
-                scope: list[str] = typer.Option(["submit", "read"], "--scope")) -> None:
+def keys_create(
+    project: str = typer.Option("default"),
+    name: str = typer.Option("key"),
+    scope: list[str] = typer.Option(["submit", "read"], "--scope"),
+) -> None:
     """Create a key; the secret is printed once and stored only as a hash."""
     from judge_api.auth import create_key
     from judge_api.config import get_settings
@@ -428,6 +545,63 @@ def keys_revoke(key_id: str) -> None:
         if not revoke_key(session, key_id):
             raise fail(f"no active key {key_id!r}")
     console.print(f"revoked {key_id}")
+
+
+@app.command()
+def gate(
+    baseline: str = typer.Option(..., "--baseline", "-b",
+                                 help="baseline: a run id, a JSONL items file (one system) or a responses file"),
+    candidate: str = typer.Option(..., "--candidate", "-c", help="candidate: same forms as --baseline"),
+    judge: str = typer.Option(..., "--judge", "-j", help="judge, e.g. openai:gpt-4o"),
+    rubric: str = typer.Option(None, "--rubric", "-r", help="default: rsum-single (single), rsum-pairwise (pairwise)"),
+    aspect: list[str] = typer.Option(None, "--aspect",
+                                     help="aspect(s) to gate (default: consistency, else all the rubric's)"),
+    mode: str = typer.Option("single", "--mode", "-m", help="single (paired score drop) or pairwise (head to head)"),
+    items: Path = typer.Option(None, "--items", help="items JSONL with the shared context for responses files"),
+    max_drop: float = typer.Option(None, "--max-drop", help="single: tolerated mean drop in score points "
+                                   "(default 5 on a 1-100 scale, the same share of other scales)"),
+    max_loss_rate: float = typer.Option(0.6, "--max-loss-rate",
+                                        help="pairwise: tolerated loss rate, ties counting half (0.5 = parity)"),
+    alpha: float = typer.Option(0.05, "--alpha", help="the gate's error rate"),
+    budget: float = typer.Option(None, "--budget", help="stop judging after this many USD"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random item order"),
+    batch: int = typer.Option(None, "--batch", help="items per batch between looks (default: about 10 looks)"),
+    sequential: bool = typer.Option(True, "--sequential/--no-sequential",
+                                    help="stop as soon as the decision is settled"),
+    workers: int = typer.Option(8, "--workers", help="standalone: judge threads"),
+    api: str = typer.Option(None, "--api", help="judge on a running service at this URL (default: in-process)"),
+    api_key: str = typer.Option(None, "--api-key", help="API key (default DJ_API_KEY)"),
+    cache_dir: Path = typer.Option(None, "--cache-dir",
+                                   help="standalone database and judge cache folder (default ~/.cache/dialogue-judge)"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="standalone: a temporary database, no cache"),
+    max_failed: float = typer.Option(0.10, "--max-failed", help="exit 2 above this share of failed/unparseable"),
+    baseline_system: str = typer.Option(None, "--baseline-system", help="system to take from the baseline"),
+    candidate_system: str = typer.Option(None, "--candidate-system", help="system to take from the candidate"),
+    name: str = typer.Option(None, "--name", help="run name"),
+    worst: int = typer.Option(5, "--worst", help="worst regressed items to list per aspect"),
+    markdown: Path = typer.Option(None, "--markdown", help="write the Markdown summary here"),
+    junit: Path = typer.Option(None, "--junit", help="write JUnit XML here"),
+    json_out: Path = typer.Option(None, "--json", help="write the JSON result here"),
+    structured: bool = typer.Option(False, "--structured", help="ask for JSON schema / tool output"),
+    reask: int = typer.Option(0, "--reask", help="re-ask unparseable replies this many times"),
+    progress: bool = typer.Option(None, "--progress/--no-progress", help="progress bar (default: on a terminal)"),
+    timeout: float = typer.Option(3600.0, "--timeout", help="--api: seconds to wait for a run"),
+) -> None:
+    """Fail the build when responses got less consistent, and not on judge noise (exit 0 pass, 1 regression,
+    2 undecided or could not run)."""
+    from dialogue_judge.gate import GateConfig, parse_aspects, run_cli
+
+    config = GateConfig(
+        baseline=baseline, candidate=candidate, judge=judge, items=items, rubric=rubric,
+        aspects=parse_aspects(aspect), mode=mode, max_drop=max_drop, max_loss_rate=max_loss_rate, alpha=alpha,
+        budget_usd=budget, seed=seed, batch=batch, sequential=sequential, workers=workers, api=api,
+        api_key=api_key, cache=not no_cache, database=cache_dir / "gate.db" if cache_dir else None,
+        max_failed=max_failed, baseline_system=baseline_system, candidate_system=candidate_system, name=name,
+        worst=worst, progress=progress, timeout_s=timeout, structured_output=structured, reask=reask,
+    )
+    code = run_cli(config, markdown=markdown, junit=junit, json_path=json_out, echo=typer.echo,
+                   echo_err=lambda text: typer.echo(text, err=True))
+    raise typer.Exit(code)
 
 
 def main() -> None:
