@@ -81,11 +81,7 @@ def judges_of(report: Mapping[str, Any] | None) -> list[str]:
     counts = (report or {}).get("counts") or {}
     judges = counts.get("judges") or []
     if not judges:
-        found = {
-            r.get("judge")
-            for name in ("scores", "preferences", "ranking")
-            for r in section_list(report, name)
-        }
+        found = {r.get("judge") for name in ("scores", "preferences", "ranking") for r in section_list(report, name)}
         judges = sorted(j for j in found if j)
     return [str(j) for j in judges]
 
@@ -138,11 +134,7 @@ def paper_frame(report: Mapping[str, Any] | None, judge: str | None = None) -> p
         rows.append(row)
     columns = ["Judge", "System", *[a.capitalize() for a in aspects], "Average", "Items"]
     df = frame(rows, columns)
-    return (
-        df.sort_values("Average", ascending=False, na_position="last").reset_index(drop=True)
-        if len(df)
-        else df
-    )
+    return df.sort_values("Average", ascending=False, na_position="last").reset_index(drop=True) if len(df) else df
 
 
 def ranking_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -170,10 +162,7 @@ def paired_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
 
 # -- preferences -----------------------------------------------------------------------------------------
 def preferences_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
-    rows = [
-        {k: v for k, v in r.items() if k != "preference_distribution"}
-        for r in section_list(report, "preferences")
-    ]
+    rows = [{k: v for k, v in r.items() if k != "preference_distribution"} for r in section_list(report, "preferences")]
     return frame(rows, PREF_COLUMNS)
 
 
@@ -185,7 +174,7 @@ def orient(prefs: pd.DataFrame, focus: str | None) -> pd.DataFrame:
     flip = df["system_b"] == focus
     swaps = [("system_a", "system_b"), ("wins", "losses"), ("win_rate_pct", "loss_rate_pct")]
     for left, right in swaps:
-        df.loc[flip, [left, right]] = df.loc[flip, [right, left]].to_numpy()
+        df.loc[flip, [left, right]] = df.loc[flip, [right, left]].to_numpy(copy=True)
     for column in ("win_rate", "win_rate_ci_low", "win_rate_ci_high"):
         df[column] = pd.to_numeric(df[column], errors="coerce")
     low, high = df.loc[flip, "win_rate_ci_low"].copy(), df.loc[flip, "win_rate_ci_high"].copy()
@@ -233,9 +222,7 @@ def winrate_matrix(prefs: pd.DataFrame) -> pd.DataFrame:
         if rate is None or not r.get("n") or (isinstance(rate, float) and np.isnan(rate)):
             continue
         rows.append({"row": r["system_a"], "column": r["system_b"], "win_rate": float(rate), "n": r["n"]})
-        rows.append(
-            {"row": r["system_b"], "column": r["system_a"], "win_rate": 1.0 - float(rate), "n": r["n"]}
-        )
+        rows.append({"row": r["system_b"], "column": r["system_a"], "win_rate": 1.0 - float(rate), "n": r["n"]})
     return frame(rows, ["row", "column", "win_rate", "n"])
 
 
@@ -403,9 +390,7 @@ def judge_item_scores(judgments: pd.DataFrame) -> pd.DataFrame:
     """Single-mode done judgments averaged over samples: one row per (item, system, aspect, judge)."""
     if judgments.empty or "mode" not in judgments:
         return frame([], JUDGE_ITEM_COLUMNS)
-    df = judgments[
-        (judgments["mode"] == "single") & (judgments["status"] == "done") & judgments["score"].notna()
-    ]
+    df = judgments[(judgments["mode"] == "single") & (judgments["status"] == "done") & judgments["score"].notna()]
     if df.empty:
         return frame([], JUDGE_ITEM_COLUMNS)
     for column in ("scale_min", "scale_max"):
@@ -506,8 +491,8 @@ def system_ranks(scatter: pd.DataFrame) -> pd.DataFrame:
         .reset_index()
     )
     by = g.groupby(["judge", "aspect"])
-    g["judge_rank"] = by["judge_mean"].rank(ascending=False, method="min")
-    g["human_rank"] = by["human_mean"].rank(ascending=False, method="min")
+    g["judge_rank"] = by["judge_mean"].rank(ascending=False, method="min").astype("Int64")
+    g["human_rank"] = by["human_mean"].rank(ascending=False, method="min").astype("Int64")
     return g[columns]
 
 
@@ -526,32 +511,22 @@ ORDER_COLUMNS = [
 ]
 
 
-def _majority(values: pd.Series) -> str | None:
-    coded = values.map(OUTCOME_VALUE).dropna()
-    if coded.empty:
-        return None
-    mean = coded.mean()
-    return "win" if mean > 0 else "loss" if mean < 0 else "tie"
-
-
 def order_outcomes(judgments: pd.DataFrame) -> pd.DataFrame:
-    """Pairwise keys with the outcome of each presentation order (samples: majority) and whether they flip."""
+    """Pairwise keys with the outcome of each presentation order (samples: majority) and whether they flip.
+
+    Vectorised (one groupby), so a run of 100,000 judgments takes well under a second."""
     if judgments.empty or "mode" not in judgments:
         return frame([], ORDER_COLUMNS)
-    df = judgments[
-        (judgments["mode"] == "pairwise") & (judgments["status"] == "done") & judgments["outcome"].notna()
-    ]
+    df = judgments[(judgments["mode"] == "pairwise") & (judgments["status"] == "done") & judgments["outcome"].notna()]
     if df.empty:
         return frame([], ORDER_COLUMNS)
     keys = ["item_id", "system_a", "system_b", "aspect", "judge"]
-    per_order = (
-        df.groupby([*keys, "order"], sort=True)
-        .agg(outcome=("outcome", _majority), preference=("preference", "mean"))
-        .reset_index()
-    )
-    wide = per_order.pivot_table(
-        index=keys, columns="order", values=["outcome", "preference"], aggfunc="first"
-    )
+    df = df.assign(coded=df["outcome"].map(OUTCOME_VALUE), preference=pd.to_numeric(df["preference"]))
+    per_order = df.groupby([*keys, "order"], sort=True)[["coded", "preference"]].mean()
+    sign = np.sign(per_order["coded"].to_numpy())
+    per_order["outcome"] = np.where(sign > 0, "win", np.where(sign < 0, "loss", "tie"))
+    per_order.loc[per_order["coded"].isna(), "outcome"] = None
+    wide = per_order[["outcome", "preference"]].unstack("order")
     wide.columns = [f"{a}_{b}" for a, b in wide.columns]
     wide = wide.reset_index()
     for column in ("outcome_ab", "outcome_ba", "preference_ab", "preference_ba"):
@@ -561,16 +536,6 @@ def order_outcomes(judgments: pd.DataFrame) -> pd.DataFrame:
         wide["outcome_ab"].notna() & wide["outcome_ba"].notna() & (wide["outcome_ab"] != wide["outcome_ba"])
     )
     return wide[ORDER_COLUMNS]
-
-
-def combined_outcome(row: Mapping[str, Any]) -> str | None:
-    ab, ba = row.get("outcome_ab"), row.get("outcome_ba")
-    present = [o for o in (ab, ba) if isinstance(o, str)]
-    if not present:
-        return None
-    if len(present) == 2 and present[0] != present[1]:
-        return "tie"
-    return present[0]
 
 
 def preference_disagreements(orders: pd.DataFrame, ratings: pd.DataFrame) -> pd.DataFrame:
@@ -592,12 +557,10 @@ def preference_disagreements(orders: pd.DataFrame, ratings: pd.DataFrame) -> pd.
     if votes.empty:
         return frame([], columns)
     judge = orders.copy()
-    judge["judge_vote"] = [
-        OUTCOME_VALUE.get(combined_outcome(r) or "", np.nan) for r in judge.to_dict(orient="records")
-    ]
-    same = votes.rename(columns={"system": "system_a"})[
-        ["item_id", "system_a", "system_b", "aspect", "value"]
-    ]
+    ab, ba = judge["outcome_ab"].map(OUTCOME_VALUE), judge["outcome_ba"].map(OUTCOME_VALUE)
+    both = ab.notna() & ba.notna()
+    judge["judge_vote"] = np.where(both, np.where(ab == ba, ab, 0.0), ab.fillna(ba))
+    same = votes.rename(columns={"system": "system_a"})[["item_id", "system_a", "system_b", "aspect", "value"]]
     swapped = votes.rename(columns={"system": "system_b", "system_b": "system_a"})[
         ["item_id", "system_a", "system_b", "aspect", "value"]
     ].assign(value=lambda d: -d["value"])
@@ -637,9 +600,7 @@ def compare_scores(
         "n_worse",
         "n_better",
     ]
-    merged = _item_means(base).merge(
-        _item_means(cand), on=["item_id", "system", "aspect"], suffixes=("_base", "_cand")
-    )
+    merged = _item_means(base).merge(_item_means(cand), on=["item_id", "system", "aspect"], suffixes=("_base", "_cand"))
     if merged.empty:
         return frame([], columns)
     rng = np.random.default_rng(seed)
@@ -672,9 +633,7 @@ def compare_scores(
 def worse_items(base: pd.DataFrame, cand: pd.DataFrame) -> pd.DataFrame:
     """(item, system, aspect) whose score dropped from baseline to candidate, biggest drop first."""
     columns = ["item_id", "system", "aspect", "baseline", "candidate", "delta"]
-    merged = _item_means(base).merge(
-        _item_means(cand), on=["item_id", "system", "aspect"], suffixes=("_base", "_cand")
-    )
+    merged = _item_means(base).merge(_item_means(cand), on=["item_id", "system", "aspect"], suffixes=("_base", "_cand"))
     if merged.empty:
         return frame([], columns)
     merged = merged.rename(columns={"score_base": "baseline", "score_cand": "candidate"})
@@ -704,3 +663,38 @@ def compare_preferences(base: pd.DataFrame, cand: pd.DataFrame) -> pd.DataFrame:
     half = np.sqrt(merged["half_base"] ** 2 + merged["half_cand"] ** 2)
     merged["ci_low"], merged["ci_high"] = merged["delta"] - half, merged["delta"] + half
     return merged[columns]
+
+
+def gap_summary(scatter: pd.DataFrame) -> pd.DataFrame:
+    """Mean judge-human gap (0-1 scale) per system x aspect: where disagreement concentrates."""
+    columns = ["system", "aspect", "mean_gap", "n"]
+    if scatter.empty:
+        return frame([], columns)
+    out = scatter.groupby(["system", "aspect"]).agg(mean_gap=("gap", "mean"), n=("gap", "size")).reset_index()
+    return out[columns]
+
+
+def flip_summary(orders: pd.DataFrame) -> pd.DataFrame:
+    """Per pair x aspect: keys judged in both orders, how many flipped, the flip rate."""
+    columns = ["pair", "aspect", "n", "flips", "flip_rate"]
+    both = orders[orders["outcome_ab"].notna() & orders["outcome_ba"].notna()] if not orders.empty else orders
+    if both.empty:
+        return frame([], columns)
+    both = both.assign(pair=[pair_label(a, b) for a, b in zip(both["system_a"], both["system_b"], strict=True)])
+    out = both.groupby(["pair", "aspect"]).agg(n=("flipped", "size"), flips=("flipped", "sum")).reset_index()
+    out["flip_rate"] = out["flips"] / out["n"]
+    return out[columns]
+
+
+def item_score_bars(judgments: pd.DataFrame) -> pd.DataFrame:
+    """One item's single-mode scores shaped for ``charts.score_means_chart`` (samples averaged, no CI)."""
+    columns = ["system", "aspect", "mean", "ci_low", "ci_high", "n"]
+    if judgments.empty or "mode" not in judgments:
+        return frame([], columns)
+    single = judgments[(judgments["mode"] == "single") & judgments["score"].notna()]
+    if single.empty:
+        return frame([], columns)
+    out = single.groupby(["system_a", "aspect"]).agg(mean=("score", "mean"), n=("score", "size")).reset_index()
+    out = out.rename(columns={"system_a": "system"})
+    out["ci_low"] = out["ci_high"] = out["mean"]
+    return out[columns]

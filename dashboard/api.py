@@ -131,10 +131,16 @@ def parse_judgments_csv(text: str) -> pd.DataFrame:
     """The ``/judgments.csv`` body as a frame with stable types (ids stay strings, numbers are floats)."""
     if not text.strip():
         return pd.DataFrame(columns=[*FRAME_TEXT_COLUMNS, *FRAME_NUMERIC_COLUMNS])
-    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    for column in FRAME_NUMERIC_COLUMNS:
-        if column in frame:
-            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    header = text.split("\n", 1)[0].strip().split(",")
+    numeric = [c for c in header if c in FRAME_NUMERIC_COLUMNS]
+    frame = pd.read_csv(
+        io.StringIO(text),
+        dtype={c: str for c in header if c not in numeric},
+        keep_default_na=False,
+        na_values={c: [""] for c in numeric},
+    )
+    for column in numeric:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
     for column in ("system_b", "order", "outcome"):
         if column in frame:
             frame[column] = frame[column].replace("", None)
@@ -179,9 +185,7 @@ def judgments_page(
 ) -> dict[str, Any]:
     """One page of ``/judgments`` (full rows: explanation, raw output, error) with API-side filters."""
     return _dict(
-        _get(
-            conn, f"/v1/runs/{run_id}/judgments", offset=offset, limit=min(limit, PAGE_LIMIT), **dict(filters)
-        ),
+        _get(conn, f"/v1/runs/{run_id}/judgments", offset=offset, limit=min(limit, PAGE_LIMIT), **dict(filters)),
         "the judgments",
     )
 
@@ -227,9 +231,7 @@ def ratings(conn: Conn, run_id: str, ratings_rev: int = 0) -> pd.DataFrame:
     frame = pd.DataFrame(list(data.get("items") or []))
     for column in RATING_COLUMNS:
         if column not in frame:
-            frame[column] = pd.Series(
-                dtype="float64" if column in ("value", "scale_min", "scale_max") else object
-            )
+            frame[column] = pd.Series(dtype="float64" if column in ("value", "scale_min", "scale_max") else object)
     return frame
 
 
@@ -241,6 +243,7 @@ def post_ratings(conn: Conn, run_id: str, rows: Iterable[Mapping[str, Any]]) -> 
     finally:
         client.close()
     ratings.clear()
+    report.clear()  # the agreement section changes for every session, not just this one
     return _dict(result, "the rating upload")
 
 

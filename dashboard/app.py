@@ -22,18 +22,12 @@ from dashboard import state  # noqa: E402
 
 PAGES = [
     st.Page("views/runs.py", title="Runs", icon=":material/list:", url_path="runs", default=True),
-    st.Page(
-        "views/leaderboard.py", title="Leaderboard", icon=":material/leaderboard:", url_path="leaderboard"
-    ),
-    st.Page(
-        "views/winrates.py", title="Win / tie / loss", icon=":material/stacked_bar_chart:", url_path="wins"
-    ),
+    st.Page("views/leaderboard.py", title="Leaderboard", icon=":material/leaderboard:", url_path="leaderboard"),
+    st.Page("views/winrates.py", title="Win / tie / loss", icon=":material/stacked_bar_chart:", url_path="wins"),
     st.Page("views/agreement.py", title="Human agreement", icon=":material/handshake:", url_path="agreement"),
     st.Page("views/bias.py", title="Bias", icon=":material/balance:", url_path="bias"),
     st.Page("views/explorer.py", title="Item explorer", icon=":material/forum:", url_path="explorer"),
-    st.Page(
-        "views/disagreements.py", title="Disagreements", icon=":material/rule:", url_path="disagreements"
-    ),
+    st.Page("views/disagreements.py", title="Disagreements", icon=":material/rule:", url_path="disagreements"),
     st.Page("views/annotate.py", title="Annotate", icon=":material/edit_note:", url_path="annotate"),
     st.Page("views/compare.py", title="Compare runs", icon=":material/compare_arrows:", url_path="compare"),
 ]

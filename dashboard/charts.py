@@ -13,26 +13,29 @@ import altair as alt
 import pandas as pd
 import plotly.graph_objects as go
 
-AltairChart = (
-    alt.Chart | alt.LayerChart | alt.FacetChart | alt.ConcatChart | alt.HConcatChart | alt.VConcatChart
-)
+AltairChart = alt.Chart | alt.LayerChart | alt.FacetChart | alt.ConcatChart | alt.HConcatChart | alt.VConcatChart
 OUTCOME_COLORS = {"win": "#2e7d32", "tie": "#b0bec5", "loss": "#c62828"}
 MAX_POINTS = 5000
 HEIGHT_PER_ROW = 34
 
 
-def _height(n_rows: int, minimum: int = 160) -> int:
-    return max(minimum, HEIGHT_PER_ROW * n_rows + 60)
+def _height(n_rows: int, minimum: int = 160, per_row: int = HEIGHT_PER_ROW) -> int:
+    return max(minimum, per_row * n_rows + 60)
+
+
+def short_judge(spec: object) -> str:
+    """``provider:model@http://host/v1`` -> ``provider:model`` (the endpoint stays in tooltips and tables)."""
+    return str(spec).split("@", 1)[0]
 
 
 def score_means_chart(scores: pd.DataFrame, aspects: Sequence[str] | None = None) -> AltairChart:
     """Grouped bars of the mean score per system x aspect with 95% CI error bars."""
     df = scores.dropna(subset=["mean"]).copy()
     order = list(aspects) if aspects else sorted(df["aspect"].dropna().unique())
+    systems = df.groupby("system")["mean"].mean().sort_values(ascending=False).index.tolist()
     base = alt.Chart(df).encode(
-        x=alt.X("system:N", title=None, axis=alt.Axis(labelAngle=0)),
+        x=alt.X("system:N", title=None, sort=systems, axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("aspect:N", sort=order),
-        color=alt.Color("aspect:N", sort=order, title="aspect"),
     )
     tooltip = [
         "system:N",
@@ -42,7 +45,11 @@ def score_means_chart(scores: pd.DataFrame, aspects: Sequence[str] | None = None
         alt.Tooltip("ci_high:Q", format=".1f"),
         "n:Q",
     ]
-    bars = base.mark_bar(opacity=0.85).encode(y=alt.Y("mean:Q", title="mean score"), tooltip=tooltip)
+    bars = base.mark_bar(opacity=0.85).encode(
+        y=alt.Y("mean:Q", title="mean score"),
+        color=alt.Color("aspect:N", sort=order, title="aspect"),
+        tooltip=tooltip,
+    )
     errors = base.mark_rule(color="black", strokeWidth=1.5).encode(y="ci_low:Q", y2="ci_high:Q")
     return alt.layer(bars, errors).properties(height=340)
 
@@ -61,22 +68,18 @@ def ranking_chart(ranking: pd.DataFrame) -> AltairChart:
         "n_comparisons:Q",
     ]
     rules = base.mark_rule(strokeWidth=2, color="#546e7a").encode(
-        x=alt.X(
-            "elo_ci_low:Q", title="Bradley-Terry strength (Elo scale, 95% CI)", scale=alt.Scale(zero=False)
-        ),
+        x=alt.X("elo_ci_low:Q", title="Bradley-Terry strength (Elo scale, 95% CI)", scale=alt.Scale(zero=False)),
         x2="elo_ci_high:Q",
     )
     points = base.mark_point(filled=True, size=120, color="#1565c0").encode(x="elo:Q", tooltip=tooltip)
-    return alt.layer(rules, points).properties(height=_height(len(order)))
+    return alt.layer(rules, points).properties(height=_height(len(order), per_row=56))
 
 
 def histogram_chart(hist: pd.DataFrame) -> AltairChart:
     """Score distribution (the report's histogram bins) per system, one small panel per aspect."""
     df = hist.copy()
     df["bin"] = (
-        df["bin_start"].round(0).astype("Int64").astype(str)
-        + "–"
-        + df["bin_end"].round(0).astype("Int64").astype(str)
+        df["bin_start"].round(0).astype("Int64").astype(str) + "–" + df["bin_end"].round(0).astype("Int64").astype(str)
     )
     return (
         alt.Chart(df)
@@ -118,7 +121,12 @@ def wtl_figure(wtl: pd.DataFrame, title: str | None = None) -> go.Figure:
         barmode="stack",
         height=max(220, 48 * len(pairs) + 110),
         title=title,
-        xaxis={"range": [0, 100], "title": "% of comparisons", "ticksuffix": "%"},
+        xaxis={
+            "range": [0, 100.5],
+            "title": "% of comparisons",
+            "ticksuffix": "%",
+            "tickvals": [0, 20, 40, 60, 80, 100],
+        },
         yaxis={"autorange": "reversed", "title": None, "automargin": True},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "traceorder": "normal"},
         margin={"l": 10, "r": 10, "t": 60 if title else 40, "b": 40},
@@ -201,24 +209,21 @@ def confusion_heatmap(
     df = pd.DataFrame(rows, columns=[row_title, column_title, "count"])
     order = list(labels)
     base = alt.Chart(df).encode(
-        x=alt.X(f"{column_title}:N", sort=order), y=alt.Y(f"{row_title}:N", sort=order)
+        x=alt.X(f"{column_title}:N", sort=order, axis=alt.Axis(labelAngle=0, orient="top", labelOverlap=False)),
+        y=alt.Y(f"{row_title}:N", sort=order),
     )
     heat = base.mark_rect().encode(
         color=alt.Color("count:Q", scale=alt.Scale(scheme="blues"), legend=None),
         tooltip=[f"{row_title}:N", f"{column_title}:N", "count:Q"],
     )
-    text = base.mark_text(fontSize=13).encode(
-        text=alt.Text("count:Q", format=".0f"), color=alt.value("black")
-    )
-    size = 44 * len(order) + 40
+    text = base.mark_text(fontSize=13).encode(text=alt.Text("count:Q", format=".0f"), color=alt.value("black"))
+    size = 64 * len(order) + 50
     return alt.layer(heat, text).properties(width=size, height=size)
 
 
 def rank_comparison_chart(ranks: pd.DataFrame) -> AltairChart:
     """Slope chart: each system's rank by the judge (left) and the humans (right); crossings disagree."""
-    long = ranks.melt(
-        id_vars=["system"], value_vars=["judge_rank", "human_rank"], var_name="by", value_name="rank"
-    )
+    long = ranks.melt(id_vars=["system"], value_vars=["judge_rank", "human_rank"], var_name="by", value_name="rank")
     long["by"] = long["by"].map({"judge_rank": "judge", "human_rank": "humans"})
     base = alt.Chart(long).encode(
         x=alt.X("by:N", sort=["judge", "humans"], title=None, axis=alt.Axis(labelAngle=0)),
@@ -233,9 +238,7 @@ def rank_comparison_chart(ranks: pd.DataFrame) -> AltairChart:
     lines = base.mark_line(point=alt.OverlayMarkDef(size=80)).encode(
         detail="system:N", tooltip=["system:N", "by:N", "rank:Q"]
     )
-    labels = (
-        base.transform_filter(alt.datum.by == "humans").mark_text(align="left", dx=8).encode(text="system:N")
-    )
+    labels = base.transform_filter(alt.datum.by == "humans").mark_text(align="left", dx=8).encode(text="system:N")
     return alt.layer(lines, labels).properties(height=max(200, 40 * ranks["system"].nunique() + 80))
 
 
@@ -248,29 +251,27 @@ def rate_bars(
     band: float | None = None,
     domain: tuple[float, float] = (0.0, 1.0),
 ) -> AltairChart:
-    """One bar per judge of a rate (default in [0, 1]), a dashed reference line, an optional ok band."""
+    """One bar per judge of a rate (default in [0, 1]) with its value written, a dashed reference line and
+    an optional shaded band of tolerated values around the reference."""
     df = bias.dropna(subset=[column]).copy()
+    df["judge_label"] = df["judge"].map(short_judge)
+    df["value_label"] = df[column].map(lambda v: f"{float(v):.2f}")
+    y = alt.Y("judge_label:N", title=None, axis=alt.Axis(labelLimit=220))
     layers: list[alt.Chart] = []
     if band is not None:
-        band_df = pd.DataFrame(
-            {"lo": [max(domain[0], reference - band)], "hi": [min(domain[1], reference + band)]}
-        )
-        layers.append(alt.Chart(band_df).mark_rect(opacity=0.12, color="#2e7d32").encode(x="lo:Q", x2="hi:Q"))
-    layers.append(
-        alt.Chart(df)
-        .mark_bar(color="#5c6bc0")
-        .encode(
-            x=alt.X(f"{column}:Q", title=title, scale=alt.Scale(domain=list(domain))),
-            y=alt.Y("judge:N", title=None),
-            tooltip=["judge:N", alt.Tooltip(f"{column}:Q", format=".3f")],
-        )
+        band_df = pd.DataFrame({"lo": [max(domain[0], reference - band)], "hi": [min(domain[1], reference + band)]})
+        layers.append(alt.Chart(band_df).mark_rect(opacity=0.15, color="#2e7d32").encode(x="lo:Q", x2="hi:Q"))
+    bars = alt.Chart(df).encode(
+        x=alt.X(f"{column}:Q", title=title, scale=alt.Scale(domain=list(domain))),
+        y=y,
+        tooltip=["judge:N", alt.Tooltip(f"{column}:Q", format=".3f")],
     )
+    layers.append(bars.mark_bar(color="#5c6bc0", height=22))
+    layers.append(bars.mark_text(align="left", dx=6, fontSize=13).encode(text="value_label:N"))
     layers.append(
-        alt.Chart(pd.DataFrame({"ref": [reference]}))
-        .mark_rule(strokeDash=[5, 4], color="black")
-        .encode(x="ref:Q")
+        alt.Chart(pd.DataFrame({"ref": [reference]})).mark_rule(strokeDash=[5, 4], color="black").encode(x="ref:Q")
     )
-    return alt.layer(*layers).properties(height=max(90, 40 * len(df) + 50))
+    return alt.layer(*layers).properties(height=_height(len(df), minimum=110, per_row=44))
 
 
 def delta_chart(deltas: pd.DataFrame) -> AltairChart:
@@ -278,7 +279,7 @@ def delta_chart(deltas: pd.DataFrame) -> AltairChart:
     df = deltas.copy()
     df["label"] = df["system"].astype(str) + " · " + df["aspect"].astype(str)
     df["direction"] = df["delta"].map(lambda d: "better" if d > 0 else "worse" if d < 0 else "same")
-    base = alt.Chart(df).encode(y=alt.Y("label:N", title=None, sort=None))
+    base = alt.Chart(df).encode(y=alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=260)))
     rules = base.mark_rule(strokeWidth=2, color="#78909c").encode(
         x=alt.X("ci_low:Q", title="candidate − baseline (mean score, 95% CI)"), x2="ci_high:Q"
     )
@@ -299,12 +300,39 @@ def delta_chart(deltas: pd.DataFrame) -> AltairChart:
             "n_items:Q",
         ],
     )
-    zero = (
-        alt.Chart(pd.DataFrame({"zero": [0.0]}))
-        .mark_rule(strokeDash=[4, 4], color="black")
-        .encode(x="zero:Q")
-    )
+    zero = alt.Chart(pd.DataFrame({"zero": [0.0]})).mark_rule(strokeDash=[4, 4], color="black").encode(x="zero:Q")
     return alt.layer(zero, rules, points).properties(height=_height(len(df)))
+
+
+def gap_chart(gaps: pd.DataFrame) -> AltairChart:
+    """Mean judge-human gap per system x aspect (horizontal grouped bars)."""
+    return (
+        alt.Chart(gaps)
+        .mark_bar()
+        .encode(
+            x=alt.X("mean_gap:Q", title="mean |judge − human| (0–1 scale)", scale=alt.Scale(zero=True)),
+            y=alt.Y("system:N", title=None),
+            yOffset="aspect:N",
+            color=alt.Color("aspect:N"),
+            tooltip=["system:N", "aspect:N", alt.Tooltip("mean_gap:Q", format=".3f"), "n:Q"],
+        )
+        .properties(height=_height(gaps["system"].nunique(), minimum=120, per_row=50))
+    )
+
+
+def flip_chart(flips: pd.DataFrame) -> AltairChart:
+    """Share of keys whose verdict flips with the presentation order, per pair x aspect."""
+    return (
+        alt.Chart(flips)
+        .mark_bar(color="#ef6c00")
+        .encode(
+            x=alt.X("flip_rate:Q", title="flip rate", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("pair:N", title=None),
+            yOffset="aspect:N",
+            tooltip=["pair:N", "aspect:N", "flips:Q", "n:Q", alt.Tooltip("flip_rate:Q", format=".2f")],
+        )
+        .properties(height=_height(flips["pair"].nunique(), minimum=110, per_row=40))
+    )
 
 
 def progress_figure(counts: dict[str, int]) -> go.Figure:

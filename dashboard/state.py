@@ -66,9 +66,7 @@ def sidebar() -> None:
     with st.sidebar:
         with st.expander("API connection", expanded=False):
             st.text_input("API URL", key="api_url", help="DJ_API_URL")
-            st.text_input(
-                "API key", key="api_key", type="password", help="DJ_API_KEY; sent as a Bearer token"
-            )
+            st.text_input("API key", key="api_key", type="password", help="DJ_API_KEY; sent as a Bearer token")
             st.selectbox(
                 "Bootstrap resamples (CIs)",
                 N_BOOT_CHOICES,
@@ -94,13 +92,9 @@ def sidebar() -> None:
         if ss.get("run_id") not in ids:
             ss["run_id"] = ids[0]
         ss["_run_widget"] = ss["run_id"]
-        st.selectbox(
-            "Run", ids, key="_run_widget", format_func=lambda i: labels.get(i, i), on_change=_run_changed
-        )
+        st.selectbox("Run", ids, key="_run_widget", format_func=lambda i: labels.get(i, i), on_change=_run_changed)
         if int(runs.get("total") or 0) > len(items):
-            st.caption(
-                f"Showing the newest {len(items)} of {runs.get('total')} runs; open older ones on Runs."
-            )
+            st.caption(f"Showing the newest {len(items)} of {runs.get('total')} runs; open older ones on Runs.")
         if st.query_params.get("run") != ss["run_id"]:
             st.query_params["run"] = ss["run_id"]
 

@@ -38,8 +38,7 @@ def guard(fn: Callable[..., T], *args: Any, what: str, quiet: bool = False, **kw
             message += " — check the API key in the sidebar (DJ_API_KEY)."
         elif exc.status_code == 0:
             message += (
-                " — is the service running? Start it with `dialogue-judge up`, or set the API URL in the"
-                " sidebar."
+                " — is the service running? Start it with `dialogue-judge up`, or set the API URL in the sidebar."
             )
     except Exception as exc:  # a malformed answer must not become a traceback on the page
         message = f"Could not load {what}: {type(exc).__name__}: {exc}"
@@ -99,20 +98,26 @@ def table(
         st.caption("No rows.")
         return
     offset = pager(len(df), key, page_size)
+    config = {
+        c: st.column_config.NumberColumn(format="%.3g" if c.endswith("_p") else "%.2f")
+        for c in df.columns
+        if pd.api.types.is_float_dtype(df[c])
+    }
+    config.update(column_config or {})
     st.dataframe(
         df.iloc[offset : offset + page_size],
         hide_index=True,
-        column_config=column_config,
+        column_config=config,
         height=height,
         key=f"{key}_df",
     )
     csv_button(df, name, key)
 
 
-def chart(figure: Any, key: str) -> None:
-    """Render an Altair chart or a Plotly figure at full width."""
+def chart(figure: Any, key: str, *, stretch: bool = True) -> None:
+    """Render an Altair chart or a Plotly figure (full width unless ``stretch`` is False)."""
     if isinstance(figure, ALTAIR_TYPES):
-        st.altair_chart(figure, key=key)
+        st.altair_chart(figure, key=key, width="stretch" if stretch else "content")
     else:
         st.plotly_chart(figure, key=key, config={"displaylogo": False})
 
@@ -128,14 +133,6 @@ def pick(label: str, options: list[str], key: str, *, all_label: str | None = No
     return None if value == all_label else value
 
 
-def fmt_pct(value: Any) -> str:
-    return (
-        "–"
-        if value is None or (isinstance(value, float) and pd.isna(value))
-        else f"{100 * float(value):.1f}%"
-    )
-
-
 def dialogue(item: dict[str, Any]) -> None:
     """An item's dialogue as a chat, sessions separated."""
     session = None
@@ -145,3 +142,18 @@ def dialogue(item: dict[str, Any]) -> None:
             st.caption(f"──── session {session} ────")
         with st.chat_message("user" if turn.get("speaker") == "user" else "assistant"):
             st.markdown(str(turn.get("text", "")))
+
+
+def pickers(specs: list[tuple[str, list[str], str, str | None]]) -> list[str | None]:
+    """Several ``pick`` selectors (label, options, key, all_label) side by side, left-aligned; a picker with a
+    single choice takes no space."""
+    shown = [len(options) + (1 if all_label else 0) > 1 for _, options, _, all_label in specs]
+    cols = iter(st.columns(max(3, sum(shown))))
+    values: list[str | None] = []
+    for (label, options, key, all_label), visible in zip(specs, shown, strict=True):
+        if visible:
+            with next(cols):
+                values.append(pick(label, options, key, all_label=all_label))
+        else:
+            values.append(pick(label, options, key, all_label=all_label))
+    return values

@@ -31,22 +31,19 @@ def tables(report: dict) -> None:
 
 def item_level(run: dict, ratings: pd.DataFrame) -> None:
     conn, run_id = state.conn(), str(run["id"])
-    judge_items = widgets.guard(
-        api.judge_item_scores, conn, run_id, api.run_version(run), what="the judgments"
-    )
+    judge_items = widgets.guard(api.judge_item_scores, conn, run_id, api.run_version(run), what="the judgments")
     if judge_items is None:
         return
     scatter = analysis.scatter_frame(judge_items, analysis.human_item_scores(ratings))
     if scatter.empty:
-        widgets.empty(
-            "No item has both a judge score and a human score yet — rate single-mode items on Annotate."
-        )
+        widgets.empty("No item has both a judge score and a human score yet — rate single-mode items on Annotate.")
         return
-    left, right = st.columns(2)
-    with left:
-        aspect = widgets.pick("Aspect", analysis.aspect_order(scatter["aspect"].tolist()), key="agr_aspect")
-    with right:
-        judge = widgets.pick("Judge", sorted(scatter["judge"].unique().tolist()), key="agr_judge")
+    aspect, judge = widgets.pickers(
+        [
+            ("Aspect", analysis.aspect_order(scatter["aspect"].tolist()), "agr_aspect", None),
+            ("Judge", sorted(scatter["judge"].unique().tolist()), "agr_judge", None),
+        ]
+    )
     chosen = scatter[(scatter["aspect"] == aspect) & (scatter["judge"] == judge)]
     left, right = st.columns([3, 2])
     with left:
@@ -57,9 +54,7 @@ def item_level(run: dict, ratings: pd.DataFrame) -> None:
         st.subheader("Score confusion (5 bins)")
         st.caption("Judge bin (rows) by human bin (columns), both scales cut into five equal parts.")
         matrix = analysis.score_confusion(chosen)
-        widgets.chart(
-            charts.confusion_heatmap(matrix.to_numpy().tolist(), list(matrix.index)), key="agr_conf"
-        )
+        widgets.chart(charts.confusion_heatmap(matrix.to_numpy().tolist(), list(matrix.index)), key="agr_conf")
     st.subheader("System-level ranks: judge vs humans")
     ranks = analysis.system_ranks(chosen)
     widgets.chart(charts.rank_comparison_chart(ranks), key="agr_ranks")
@@ -76,16 +71,14 @@ def preference_confusions(report: dict) -> None:
     cols = st.columns(min(3, len(confusions)))
     for i, c in enumerate(confusions):
         with cols[i % len(cols)]:
-            st.caption(f"{c['aspect']} · {c['judge']}")
-            widgets.chart(charts.confusion_heatmap(c["matrix"], c["labels"]), key=f"agr_pconf_{i}")
+            st.caption(f"{c['aspect']} · `{c['judge']}`")
+            widgets.chart(charts.confusion_heatmap(c["matrix"], c["labels"]), key=f"agr_pconf_{i}", stretch=False)
 
 
 def render() -> None:
     st.title("Human agreement")
     run = state.require_run()
-    ratings = widgets.guard(
-        api.ratings, state.conn(), str(run["id"]), state.ratings_rev(), what="the human ratings"
-    )
+    ratings = widgets.guard(api.ratings, state.conn(), str(run["id"]), state.ratings_rev(), what="the human ratings")
     if ratings is None:
         return
     if ratings.empty:

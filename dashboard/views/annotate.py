@@ -33,6 +33,9 @@ def pick_item(run: dict[str, Any], done: set[str]) -> dict[str, Any] | None:
     items = {str(i.get("id")): i for i in page.get("items") or []}
     ordered = [i for i in items if i not in done] + [i for i in items if i in done]
     left = sum(1 for i in items if i not in done)
+    if "ann_next" in st.session_state:  # after saving: move on to the next unrated item
+        upcoming = st.session_state.pop("ann_next")
+        st.session_state["ann_item"] = next((i for i in ordered if i not in done and i != upcoming), upcoming)
     item_id = st.selectbox(
         f"Item ({left} of {len(items)} on this page still to rate)",
         ordered,
@@ -61,6 +64,7 @@ def score_form(
                     float(hi),
                     value,
                     step=step,
+                    format="%.0f" if step == 1.0 else "%.2f",
                     key=f"ann_{item.get('id')}_{aspect}_{system}",
                 )
                 rows.append(
@@ -125,9 +129,7 @@ def agreement_now(run_id: str) -> None:
     if scores:
         best = max(scores, key=lambda r: r.get("n") or 0)
         rho = best.get("spearman")
-        cols[1].metric(
-            f"Spearman judge vs human ({best.get('aspect')})", "–" if rho is None else f"{rho:.3f}"
-        )
+        cols[1].metric(f"Spearman judge vs human ({best.get('aspect')})", "–" if rho is None else f"{rho:.3f}")
     if prefs:
         s1 = (prefs[0].get("s1") or {}).get("rate")
         cols[2].metric(f"S1 agreement ({prefs[0].get('aspect')})", "–" if s1 is None else f"{100 * s1:.1f}%")
@@ -151,25 +153,21 @@ def render() -> None:
             rubric[0]
             if len(rubric) == 1
             else next(
-                r
-                for r in rubric
-                if r["id"] == st.selectbox("Rubric", [r["id"] for r in rubric], key="ann_rubric")
+                r for r in rubric if r["id"] == st.selectbox("Rubric", [r["id"] for r in rubric], key="ann_rubric")
             )
         )
-        aspect = widgets.pick(
-            "Aspect", [str(a) for a in chosen.get("aspects") or ["overall"]], key="ann_aspect"
-        )
+        aspect = widgets.pick("Aspect", [str(a) for a in chosen.get("aspects") or ["overall"]], key="ann_aspect")
     if not rater:
         widgets.empty("Enter your rater id to start (it keeps your ratings apart from other people's).")
         return
-    ratings = widgets.guard(
-        api.ratings, state.conn(), str(run["id"]), state.ratings_rev(), what="the ratings"
-    )
+    flash = st.session_state.pop("ann_flash", None)
+    if flash:
+        st.success(flash)
+        agreement_now(str(run["id"]))
+    ratings = widgets.guard(api.ratings, state.conn(), str(run["id"]), state.ratings_rev(), what="the ratings")
     if ratings is None:
         return
-    mine_all = (
-        ratings[(ratings["rater"] == rater) & (ratings["aspect"] == aspect)] if len(ratings) else ratings
-    )
+    mine_all = ratings[(ratings["rater"] == rater) & (ratings["aspect"] == aspect)] if len(ratings) else ratings
     done = set(mine_all["item_id"].astype(str)) if len(mine_all) else set()
     item = pick_item(run, done)
     if item is None:
@@ -195,11 +193,12 @@ def render() -> None:
         result = widgets.guard(api.post_ratings, state.conn(), str(run["id"]), rows, what="the ratings")
         if result is not None:
             state.bump_ratings()
-            st.success(
+            st.session_state["ann_flash"] = (
                 f"Saved {len(rows)} rating(s) for item {item['id']} as {rater} "
                 f"({result.get('created', 0)} new, {result.get('updated', 0)} updated)."
             )
-            agreement_now(str(run["id"]))
+            st.session_state["ann_next"] = str(item["id"])
+            st.rerun()
 
 
 render()

@@ -49,9 +49,7 @@ def render() -> None:
         st.subheader("Swap flips")
         st.caption("Share of pairs whose verdict changes when the order is swapped.")
         if bias["swap_flip_rate"].notna().any():
-            widgets.chart(
-                charts.rate_bars(bias, "swap_flip_rate", "swap-flip rate", reference=0.0), key="bias_swap"
-            )
+            widgets.chart(charts.rate_bars(bias, "swap_flip_rate", "swap-flip rate", reference=0.0), key="bias_swap")
         else:
             widgets.empty("Needs pairwise judgments in both orders (`--orders both`).")
     with right:

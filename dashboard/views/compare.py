@@ -48,15 +48,12 @@ def choose_runs() -> tuple[dict[str, Any], dict[str, Any]] | None:
 
 def score_deltas(base: dict[str, Any], cand: dict[str, Any]) -> None:
     conn = state.conn()
-    b = widgets.guard(
-        api.judge_item_scores, conn, str(base["id"]), api.run_version(base), what="the baseline run"
-    )
-    c = widgets.guard(
-        api.judge_item_scores, conn, str(cand["id"]), api.run_version(cand), what="the candidate run"
-    )
+    b = widgets.guard(api.judge_item_scores, conn, str(base["id"]), api.run_version(base), what="the baseline run")
+    c = widgets.guard(api.judge_item_scores, conn, str(cand["id"]), api.run_version(cand), what="the candidate run")
     if b is None or c is None:
         return
-    st.subheader("Per-aspect score deltas (candidate − baseline, paired bootstrap 95% CI over shared items)")
+    st.subheader("Score deltas per system × aspect")
+    st.caption("Candidate − baseline mean on the items both runs scored; 95% paired bootstrap CI over items.")
     deltas = analysis.compare_scores(b, c, n_boot=max(state.n_boot(), 200))
     if deltas.empty:
         widgets.empty(

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, api, state, widgets
+from dashboard import analysis, api, charts, state, widgets
 
 PAGE = 50
 FAILED_COLUMNS = [
@@ -45,17 +45,18 @@ def human_tab(run: dict[str, Any], orders: pd.DataFrame | None) -> None:
         return
     if ratings.empty:
         widgets.empty(
-            "No human ratings yet — rate items on the **Annotate** page to find where the judge and "
-            "people disagree."
+            "No human ratings yet — rate items on the **Annotate** page to find where the judge and people disagree."
         )
         return
-    judge_items = widgets.guard(
-        api.judge_item_scores, conn, run_id, api.run_version(run), what="the judgments"
-    )
+    judge_items = widgets.guard(api.judge_item_scores, conn, run_id, api.run_version(run), what="the judgments")
     if judge_items is None:
         return
     scores = analysis.scatter_frame(judge_items, analysis.human_item_scores(ratings))
     scores = scores.sort_values("gap", ascending=False).reset_index(drop=True)
+    if not scores.empty:
+        widgets.chart(charts.gap_chart(analysis.gap_summary(scores)), key="dis_gap_chart")
+        first = ["item_id", "system", "aspect", "gap", "score", "human", "n_raters", "judge"]
+        scores = scores[[*first, *[c for c in scores.columns if c not in first]]]
     st.markdown("**Scores** — largest gap between the judge and the mean human score (both on a 0–1 scale)")
     widgets.table(
         scores,
@@ -65,13 +66,9 @@ def human_tab(run: dict[str, Any], orders: pd.DataFrame | None) -> None:
         column_config={"gap": st.column_config.ProgressColumn("gap", min_value=0.0, max_value=1.0)},
     )
     prefs = analysis.preference_disagreements(orders if orders is not None else pd.DataFrame(), ratings)
-    st.markdown(
-        "**Preferences** — judge verdict (orders combined) vs human votes; severity 2 = opposite winners"
-    )
+    st.markdown("**Preferences** — judge verdict (orders combined) vs human votes; severity 2 = opposite winners")
     widgets.table(prefs, "preference_disagreements", "dis_prefs", page_size=PAGE)
-    open_in_explorer(
-        [*scores["item_id"].head(200).astype(str), *prefs["item_id"].head(200).astype(str)], "dis_h"
-    )
+    open_in_explorer([*scores["item_id"].head(200).astype(str), *prefs["item_id"].head(200).astype(str)], "dis_h")
 
 
 def flips_tab(orders: pd.DataFrame | None) -> None:
@@ -91,6 +88,7 @@ def flips_tab(orders: pd.DataFrame | None) -> None:
         f"{100 * len(flipped) / len(both):.1f}%",
         delta_color="off",
     )
+    widgets.chart(charts.flip_chart(analysis.flip_summary(orders)), key="dis_flip_chart")
     widgets.table(flipped, "order_flips", "dis_flips", page_size=PAGE)
     open_in_explorer(flipped["item_id"].head(200).astype(str).tolist(), "dis_f")
 
@@ -123,9 +121,7 @@ def failed_tab(run_id: str) -> None:
         )
         rows = pd.DataFrame((page or {}).get("items") or [])
         if not rows.empty:
-            st.dataframe(
-                rows[[c for c in FAILED_COLUMNS if c in rows]], hide_index=True, key=f"dis_{status}_df"
-            )
+            st.dataframe(rows[[c for c in FAILED_COLUMNS if c in rows]], hide_index=True, key=f"dis_{status}_df")
             widgets.csv_button(rows, f"{run_id}-{status}", f"dis_{status}")
             shown += rows["item_id"].astype(str).tolist()
     if not shown:

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import api, state, widgets
+from dashboard import analysis, api, charts, state, widgets
 
 STATUSES = ["done", "failed", "unparseable", "pending", "running"]
 PAGE = 50
@@ -44,9 +44,7 @@ def filters(report: dict[str, Any] | None) -> dict[str, Any]:
 
 def judgment_list(run_id: str, flt: dict[str, Any]) -> list[str]:
     """The filtered judgments, one API page at a time; returns the item ids on the shown page."""
-    first = widgets.guard(
-        api.judgments_page, state.conn(), run_id, 0, 1, tuple(flt.items()), what="the judgments"
-    )
+    first = widgets.guard(api.judgments_page, state.conn(), run_id, 0, 1, tuple(flt.items()), what="the judgments")
     if first is None:
         return []
     total = int(first.get("total") or 0)
@@ -87,14 +85,10 @@ def candidates(item: dict[str, Any], judgments: pd.DataFrame) -> None:
         with cols[i % len(cols)], st.container(border=True):
             st.markdown(f"**{system}**")
             st.write(text)
-            for row in (
-                single[single["system_a"] == system].to_dict(orient="records") if not single.empty else []
-            ):
+            for row in single[single["system_a"] == system].to_dict(orient="records") if not single.empty else []:
                 score = "–" if pd.isna(row.get("score")) else f"{row['score']:g}"
                 with st.expander(f"{row['aspect']}: {score} ({row['status']})"):
-                    st.write(
-                        row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)"
-                    )
+                    st.write(row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)")
 
 
 def verdicts(judgments: pd.DataFrame) -> None:
@@ -116,9 +110,7 @@ def verdicts(judgments: pd.DataFrame) -> None:
                         f"*{shown}* → **{row.get('outcome') or row.get('status')}** for {a} "
                         f"(verdict: {row.get('verdict') or '–'}, preference {row.get('preference')})"
                     )
-                    st.write(
-                        row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)"
-                    )
+                    st.write(row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)")
 
 
 def item_view(run: dict[str, Any], item_id: str) -> None:
@@ -129,9 +121,7 @@ def item_view(run: dict[str, Any], item_id: str) -> None:
     if not item:
         widgets.empty(f"Item {item_id!r} is not in this run — check the id, or pick one from the list above.")
         return
-    rows = widgets.guard(
-        api.item_judgments, conn, run_id, item_id, api.run_version(run), what="its judgments"
-    )
+    rows = widgets.guard(api.item_judgments, conn, run_id, item_id, api.run_version(run), what="its judgments")
     judgments = pd.DataFrame(rows or [])
     st.header(f"Item `{item_id}`")
     left, right = st.columns([3, 2])
@@ -140,6 +130,10 @@ def item_view(run: dict[str, Any], item_id: str) -> None:
     with right:
         context(item)
     st.subheader("Candidates and their scores")
+    bars = analysis.item_score_bars(judgments)
+    if not bars.empty:
+        aspects = analysis.aspect_order(bars["aspect"].tolist())
+        widgets.chart(charts.score_means_chart(bars, aspects).properties(height=220), key="ex_item_chart")
     candidates(item, judgments)
     verdicts(judgments)
     ratings = widgets.guard(api.ratings, conn, run_id, state.ratings_rev(), what="the human ratings")

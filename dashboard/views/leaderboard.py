@@ -64,9 +64,7 @@ def render() -> None:
     judges = analysis.judges_of(report)
     judge = widgets.pick("Judge", judges, key="lb_judge")
     if state.unfinished(run):
-        st.warning(
-            f"Run still going ({100 * float(run.get('progress') or 0):.0f}% done): numbers will change."
-        )
+        st.warning(f"Run still going ({100 * float(run.get('progress') or 0):.0f}% done): numbers will change.")
     score_section(report, judge)
     ranking_section(report, judge)
 

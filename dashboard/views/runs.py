@@ -39,6 +39,15 @@ def runs_table(items: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def compact(n: Any) -> str:
+    """12345 -> 12.3k, 1234567 -> 1.23M."""
+    value = float(n or 0)
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}"
+
+
 COLUMNS = {
     "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
     "cost_usd": st.column_config.NumberColumn("cost (USD)", format="$%.4f"),
@@ -91,7 +100,7 @@ def run_detail(run: dict[str, Any]) -> None:
         "Done / failed / unparseable",
         f"{counts.get('done', 0)} / {counts.get('failed', 0)} / {counts.get('unparseable', 0)}",
     )
-    cols[3].metric("Tokens in / out", f"{run.get('input_tokens', 0):,} / {run.get('output_tokens', 0):,}")
+    cols[3].metric("Tokens in / out", f"{compact(run.get('input_tokens'))} / {compact(run.get('output_tokens'))}")
     cols[4].metric("Cost", f"${float(run.get('cost_usd') or 0):.4f}")
     st.progress(float(run.get("progress") or 0.0))
     widgets.chart(charts.progress_figure(counts), key="run_progress")
@@ -132,7 +141,7 @@ def live_section() -> None:
 
 def upload_form() -> None:
     with st.expander("Start a run from a JSONL file", expanded=False):
-        rubric_list = widgets.guard(api.rubrics, state.conn(), what="the rubrics") or []
+        rubric_list = widgets.guard(api.rubrics, state.conn(), what="the rubrics", quiet=True) or []
         ids = [str(r.get("id")) for r in rubric_list]
         with st.form("new_run"):
             upload = st.file_uploader("Items (JSONL: one item per line)", type=["jsonl", "json", "txt"])

@@ -21,16 +21,14 @@ def render() -> None:
     if prefs.empty:
         widgets.empty(EMPTY)
         return
-    left, mid, right = st.columns(3)
-    with left:
-        judge = widgets.pick("Judge", sorted(prefs["judge"].dropna().unique().tolist()), key="wtl_judge")
-    with mid:
-        aspect = widgets.pick(
-            "Aspect", analysis.aspect_order(prefs["aspect"].dropna().tolist()), key="wtl_aspect"
-        )
     systems = sorted(set(prefs["system_a"]) | set(prefs["system_b"]))
-    with right:
-        focus = widgets.pick("Seen from", systems, key="wtl_focus", all_label="(each pair as stored)")
+    judge, aspect, focus = widgets.pickers(
+        [
+            ("Judge", sorted(prefs["judge"].dropna().unique().tolist()), "wtl_judge", None),
+            ("Aspect", analysis.aspect_order(prefs["aspect"].dropna().tolist()), "wtl_aspect", None),
+            ("Seen from", systems, "wtl_focus", "(each pair as stored)"),
+        ]
+    )
     chosen = prefs[(prefs["judge"] == judge) & (prefs["aspect"] == aspect)]
     oriented = analysis.orient(chosen, focus)
     st.subheader("Win / tie / loss per pair")

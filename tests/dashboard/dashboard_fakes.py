@@ -1,0 +1,330 @@
+"""A fake API for the dashboard tests, behind ``httpx.MockTransport``, in these states:
+
+``data``: two finished runs (6 items x 3 systems; single scores on three aspects, pairwise in both orders, a
+few failed / unparseable rows, human ratings) whose report is computed by the real ``build_report``;
+``empty``: no runs at all; ``error``: every request answers HTTP 500; ``unreachable``: every request fails to
+connect.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from itertools import combinations
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import pandas as pd
+import pytest
+
+from dashboard import api
+from dialogue_judge.client import ApiClient
+
+JUDGE = "openai-compatible:sim@http://127.0.0.1:9/v1"
+QUALITY = {"rsum": [85, 78, 90, 70, 88, 82], "memgpt": [60, 72, 55, 65, 58, 75], "vanilla": [40, 35, 52, 45, 30, 48]}
+ASPECTS = ("engagingness", "coherence", "consistency")
+RUN_A, RUN_B = "run_aaaa", "run_bbbb"
+FRAME_COLUMNS = [
+    "judgment_id", "run_id", "item_id", "mode", "system_a", "system_b", "aspect", "judge", "rubric_id",
+    "rubric_version", "order", "sample_index", "status", "score", "preference", "outcome", "len_a", "len_b",
+    "input_tokens", "output_tokens", "latency_ms", "cost_usd", "cached", "scale_min", "scale_max", "confidence",
+]  # fmt: skip
+
+
+def make_items(n: int = 6) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"msc-{i}",
+            "dialogue": [
+                {"speaker": "user", "text": f"I adopted a dog called Rex {i} years ago.", "session": 1},
+                {"speaker": "bot", "text": "How lovely! What breed?", "session": 1},
+                {"speaker": "user", "text": "A beagle. Do you remember my dog's name?", "session": 2},
+            ],
+            "persona": {"user": ["I have a dog called Rex."], "bot": ["I like animals."]},
+            "memory": "User has a beagle called Rex.",
+            "reference": None,
+            "candidates": {s: f"Answer from {s} about Rex. <<q={q[i]}>>" for s, q in QUALITY.items()},
+            "meta": {},
+        }
+        for i in range(n)
+    ]
+
+
+def _row(run_id: str, jid: int, **kw: Any) -> dict[str, Any]:
+    base = {
+        "id": jid, "run_id": run_id, "system_b": None, "order": None, "rubric_version": "v1", "judge": JUDGE,
+        "judge_params": {}, "sample_index": 0, "prompt_hash": "h", "score": None, "verdict": None,
+        "preference": None, "outcome": None, "input_tokens": 200, "output_tokens": 20, "latency_ms": 12.0,
+        "cost_usd": 0.0001, "attempts": 1, "status": "done", "error": None, "cached": False,
+        "injection_flags": [], "updated_at": None,
+    }  # fmt: skip
+    base.update(kw)
+    base["raw_output"] = base.get("raw_output") or f"{base.get('explanation') or ''} Rating: [[{base['score']}]]"
+    return base
+
+
+def make_judgments(run_id: str, shift: float = 0.0) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    jid = 1000 if run_id == RUN_B else 1
+    for i in range(6):
+        for aspect in ASPECTS:
+            for system, q in QUALITY.items():
+                score = q[i] + (shift if system == "memgpt" else 0)
+                status = "done"
+                if (i, aspect, system) == (5, "coherence", "vanilla"):
+                    status, score = "unparseable", None
+                rows.append(
+                    _row(
+                        run_id,
+                        jid,
+                        item_id=f"msc-{i}",
+                        mode="single",
+                        system_a=system,
+                        rubric_id="rsum-single",
+                        aspect=aspect,
+                        score=score,
+                        status=status,
+                        explanation=f"{system} on {aspect}: reasonable answer.",
+                        raw_output="I cannot decide." if status == "unparseable" else None,
+                    )
+                )
+                jid += 1
+        for a, b in combinations(QUALITY, 2):
+            for order in ("ab", "ba"):
+                diff = QUALITY[a][i] - QUALITY[b][i]
+                pref = 2.0 if diff > 15 else 1.0 if diff > 0 else -1.0 if diff > -15 else -2.0
+                if (i, a, b, order) == (1, "rsum", "memgpt", "ba"):
+                    pref = -2.0  # an order flip
+                outcome = {2.0: "win", 1.0: "tie", -1.0: "tie", -2.0: "loss"}[pref]
+                shown = f"Response {'1' if (order == 'ab') == (pref > 0) else '2'} is better"
+                rows.append(
+                    _row(
+                        run_id,
+                        jid,
+                        item_id=f"msc-{i}",
+                        mode="pairwise",
+                        system_a=a,
+                        system_b=b,
+                        order=order,
+                        rubric_id="rsum-pairwise",
+                        aspect="overall",
+                        verdict=shown,
+                        preference=pref,
+                        outcome=outcome,
+                        score=None,
+                        explanation=f"Order {order}: {a if pref > 0 else b} engages more.",
+                    )
+                )
+                jid += 1
+    return rows
+
+
+def make_ratings() -> list[dict[str, Any]]:
+    out = []
+    for i in range(6):
+        for system, q in QUALITY.items():
+            out.append(
+                {
+                    "item_id": f"msc-{i}",
+                    "system": system,
+                    "system_b": None,
+                    "aspect": "consistency",
+                    "rater": "h1",
+                    "kind": "score",
+                    "value": float(min(100, q[i] + (25 if i == 2 else 3))),
+                    "scale_min": 1.0,
+                    "scale_max": 100.0,
+                    "turn": None,
+                    "tie_inconsistent": False,
+                }
+            )
+        out.append(
+            {
+                "item_id": f"msc-{i}",
+                "system": "rsum",
+                "system_b": "vanilla",
+                "aspect": "overall",
+                "rater": "h1",
+                "kind": "preference",
+                "value": -1.0 if i == 0 else 1.0,
+                "scale_min": -1.0,
+                "scale_max": 1.0,
+                "turn": None,
+                "tie_inconsistent": False,
+            }
+        )
+    return out
+
+
+def judgments_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(rows).rename(columns={"id": "judgment_id"})
+    df["len_a"] = df["system_a"].map(lambda s: len(f"Answer from {s} about Rex. <<q=50>>"))
+    df["len_b"] = df["system_b"].map(lambda s: len(f"Answer from {s} about Rex. <<q=50>>") if s else None)
+    df["scale_min"], df["scale_max"], df["confidence"] = 1.0, 100.0, 1.0
+    return df[FRAME_COLUMNS]
+
+
+def summary(run_id: str, rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    counts = {
+        s: sum(r["status"] == s for r in rows)
+        for s in ("pending", "running", "done", "failed", "unparseable", "cancelled")
+    }
+    return {
+        "id": run_id, "name": name, "status": "done", "created_at": "2026-01-01T10:00:00",
+        "finished_at": "2026-01-01T10:01:00", "rubrics": ["rsum-single", "rsum-pairwise"], "judges": [JUDGE],
+        "mode": ["single", "pairwise"], "n_items": 6, "n_judgments": len(rows), "counts": counts,
+        "progress": 1.0, "cost_usd": 0.0123, "input_tokens": 200 * len(rows), "output_tokens": 20 * len(rows),
+        "provider_calls": len(rows), "cached": 0, "budget_usd": None, "budget_exhausted": False, "message": None,
+    }  # fmt: skip
+
+
+RUBRICS = [
+    {"id": "rsum-single", "version": "v1", "kind": "single", "description": "", "origin": None,
+     "aspects": list(ASPECTS), "scale": [1, 100], "parser": "bracket_score", "structured_output": False},
+    {"id": "rsum-pairwise", "version": "v1", "kind": "pairwise", "description": "", "origin": None,
+     "aspects": ["overall"], "scale": None, "parser": "pairwise_4way", "structured_output": False},
+]  # fmt: skip
+
+
+class FakeApi:
+    """Answers the dashboard's requests from in-memory runs; records the POST bodies."""
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+        self.posts: list[tuple[str, Any]] = []
+        self.requests: list[str] = []
+        self.items = make_items()
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.ratings: dict[str, list[dict[str, Any]]] = {}
+        if state == "data":
+            for run_id, name, shift in ((RUN_A, "candidate", -10.0), (RUN_B, "baseline", 0.0)):
+                rows = make_judgments(run_id, shift)
+                self.runs[run_id] = {"rows": rows, "summary": summary(run_id, rows, name)}
+                self.ratings[run_id] = make_ratings() if run_id == RUN_A else []
+        self._reports: dict[str, dict[str, Any]] = {}
+        self.report_error = False
+        self.auth: str | None = None
+
+    def report(self, run_id: str) -> dict[str, Any]:
+        from judge_api.stats.report import build_report
+
+        ratings = self.ratings[run_id]
+        key = f"{run_id}:{len(ratings)}"
+        if key not in self._reports:
+            frame = judgments_frame(self.runs[run_id]["rows"])
+            rframe = pd.DataFrame(ratings) if ratings else None
+            report = build_report(frame, rframe, n_boot=50)
+            self._reports[key] = {"run": self.runs[run_id]["summary"], **report}
+        return self._reports[key]
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(f"{request.method} {request.url.path}")
+        self.auth = request.headers.get("authorization")
+        if self.state == "error":
+            return httpx.Response(500, json={"detail": "database is down"})
+        if self.state == "unreachable":
+            raise httpx.ConnectError("connection refused", request=request)
+        path, query = request.url.path, parse_qs(request.url.query.decode())
+        q = {k: v[-1] for k, v in query.items()}
+        if path == "/v1/rubrics":
+            return httpx.Response(200, json=RUBRICS)
+        if path == "/v1/runs" and request.method == "GET":
+            items = [r["summary"] for r in self.runs.values()]
+            offset, limit = int(q.get("offset", 0)), int(q.get("limit", 50))
+            return httpx.Response(
+                200,
+                json={"total": len(items), "offset": offset, "limit": limit, "items": items[offset : offset + limit]},
+            )
+        if path == "/v1/runs/jsonl" and request.method == "POST":
+            self.posts.append((path, {"body": request.content.decode(), "query": query}))
+            return httpx.Response(
+                202,
+                json={"id": "run_new", "status": "queued", "n_items": 1, "n_judgments": 3, "url": "/v1/runs/run_new"},
+            )
+        match = re.fullmatch(r"/v1/runs/([^/]+)(/.*)?", path)
+        if not match or match.group(1) not in self.runs:
+            return httpx.Response(404, json={"detail": f"run {path} not found"})
+        run_id, rest = match.group(1), match.group(2) or ""
+        run = self.runs[run_id]
+        if rest == "":
+            return httpx.Response(200, json=run["summary"])
+        if rest == "/report":
+            if self.report_error:
+                return httpx.Response(500, text="Internal Server Error")
+            return httpx.Response(200, json=self.report(run_id))
+        if rest == "/judgments":
+            return httpx.Response(200, json=self.judgments(run["rows"], q))
+        if rest == "/judgments.csv":
+            buffer = io.StringIO()
+            judgments_frame(run["rows"]).to_csv(buffer, index=False)
+            return httpx.Response(200, text=buffer.getvalue(), headers={"content-type": "text/csv"})
+        if rest == "/items":
+            wanted = query.get("item_id")
+            items = [i for i in self.items if not wanted or i["id"] in wanted]
+            offset, limit = int(q.get("offset", 0)), int(q.get("limit", 100))
+            return httpx.Response(
+                200,
+                json={"total": len(items), "offset": offset, "limit": limit, "items": items[offset : offset + limit]},
+            )
+        if rest == "/human-ratings" and request.method == "GET":
+            ratings = self.ratings[run_id]
+            return httpx.Response(200, json={"run_id": run_id, "total": len(ratings), "items": ratings})
+        if rest == "/human-ratings" and request.method == "POST":
+            body = json.loads(request.content)
+            self.posts.append((path, body))
+            for r in body["ratings"]:
+                self.ratings[run_id].append(
+                    {
+                        "system_b": None,
+                        "turn": None,
+                        "tie_inconsistent": False,
+                        "scale_min": 1.0,
+                        "scale_max": 100.0,
+                        **r,
+                    }
+                )
+            return httpx.Response(201, json={"run_id": run_id, "created": len(body["ratings"]), "updated": 0})
+        if rest == "/agreement":
+            if not self.ratings[run_id]:
+                return httpx.Response(409, json={"detail": "this run has no human ratings yet"})
+            return httpx.Response(
+                200,
+                json={
+                    "run_id": run_id,
+                    "n_ratings": len(self.ratings[run_id]),
+                    "agreement": self.report(run_id)["agreement"],
+                },
+            )
+        if rest == "/retry":
+            return httpx.Response(200, json={"run_id": run_id, "requeued": 1})
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    @staticmethod
+    def judgments(rows: list[dict[str, Any]], q: dict[str, str]) -> dict[str, Any]:
+        out = rows
+        for key in ("status", "aspect", "item_id", "mode"):
+            if key in q:
+                out = [r for r in out if r[key] == q[key]]
+        if "system" in q:
+            out = [r for r in out if q["system"] in (r["system_a"], r["system_b"])]
+        if "score_min" in q:
+            out = [r for r in out if r["score"] is not None and r["score"] >= float(q["score_min"])]
+        if "score_max" in q:
+            out = [r for r in out if r["score"] is not None and r["score"] <= float(q["score_max"])]
+        offset, limit = int(q.get("offset", 0)), int(q.get("limit", 100))
+        return {"total": len(out), "offset": offset, "limit": limit, "items": out[offset : offset + limit]}
+
+
+def install(monkeypatch: pytest.MonkeyPatch, fake: FakeApi) -> FakeApi:
+    def make_client(conn: api.Conn, timeout: float = 120.0) -> ApiClient:
+        client = ApiClient(conn.url, conn.key, timeout=timeout)
+        client._http = httpx.Client(
+            base_url=client.base_url, transport=httpx.MockTransport(fake.handler), headers=client._http.headers
+        )
+        return client
+
+    monkeypatch.setattr(api, "make_client", make_client)
+    monkeypatch.setenv("DJ_API_URL", "http://fake-api")
+    return fake

@@ -1,0 +1,238 @@
+"""charts.py and analysis.py without Streamlit: report dicts in, tables and chart specs out."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+from dashboard_fakes import RUN_A, RUN_B, FakeApi, judgments_frame, make_ratings
+
+from dashboard import analysis, api, charts
+
+
+@pytest.fixture(scope="module")
+def fake() -> FakeApi:
+    return FakeApi("data")
+
+
+@pytest.fixture(scope="module")
+def report(fake: FakeApi) -> dict[str, Any]:
+    return fake.report(RUN_A)
+
+
+@pytest.fixture(scope="module")
+def frame(fake: FakeApi) -> pd.DataFrame:
+    """The judgments frame as the dashboard reads it: through the CSV the API serves."""
+    buffer = io.StringIO()
+    judgments_frame(fake.runs[RUN_A]["rows"]).to_csv(buffer, index=False)
+    return api.parse_judgments_csv(buffer.getvalue())
+
+
+def spec(chart: Any) -> dict[str, Any]:
+    out = chart.to_dict()
+    assert out["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+    return out
+
+
+def layer_marks(d: dict[str, Any]) -> list[str]:
+    return [(m["mark"]["type"] if isinstance(m["mark"], dict) else m["mark"]) for m in d["layer"]]
+
+
+# -- tolerating missing sections -------------------------------------------------------------------------
+@pytest.mark.parametrize("broken", [None, {}, {"scores": None, "bias": {}, "agreement": None, "paper_table": {}}])
+def test_missing_report_sections_give_empty_frames(broken: dict[str, Any] | None) -> None:
+    for build in (analysis.scores_frame, analysis.paper_frame, analysis.ranking_frame, analysis.preferences_frame,
+                  analysis.paired_frame, analysis.bias_frame, analysis.flags_frame, analysis.histogram_frame,
+                  analysis.pref_agreement_frame, analysis.score_agreement_frame, analysis.alpha_frame):  # fmt: skip
+        out = build(broken)
+        assert isinstance(out, pd.DataFrame) and out.empty and len(out.columns) > 0
+    assert analysis.pref_confusions(broken) == [] and analysis.judges_of(broken) == []
+
+
+def test_frames_keep_columns_a_newer_report_adds() -> None:
+    out = analysis.scores_frame({"scores": [{"system": "a", "aspect": "x", "mean": 1.0, "new_stat": 3}]})
+    assert out.loc[0, "new_stat"] == 3 and "ci_low" in out
+
+
+# -- leaderboard -----------------------------------------------------------------------------------------
+def test_paper_table_matches_the_seed_layout(report: dict[str, Any]) -> None:
+    table = analysis.paper_frame(report, judge=analysis.judges_of(report)[0])
+    assert list(table.columns) == ["Judge", "System", "Engagingness", "Coherence", "Consistency", "Average", "Items"]
+    assert table["System"].tolist() == ["rsum", "memgpt", "vanilla"]
+    row = table.iloc[0]
+    assert row["Average"] == pytest.approx(np.mean([row["Engagingness"], row["Coherence"], row["Consistency"]]))
+
+
+def test_score_means_chart_has_bars_and_ci_rules(report: dict[str, Any]) -> None:
+    scores = analysis.scores_frame(report)
+    d = spec(charts.score_means_chart(scores, analysis.aspect_order(scores["aspect"].tolist())))
+    assert layer_marks(d) == ["bar", "rule"]
+    bars, rules = d["layer"]
+    assert bars["encoding"]["y"]["field"] == "mean" and bars["encoding"]["color"]["field"] == "aspect"
+    assert rules["encoding"]["y"]["field"] == "ci_low" and rules["encoding"]["y2"]["field"] == "ci_high"
+    assert bars["encoding"]["x"]["sort"][0] == "rsum"  # best system first
+    assert bars["encoding"]["xOffset"]["sort"] == ["engagingness", "coherence", "consistency"]
+    assert len(d["datasets"][next(iter(d["datasets"]))]) == 9
+
+
+def test_ranking_chart_orders_systems_by_strength(report: dict[str, Any]) -> None:
+    d = spec(charts.ranking_chart(analysis.ranking_frame(report)))
+    assert d["layer"][1]["encoding"]["y"]["sort"] == ["rsum", "memgpt", "vanilla"]
+    assert layer_marks(d) == ["rule", "point"]
+
+
+def test_histogram_chart_uses_the_report_bins(report: dict[str, Any]) -> None:
+    hist = analysis.histogram_frame(report)
+    assert hist.groupby(["system", "aspect", "judge"])["count"].sum().max() == 6
+    d = spec(charts.histogram_chart(hist))
+    assert d["encoding"]["column"]["field"] == "aspect"
+
+
+# -- win / tie / loss ------------------------------------------------------------------------------------
+def test_orient_swaps_wins_losses_and_the_ci(report: dict[str, Any]) -> None:
+    prefs = analysis.preferences_frame(report)
+    prefs = prefs[prefs["n"] > 0]
+    seen = analysis.orient(prefs, "vanilla")
+    assert set(seen["system_a"]) == {"vanilla"}
+    stored = prefs[prefs["system_b"] == "vanilla"].set_index("system_a")
+    flipped = seen.set_index("system_b")
+    for other in ("rsum", "memgpt"):
+        assert flipped.loc[other, "losses"] == stored.loc[other, "wins"]
+        assert flipped.loc[other, "wins"] == stored.loc[other, "losses"]
+        assert flipped.loc[other, "win_rate"] == pytest.approx(1 - stored.loc[other, "win_rate"])
+        assert flipped.loc[other, "win_rate_ci_low"] == pytest.approx(1 - stored.loc[other, "win_rate_ci_high"])
+    assert analysis.orient(prefs, None).equals(prefs)
+
+
+def test_wtl_bars_are_the_seed_figure(report: dict[str, Any]) -> None:
+    long = analysis.wtl_long(analysis.preferences_frame(report))
+    assert long.groupby("pair")["pct"].sum().round(9).eq(100).all()
+    fig = charts.wtl_figure(long)
+    assert isinstance(fig, go.Figure) and fig.layout.barmode == "stack"
+    assert [t.name for t in fig.data] == ["win", "tie", "loss"]
+    assert all(t.orientation == "h" for t in fig.data)
+    rsum_vanilla = list(fig.data[0].y).index("rsum vs vanilla")
+    assert fig.data[0].x[rsum_vanilla] == 100.0
+
+
+def test_winrate_heatmap_is_complementary(report: dict[str, Any]) -> None:
+    matrix = analysis.winrate_matrix(analysis.preferences_frame(report))
+    pivot = matrix.pivot_table(index="row", columns="column", values="win_rate")
+    assert pivot.loc["rsum", "vanilla"] + pivot.loc["vanilla", "rsum"] == pytest.approx(1.0)
+    fig = charts.winrate_heatmap(matrix)
+    heat = fig.data[0]
+    assert list(heat.x) == ["memgpt", "rsum", "vanilla"] and heat.zmin == 0 and heat.zmax == 1
+    assert np.isnan(np.asarray(heat.z, dtype=float)[0][0])  # a system is not compared with itself
+
+
+# -- agreement -------------------------------------------------------------------------------------------
+def test_scatter_confusion_and_ranks(frame: pd.DataFrame) -> None:
+    scatter = analysis.scatter_frame(analysis.judge_item_scores(frame),
+                                     analysis.human_item_scores(pd.DataFrame(make_ratings())))  # fmt: skip
+    assert len(scatter) == 18 and scatter["aspect"].unique().tolist() == ["consistency"]
+    assert scatter["gap"].between(0, 1).all()
+    top = scatter.sort_values("gap").iloc[-1]
+    assert top["item_id"] == "msc-2"
+    confusion = analysis.score_confusion(scatter)
+    assert confusion.shape == (5, 5) and confusion.to_numpy().sum() == 18
+    d = spec(charts.confusion_heatmap(confusion.to_numpy().tolist(), list(confusion.index)))
+    assert layer_marks(d) == ["rect", "text"]
+    ranks = analysis.system_ranks(scatter)
+    assert ranks.set_index("system")["judge_rank"].to_dict() == {"memgpt": 2, "rsum": 1, "vanilla": 3}
+    assert spec(charts.rank_comparison_chart(ranks))["layer"][0]["encoding"]["y"]["scale"]["reverse"] is True
+    assert spec(charts.agreement_scatter(scatter))["layer"][1]["encoding"]["x"]["field"] == "human_unit"
+
+
+def test_bins_follow_the_agreement_module() -> None:
+    unit = pd.Series([0.0, 0.19, 0.2, 0.99, 1.0, np.nan])
+    assert analysis.bins(unit).tolist()[:5] == [0, 0, 1, 4, 4] and np.isnan(analysis.bins(unit).iloc[5])
+
+
+def test_preference_confusion_comes_from_the_report(report: dict[str, Any]) -> None:
+    (confusion,) = analysis.pref_confusions(report)
+    assert confusion["labels"] == ["b wins", "tie", "a wins"]
+    assert np.asarray(confusion["matrix"]).sum() == 6
+
+
+# -- bias ------------------------------------------------------------------------------------------------
+def test_bias_frame_and_rate_bars(report: dict[str, Any]) -> None:
+    bias = analysis.bias_frame(report)
+    assert len(bias) == 1 and 0 <= bias.loc[0, "p_first_wins"] <= 1
+    d = spec(charts.rate_bars(bias, "p_first_wins", "P(first)", band=0.1))
+    assert layer_marks(d) == ["rect", "bar", "text", "rule"]
+    assert d["layer"][1]["encoding"]["y"]["field"] == "judge_label"
+    bar_data = d["datasets"][d["layer"][1]["data"]["name"]]
+    assert bar_data[0]["judge_label"] == "openai-compatible:sim"  # the endpoint is dropped from labels
+    rho = spec(charts.rate_bars(bias, "score_length_spearman", "rho", reference=0.0, domain=(-1.0, 1.0)))
+    assert rho["layer"][0]["encoding"]["x"]["scale"]["domain"] == [-1.0, 1.0]
+
+
+# -- disagreements ---------------------------------------------------------------------------------------
+def test_order_outcomes_find_the_flip(frame: pd.DataFrame) -> None:
+    orders = analysis.order_outcomes(frame)
+    assert len(orders) == 18 and orders["flipped"].sum() == 1
+    flip = orders[orders["flipped"]].iloc[0]
+    assert (flip["item_id"], flip["outcome_ab"], flip["outcome_ba"]) == ("msc-1", "tie", "loss")
+    summary = analysis.flip_summary(orders)
+    assert summary.set_index("pair").loc["rsum vs memgpt", "flips"] == 1
+    assert spec(charts.flip_chart(summary))["mark"]["type"] == "bar"
+
+
+def test_preference_disagreements_orient_the_human_vote(frame: pd.DataFrame) -> None:
+    orders = analysis.order_outcomes(frame)
+    ratings = pd.DataFrame(make_ratings())
+    out = analysis.preference_disagreements(orders, ratings)
+    assert out[["item_id", "judge_vote", "human_vote", "severity"]].values.tolist() == [["msc-0", 1.0, -1.0, 2.0]]
+    votes = ratings["kind"] == "preference"
+    swapped = ratings.copy()
+    swapped.loc[votes, ["system", "system_b"]] = ratings.loc[votes, ["system_b", "system"]].to_numpy(copy=True)
+    swapped.loc[votes, "value"] = -ratings.loc[votes, "value"]
+    assert analysis.preference_disagreements(orders, swapped)["item_id"].tolist() == ["msc-0"]
+
+
+# -- compare runs ----------------------------------------------------------------------------------------
+def test_compare_scores_paired_bootstrap_and_worse_items(fake: FakeApi) -> None:
+    def items(run_id: str) -> pd.DataFrame:
+        return analysis.judge_item_scores(judgments_frame(fake.runs[run_id]["rows"]))
+
+    deltas = analysis.compare_scores(items(RUN_B), items(RUN_A), n_boot=200).set_index(["system", "aspect"])
+    assert deltas.loc[("memgpt", "coherence"), "delta"] == pytest.approx(-10)
+    assert deltas.loc[("memgpt", "coherence"), "ci_high"] == pytest.approx(-10)  # every item moved by 10
+    assert deltas.loc[("rsum", "coherence"), "delta"] == 0
+    assert deltas.loc[("vanilla", "coherence"), "n_items"] == 5  # one unparseable
+    worse = analysis.worse_items(items(RUN_B), items(RUN_A))
+    assert len(worse) == 18 and set(worse["system"]) == {"memgpt"} and (worse["delta"] < 0).all()
+    d = spec(charts.delta_chart(deltas.reset_index()))
+    assert layer_marks(d) == ["rule", "rule", "point"]
+
+
+def test_compare_preferences_combines_wilson_widths(report: dict[str, Any]) -> None:
+    prefs = analysis.preferences_frame(report)
+    out = analysis.compare_preferences(prefs, prefs)
+    assert (out["delta"] == 0).all() and (out["ci_low"] < 0).all() and (out["ci_high"] > 0).all()
+
+
+# -- the CSV frame ---------------------------------------------------------------------------------------
+def test_parse_judgments_csv_keeps_ids_as_text() -> None:
+    text = "judgment_id,item_id,mode,system_a,system_b,order,status,score,outcome,cached\n" \
+           "1,007,single,NA,,,done,85.0,,False\n2,008,pairwise,a,b,ab,done,,win,True\n"  # fmt: skip
+    df = api.parse_judgments_csv(text)
+    assert df["item_id"].tolist() == ["007", "008"] and df["system_a"].tolist() == ["NA", "a"]
+    assert pd.isna(df.loc[0, "system_b"]) and pd.isna(df.loc[1, "score"]) and df.loc[0, "score"] == 85.0
+    assert df["cached"].tolist() == [False, True]
+    assert api.parse_judgments_csv("").empty
+
+
+def test_run_version_changes_with_progress() -> None:
+    run = {"status": "running", "finished_at": None, "counts": {"done": 1, "pending": 3}}
+    assert api.run_version(run) != api.run_version({**run, "counts": {"done": 2, "pending": 2}})
+    assert api.run_version({}) == api.run_version({})
+
+
+def test_progress_figure_stacks_statuses() -> None:
+    fig = charts.progress_figure({"done": 5, "failed": 1, "pending": 0})
+    assert [t.name for t in fig.data] == ["done", "failed"]

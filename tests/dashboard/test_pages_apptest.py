@@ -1,0 +1,309 @@
+"""Every dashboard page under Streamlit's AppTest against a fake API: with data, empty, and failing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from dashboard_fakes import JUDGE, RUN_A, RUN_B, FakeApi, install
+from streamlit import cache_data
+from streamlit.testing.v1 import AppTest
+
+from dashboard.widgets import NO_RUNS
+
+APP = "../../dashboard/app.py"
+PAGES = {
+    "runs": "Runs",
+    "leaderboard": "Leaderboard",
+    "winrates": "Win / tie / loss",
+    "agreement": "Human agreement",
+    "bias": "Bias",
+    "explorer": "Item explorer",
+    "disagreements": "Disagreements",
+    "annotate": "Annotate",
+    "compare": "Compare runs",
+}
+
+
+def open_page(page: str, at: AppTest | None = None) -> AppTest:
+    if at is None:
+        at = AppTest.from_file(APP, default_timeout=60).run()
+    if page != "runs":
+        at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def st_cache_clear() -> None:
+    cache_data.clear()
+
+
+def charts(at: AppTest) -> int:
+    return len(at.get("vega_lite_chart")) + len(at.get("plotly_chart"))
+
+
+def texts(at: AppTest, kind: str) -> str:
+    return " ".join(str(e.value) for e in getattr(at, kind))
+
+
+# -- the three states, every page ------------------------------------------------------------------------
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+@pytest.mark.parametrize("page", list(PAGES))
+def test_page_with_data(fake_api: FakeApi, page: str) -> None:
+    at = open_page(page)
+    assert at.title[0].value == PAGES[page]
+    assert not at.error, texts(at, "error")
+    if page in ("annotate",):
+        assert "rater id" in texts(at, "info")
+    else:
+        assert charts(at) >= 1
+        assert len(at.dataframe) >= 1
+    assert len(at.download_button) >= (0 if page == "annotate" else 1)
+
+
+@pytest.mark.parametrize("fake_api", ["empty"], indirect=True)
+@pytest.mark.parametrize("page", list(PAGES))
+def test_page_empty_says_what_to_do(fake_api: FakeApi, page: str) -> None:
+    at = open_page(page)
+    assert at.title[0].value == PAGES[page]
+    assert not at.error
+    assert NO_RUNS in texts(at, "info")
+    assert charts(at) == 0
+
+
+@pytest.mark.parametrize("fake_api", ["error"], indirect=True)
+@pytest.mark.parametrize("page", list(PAGES))
+def test_page_api_error_is_a_clear_message(fake_api: FakeApi, page: str) -> None:
+    at = open_page(page)
+    assert at.title[0].value == PAGES[page]
+    assert "HTTP 500: database is down" in texts(at, "error")
+    assert not at.exception
+
+
+@pytest.mark.parametrize("fake_api", ["unreachable"], indirect=True)
+def test_unreachable_api_says_how_to_start_it(fake_api: FakeApi) -> None:
+    at = open_page("leaderboard")
+    message = texts(at, "error")
+    assert "cannot reach the API at http://fake-api" in message and "dialogue-judge up" in message
+
+
+def test_api_url_and_key_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = install(monkeypatch, FakeApi("data"))
+    monkeypatch.setenv("DJ_API_KEY", "sk-test-123")
+    at = open_page("leaderboard")
+    assert fake.auth == "Bearer sk-test-123"
+    assert at.text_input(key="api_url").value == "http://fake-api"
+    at.text_input(key="api_url").input("http://elsewhere:9").run()  # the sidebar setting wins
+    assert at.session_state["api_url"] == "http://elsewhere:9"
+
+
+def test_report_failure_keeps_other_pages_working(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = install(monkeypatch, FakeApi("data"))
+    fake.report_error = True
+    at = open_page("leaderboard")
+    assert "Could not load the report from the API: HTTP 500" in texts(at, "error")
+    at = open_page("explorer", at)  # needs no report
+    assert not at.error and len(at.dataframe) >= 1
+
+
+# -- page content ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_runs_lists_runs_and_shows_progress(fake_api: FakeApi) -> None:
+    at = open_page("runs")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Runs"] == "2" and metrics["Running"] == "0" and metrics["Status"] == "done"
+    table = at.dataframe[0].value
+    assert set(table["id"]) == {RUN_A, RUN_B}
+    assert {"status", "progress", "judges", "rubrics", "cost_usd", "input_tokens", "output_tokens"} <= set(table)
+    assert table.loc[table["id"] == RUN_A, "judges"].item() == JUDGE
+
+
+def test_runs_refresh_live_while_a_run_is_unfinished(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = install(monkeypatch, FakeApi("data"))
+    fake.runs[RUN_A]["summary"].update(status="running", progress=0.4, finished_at=None)
+    at = open_page("runs")
+    assert "Live: refreshing every 2 s" in texts(at, "caption")
+    assert {m.label: m.value for m in at.metric}["Running"] == "1"
+    fake.runs[RUN_A]["summary"].update(status="done", progress=1.0)
+    st_cache_clear()
+    at.run()
+    assert "Live:" not in texts(at, "caption")
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_runs_starts_a_run_from_an_uploaded_jsonl(fake_api: FakeApi) -> None:
+    at = open_page("runs")
+    line = b'{"id": "x1", "candidates": {"a": "hi", "b": "hello"}}\n'
+    at.file_uploader[0].upload("items.jsonl", line, "application/jsonl")
+    at.text_area[0].input("openai:gpt-4o-mini")
+    at.multiselect[1].set_value(["single", "pairwise"])
+    at.button[0].click()  # the form's submit button
+    at.run()
+    assert not at.error, texts(at, "error")
+    assert "Started run `run_new`" in texts(at, "success")
+    path, sent = fake_api.posts[-1]
+    assert path == "/v1/runs/jsonl" and sent["body"] == line.decode()
+    assert sent["query"]["judge"] == ["openai:gpt-4o-mini"] and sent["query"]["mode"] == ["single", "pairwise"]
+    assert sent["query"]["rubric"] == ["rsum-single"] and sent["query"]["name"] == ["items"]
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_runs_upload_needs_a_file_and_a_judge(fake_api: FakeApi) -> None:
+    at = open_page("runs")
+    at.button[0].click()
+    at.run()
+    assert "needs a JSONL file" in texts(at, "error")
+    assert not fake_api.posts
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_leaderboard_has_the_paper_table_and_ranking(fake_api: FakeApi) -> None:
+    at = open_page("leaderboard")
+    paper = next(d.value for d in at.dataframe if "Engagingness" in d.value.columns)
+    assert list(paper.columns[:5]) == ["System", "Engagingness", "Coherence", "Consistency", "Average"]
+    assert paper["System"].tolist()[0] == "rsum"  # sorted by Average
+    ranking = next(d.value for d in at.dataframe if "elo" in d.value.columns)
+    assert ranking.sort_values("rank")["system"].tolist() == ["rsum", "memgpt", "vanilla"]
+    assert len(at.get("vega_lite_chart")) >= 2  # means with CIs, Bradley-Terry
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_winrates_can_be_seen_from_one_system(fake_api: FakeApi) -> None:
+    at = open_page("winrates")
+    assert len(at.get("plotly_chart")) == 2  # stacked bars + heatmap
+    at.selectbox(key="wtl_focus").set_value("vanilla").run()
+    table = at.dataframe[0].value
+    assert set(table["system_a"]) == {"vanilla"} and table["losses"].sum() > table["wins"].sum()
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_agreement_tables_scatter_and_confusions(fake_api: FakeApi) -> None:
+    at = open_page("agreement")
+    columns = [set(d.value.columns) for d in at.dataframe]
+    assert any({"S1 rate", "S2 rate", "kappa S1"} <= c for c in columns)
+    assert any({"spearman", "kendall", "pearson", "qwk"} <= c for c in columns)
+    assert any("alpha_interval_all" in c for c in columns)
+    assert any({"judge_rank", "human_rank"} <= c for c in columns)
+    assert len(at.get("vega_lite_chart")) >= 4  # pref confusion, scatter, score confusion, rank slope
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_agreement_without_ratings_points_to_annotate(fake_api: FakeApi) -> None:
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.session_state["run_id"] = RUN_B  # the baseline run has no human ratings
+    at = open_page("agreement", at)
+    assert "Annotate" in texts(at, "info")
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_bias_shows_charts_and_flag_state(fake_api: FakeApi) -> None:
+    at = open_page("bias")
+    assert len(at.get("vega_lite_chart")) == 4
+    assert at.success or at.warning
+    assert "p_first_wins" in at.dataframe[0].value.columns
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_explorer_filters_go_to_the_api_and_render_the_item(fake_api: FakeApi) -> None:
+    at = open_page("explorer")
+    assert "90 judgments match." in texts(at, "caption")
+    at.selectbox(key="ex_status").set_value("unparseable").run()
+    assert "1 judgments match." in texts(at, "caption")
+    assert any("status=unparseable" in r or r.endswith("/judgments") for r in fake_api.requests)
+    assert at.header[0].value == "Item `msc-5`"
+    assert len(at.chat_message) == 3  # the dialogue as a chat
+    assert "session 2" in texts(at, "caption")
+    assert any("Order ab" in str(m.value) for m in at.markdown)  # pairwise explanations, per order
+    assert any("Order ba" in str(m.value) for m in at.markdown)
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_explorer_score_filter_and_unknown_item(fake_api: FakeApi) -> None:
+    at = open_page("explorer")
+    at.toggle(key="ex_score_on").set_value(True).run()
+    at.slider(key="ex_score").set_value((80.0, 100.0)).run()
+    assert "12 judgments match." in texts(at, "caption")  # rsum's 85, 88, 90, 82 x 3 aspects
+    assert all(s >= 80 for s in at.dataframe[0].value["score"])
+    at.text_input(key="ex_typed").input("nope").run()
+    assert "'nope' is not in this run" in texts(at, "info")
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_disagreements_queue_and_jump_to_explorer(fake_api: FakeApi) -> None:
+    at = open_page("disagreements")
+    frames = [d.value for d in at.dataframe]
+    gaps = next(f for f in frames if "gap" in f.columns)
+    assert gaps.iloc[0]["item_id"] == "msc-2"  # the humans rated item 2 far higher
+    flips = next(f for f in frames if "flipped" in f.columns)
+    assert flips[["item_id", "system_a", "system_b"]].values.tolist() == [["msc-1", "rsum", "memgpt"]]
+    prefs = next(f for f in frames if "human_vote" in f.columns)
+    assert prefs["item_id"].tolist() == ["msc-0"]
+    assert any(len(d.value) == 1 and "raw_output" in d.value.columns for d in at.dataframe)  # unparseable
+    at.button(key="dis_h_go").click().run()
+    assert at.title[0].value == "Item explorer"
+    assert at.header[0].value == "Item `msc-2`"
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_annotate_posts_a_score_rating_and_shows_agreement(fake_api: FakeApi) -> None:
+    at = open_page("annotate")
+    at.text_input(key="ann_rater").input("expert_7").run()
+    at.selectbox(key="ann_aspect").set_value("coherence").run()
+    assert len(at.slider) == 3
+    at.slider[0].set_value(91.0)
+    at.button[0].click().run()
+    assert not at.error, texts(at, "error")
+    path, body = fake_api.posts[-1]
+    assert path == f"/v1/runs/{RUN_A}/human-ratings"
+    first = body["ratings"][0]
+    assert first == {"item_id": "msc-0", "system": "rsum", "aspect": "coherence", "rater": "expert_7",
+                     "kind": "score", "value": 91.0, "scale_min": 1.0, "scale_max": 100.0}  # fmt: skip
+    assert "Saved 3 rating(s) for item msc-0 as expert_7" in texts(at, "success")
+    assert {m.label: m.value for m in at.metric}["Human ratings in this run"] == "27"  # 24 + 3: agreement updated
+    assert at.selectbox(key="ann_item").value == "msc-1"  # on to the next unrated item
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_annotate_posts_a_preference(fake_api: FakeApi) -> None:
+    at = open_page("annotate")
+    at.text_input(key="ann_rater").input("expert_7").run()
+    at.radio(key="ann_kind").set_value("preference").run()
+    at.radio[1].set_value("B is better")
+    at.button[0].click().run()
+    _, body = fake_api.posts[-1]
+    rating = body["ratings"][0]
+    assert rating["kind"] == "preference" and rating["value"] == -1 and rating["system_b"] == "memgpt"
+    assert rating["aspect"] == "overall"
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_compare_shows_deltas_and_worse_items(fake_api: FakeApi) -> None:
+    at = open_page("compare")
+    deltas = next(d.value for d in at.dataframe if "delta" in d.value.columns and "ci_low" in d.value.columns)
+    memgpt = deltas[deltas["system"] == "memgpt"]
+    assert (memgpt["delta"].round(6) == -10).all() and (memgpt["ci_high"] < 0).all()
+    assert (deltas[deltas["system"] == "rsum"]["delta"] == 0).all()
+    worse = next(d.value for d in at.dataframe if list(d.value.columns[:3]) == ["item_id", "system", "aspect"])
+    assert set(worse["system"]) == {"memgpt"}
+    assert len(at.get("vega_lite_chart")) >= 1
+
+
+# -- big runs --------------------------------------------------------------------------------------------
+def test_a_run_with_100000_judgments_stays_paged_and_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = install(monkeypatch, FakeApi("data"))
+    small_report = fake.report(RUN_A)
+    base = fake.runs[RUN_A]["rows"]
+    rows = [dict(r, id=n, item_id=f"{r['item_id']}-{n // len(base)}") for n, r in
+            enumerate(base[i % len(base)] for i in range(100_000))]  # fmt: skip
+    fake.runs[RUN_A]["rows"] = rows
+    fake.runs[RUN_A]["summary"]["n_judgments"] = len(rows)
+    fake._reports[f"{RUN_A}:{len(fake.ratings[RUN_A])}"] = small_report
+    start = time.monotonic()
+    at = open_page("explorer")
+    assert "100,000 judgments match." in texts(at, "caption")
+    assert len(at.dataframe[0].value) == 50  # one page, never the whole run
+    at = open_page("disagreements", at)
+    at = open_page("agreement", at)
+    assert not at.error, texts(at, "error")
+    assert sum(r.endswith("/judgments.csv") for r in fake.requests) == 1  # one download, then the cache
+    assert time.monotonic() - start < 60
