@@ -179,7 +179,7 @@ def demo(
     keep_running: bool = typer.Option(False, help="leave the stack running after the report"),
     file: Path = typer.Option(None, help="items to judge (default: the bundled MSC example)"),
     judge: str = typer.Option("local:smollm2"),
-    rubric: str = typer.Option("dj-consistency"),
+    rubric: str = typer.Option(None, help="default: smoke-consistency for local judges, dj-consistency otherwise"),
     api_port: int = typer.Option(8000),
 ) -> None:
     """The main job on embedded defaults: start the stack, judge the bundled example, print the report."""
@@ -189,6 +189,7 @@ def demo(
 
     items = read_items(file or EXAMPLES / "msc-demo.jsonl")
     local = judge.startswith("local:")
+    rubric = rubric or ("smoke-consistency" if local else "dj-consistency")
     if local:
         err.print(f"[yellow]{SMOKE_TEST_WARNING}[/yellow]")
     stack = Stack(
@@ -211,7 +212,7 @@ def demo(
             "judges": [judge],
             "mode": ["single"],
             "aspects": ["consistency"] if local else None,
-            "options": {"structured_output": True, "max_tokens": 160 if local else 512},
+            "options": {"structured_output": True, "max_tokens": 96 if local else 512},
         }
         created = client.create_run(body)
         err.print(f"submitted {created['id']}: {created['n_items']} items, {created['n_judgments']} judgments")
@@ -468,8 +469,11 @@ def convert(
 
 @app.command("import-mtbench")
 def import_mtbench_cmd(
-    folder: Path = typer.Argument(..., help="folder with questions.jsonl, model_answers_6models.jsonl, "
-                                  "gpt4_pair.jsonl and human.jsonl (e.g. ../shared/data/mtbench_human_judgments)"),
+    folder: Path = typer.Argument(
+        ...,
+        help="folder with questions.jsonl, model_answers_6models.jsonl, "
+        "gpt4_pair.jsonl and human.jsonl (e.g. ../shared/data/mtbench_human_judgments)",
+    ),
     turn: int = typer.Option(1, help="MT-Bench turn (1 or 2); one run per turn"),
     project: str = typer.Option("default"),
 ) -> None:
@@ -489,8 +493,10 @@ def import_mtbench_cmd(
     with session_scope() as session:
         run_id = import_mtbench(session, folder, turn, project)
     emit(run_id)
-    err.print(f"agreement: dialogue-judge agreement {run_id}   (expert votes only: GET /v1/runs/{run_id}"
-              "/agreement?human_prefix=expert_)")
+    err.print(
+        f"agreement: dialogue-judge agreement {run_id}   (expert votes only: GET /v1/runs/{run_id}"
+        "/agreement?human_prefix=expert_)"
+    )
 
 
 # -- keys ----------------------------------------------------------------------------------------------------
@@ -549,30 +555,38 @@ def keys_revoke(key_id: str) -> None:
 
 @app.command()
 def gate(
-    baseline: str = typer.Option(..., "--baseline", "-b",
-                                 help="baseline: a run id, a JSONL items file (one system) or a responses file"),
+    baseline: str = typer.Option(
+        ..., "--baseline", "-b", help="baseline: a run id, a JSONL items file (one system) or a responses file"
+    ),
     candidate: str = typer.Option(..., "--candidate", "-c", help="candidate: same forms as --baseline"),
     judge: str = typer.Option(..., "--judge", "-j", help="judge, e.g. openai:gpt-4o"),
     rubric: str = typer.Option(None, "--rubric", "-r", help="default: rsum-single (single), rsum-pairwise (pairwise)"),
-    aspect: list[str] = typer.Option(None, "--aspect",
-                                     help="aspect(s) to gate (default: consistency, else all the rubric's)"),
+    aspect: list[str] = typer.Option(
+        None, "--aspect", help="aspect(s) to gate (default: consistency, else all the rubric's)"
+    ),
     mode: str = typer.Option("single", "--mode", "-m", help="single (paired score drop) or pairwise (head to head)"),
     items: Path = typer.Option(None, "--items", help="items JSONL with the shared context for responses files"),
-    max_drop: float = typer.Option(None, "--max-drop", help="single: tolerated mean drop in score points "
-                                   "(default 5 on a 1-100 scale, the same share of other scales)"),
-    max_loss_rate: float = typer.Option(0.6, "--max-loss-rate",
-                                        help="pairwise: tolerated loss rate, ties counting half (0.5 = parity)"),
+    max_drop: float = typer.Option(
+        None,
+        "--max-drop",
+        help="single: tolerated mean drop in score points (default 5 on a 1-100 scale, the same share of other scales)",
+    ),
+    max_loss_rate: float = typer.Option(
+        0.6, "--max-loss-rate", help="pairwise: tolerated loss rate, ties counting half (0.5 = parity)"
+    ),
     alpha: float = typer.Option(0.05, "--alpha", help="the gate's error rate"),
     budget: float = typer.Option(None, "--budget", help="stop judging after this many USD"),
     seed: int = typer.Option(0, "--seed", help="seed of the random item order"),
     batch: int = typer.Option(None, "--batch", help="items per batch between looks (default: about 10 looks)"),
-    sequential: bool = typer.Option(True, "--sequential/--no-sequential",
-                                    help="stop as soon as the decision is settled"),
+    sequential: bool = typer.Option(
+        True, "--sequential/--no-sequential", help="stop as soon as the decision is settled"
+    ),
     workers: int = typer.Option(8, "--workers", help="standalone: judge threads"),
     api: str = typer.Option(None, "--api", help="judge on a running service at this URL (default: in-process)"),
     api_key: str = typer.Option(None, "--api-key", help="API key (default DJ_API_KEY)"),
-    cache_dir: Path = typer.Option(None, "--cache-dir",
-                                   help="standalone database and judge cache folder (default ~/.cache/dialogue-judge)"),
+    cache_dir: Path = typer.Option(
+        None, "--cache-dir", help="standalone database and judge cache folder (default ~/.cache/dialogue-judge)"
+    ),
     no_cache: bool = typer.Option(False, "--no-cache", help="standalone: a temporary database, no cache"),
     max_failed: float = typer.Option(0.10, "--max-failed", help="exit 2 above this share of failed/unparseable"),
     baseline_system: str = typer.Option(None, "--baseline-system", help="system to take from the baseline"),
@@ -592,15 +606,43 @@ def gate(
     from dialogue_judge.gate import GateConfig, parse_aspects, run_cli
 
     config = GateConfig(
-        baseline=baseline, candidate=candidate, judge=judge, items=items, rubric=rubric,
-        aspects=parse_aspects(aspect), mode=mode, max_drop=max_drop, max_loss_rate=max_loss_rate, alpha=alpha,
-        budget_usd=budget, seed=seed, batch=batch, sequential=sequential, workers=workers, api=api,
-        api_key=api_key, cache=not no_cache, database=cache_dir / "gate.db" if cache_dir else None,
-        max_failed=max_failed, baseline_system=baseline_system, candidate_system=candidate_system, name=name,
-        worst=worst, progress=progress, timeout_s=timeout, structured_output=structured, reask=reask,
+        baseline=baseline,
+        candidate=candidate,
+        judge=judge,
+        items=items,
+        rubric=rubric,
+        aspects=parse_aspects(aspect),
+        mode=mode,
+        max_drop=max_drop,
+        max_loss_rate=max_loss_rate,
+        alpha=alpha,
+        budget_usd=budget,
+        seed=seed,
+        batch=batch,
+        sequential=sequential,
+        workers=workers,
+        api=api,
+        api_key=api_key,
+        cache=not no_cache,
+        database=cache_dir / "gate.db" if cache_dir else None,
+        max_failed=max_failed,
+        baseline_system=baseline_system,
+        candidate_system=candidate_system,
+        name=name,
+        worst=worst,
+        progress=progress,
+        timeout_s=timeout,
+        structured_output=structured,
+        reask=reask,
     )
-    code = run_cli(config, markdown=markdown, junit=junit, json_path=json_out, echo=typer.echo,
-                   echo_err=lambda text: typer.echo(text, err=True))
+    code = run_cli(
+        config,
+        markdown=markdown,
+        junit=junit,
+        json_path=json_out,
+        echo=typer.echo,
+        echo_err=lambda text: typer.echo(text, err=True),
+    )
     raise typer.Exit(code)
 
 
