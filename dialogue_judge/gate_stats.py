@@ -136,12 +136,12 @@ class SequenceState:
     """``max_s log K-_s(threshold)``: evidence that the mean is below the threshold."""
 
 
-def confidence_sequence(values: ArrayLike, alpha: float, threshold: float) -> SequenceState:
+def confidence_sequence(values: ArrayLike, alpha: float, threshold: float, *, bounds: bool = True) -> SequenceState:
     """Hedged-capital betting confidence sequence (level ``1 - alpha``) for the mean of values in [0, 1].
 
     ``low``/``high`` are the running-intersection bounds after the last value. ``K+_t(m)`` is non-increasing and
     ``K-_t(m)`` non-decreasing in ``m`` (the truncated bets keep that), so the sequence is an interval and its
-    bounds are found by bisection.
+    bounds are found by bisection (skipped with ``bounds=False``: the decision needs only the threshold).
     """
     x = _finite(values)
     if x.size and (x.min() < 0.0 or x.max() > 1.0):
@@ -166,14 +166,21 @@ def confidence_sequence(values: ArrayLike, alpha: float, threshold: float) -> Se
                 hi = mid
         return (lo + hi) / 2.0
 
+    low, high = float("nan"), float("nan")
+    if bounds:
+        low, high = _bounds(x, rejected_up, rejected_down, bisect)
+    up, down = _max_log_capital(x, bets, threshold)
+    return SequenceState(int(x.size), low, high, up + log_theta_up, down + log_theta_down)
+
+
+def _bounds(x: np.ndarray, rejected_up: Any, rejected_down: Any, bisect: Any) -> tuple[float, float]:
     low = 0.0
     if x.size and rejected_up(1e-12):
         low = bisect(rejected_up, 1e-12, 1.0 - 1e-12, True)
     high = 1.0
     if x.size and rejected_down(1.0 - 1e-12):
         high = bisect(lambda m: not rejected_down(m), 1e-12, 1.0 - 1e-12, True)
-    up, down = _max_log_capital(x, bets, threshold)
-    return SequenceState(int(x.size), low, high, up + log_theta_up, down + log_theta_down)
+    return low, high
 
 
 # -- final fixed-sample tests -------------------------------------------------------------------------------------
@@ -203,8 +210,15 @@ def t_test(drops: ArrayLike, max_drop: float, alpha: float, *, sd_floor: float =
     se = sd / math.sqrt(n)
     t_crit = float(sps.t.ppf(1.0 - alpha / 2.0, n - 1))
     t_stat = (mean - max_drop) / se
-    return FixedTest(n, mean, mean - t_crit * se, mean + t_crit * se, float(sps.t.sf(t_stat, n - 1)),
-                     float(sps.t.cdf(t_stat, n - 1)), float(x.std(ddof=1)))
+    return FixedTest(
+        n,
+        mean,
+        mean - t_crit * se,
+        mean + t_crit * se,
+        float(sps.t.sf(t_stat, n - 1)),
+        float(sps.t.cdf(t_stat, n - 1)),
+        float(x.std(ddof=1)),
+    )
 
 
 def tango_z(losses: float, wins: float, n: float, delta0: float) -> float:
@@ -302,6 +316,7 @@ def evaluate_aspect(
     n_aspects: int = 1,
     final: bool,
     sequential: bool = True,
+    report_bounds: bool = True,
 ) -> AspectEvidence:
     """Decide one aspect from its values so far (drops or loss values, in judging order; NaN = no verdict).
 
@@ -315,24 +330,42 @@ def evaluate_aspect(
     alpha_final = alpha_aspect / 2.0 if sequential else alpha_aspect
     if sequential and n:
         cs_alpha = alpha_aspect / 2.0
-        state = confidence_sequence(scale.to_unit(x), cs_alpha, scale.threshold_to_unit(threshold))
+        state = confidence_sequence(
+            scale.to_unit(x), cs_alpha, scale.threshold_to_unit(threshold), bounds=report_bounds
+        )
         barrier = math.log(1.0 / cs_alpha)
-        low, high = scale.from_unit(state.low), scale.from_unit(state.high)
+        low: float | None = None
+        high: float | None = None
+        if report_bounds:
+            low, high = scale.from_unit(state.low), scale.from_unit(state.high)
         estimate = float(x.mean())
         if state.log_capital_up >= barrier or state.log_capital_down >= barrier:
             regression = state.log_capital_up >= state.log_capital_down
             log_k = state.log_capital_up if regression else state.log_capital_down
             # the hedged barrier is theta*K >= 1/a', a' = alpha/(2m): the smallest alpha that rejects is 2m/(theta*K)
             p = min(1.0, 2.0 * n_aspects * math.exp(-log_k))
-            return AspectEvidence("regression" if regression else "no_regression", "confidence sequence", n,
-                                  estimate, low, high, 1.0 - cs_alpha, "betting confidence sequence", p)
+            return AspectEvidence(
+                "regression" if regression else "no_regression",
+                "confidence sequence",
+                n,
+                estimate,
+                low,
+                high,
+                1.0 - cs_alpha,
+                "betting confidence sequence",
+                p,
+            )
         if not final:
             p = min(1.0, 2.0 * n_aspects * math.exp(-state.log_capital_up))
-            return AspectEvidence("undecided", "", n, estimate, low, high, 1.0 - cs_alpha,
-                                  "betting confidence sequence", p)
+            return AspectEvidence(
+                "undecided", "", n, estimate, low, high, 1.0 - cs_alpha, "betting confidence sequence", p
+            )
     sd_floor = SD_FLOOR_FRACTION * scale.width
-    test = (t_test(x, threshold, alpha_final, sd_floor=sd_floor) if scale.mode == "single"
-            else tango_test(x, threshold, alpha_final))
+    test = (
+        t_test(x, threshold, alpha_final, sd_floor=sd_floor)
+        if scale.mode == "single"
+        else tango_test(x, threshold, alpha_final)
+    )
     method = "Student t interval" if scale.mode == "single" else "Tango score interval"
     factor = 2.0 * alpha / alpha_final  # one-sided p vs alpha_final / 2, expressed against alpha
     decision: Decision = "undecided"
@@ -342,9 +375,19 @@ def evaluate_aspect(
         elif test.ci_high < threshold:
             decision = "no_regression"
     raw_p = test.p_no_regression if decision == "no_regression" else test.p_regression
-    p = None if raw_p is None else min(1.0, raw_p * factor)
-    return AspectEvidence(decision, "final test" if decision != "undecided" else "", n, test.estimate,
-                          test.ci_low, test.ci_high, 1.0 - alpha_final, method, p, test.sd)
+    p_final = None if raw_p is None else min(1.0, raw_p * factor)
+    return AspectEvidence(
+        decision,
+        "final test" if decision != "undecided" else "",
+        n,
+        test.estimate,
+        test.ci_low,
+        test.ci_high,
+        1.0 - alpha_final,
+        method,
+        p_final,
+        test.sd,
+    )
 
 
 @dataclass(frozen=True)
@@ -367,14 +410,26 @@ def sequential_decision(
     looks: Sequence[int],
     n_aspects: int = 1,
     sequential: bool = True,
+    report_bounds: bool = False,
 ) -> SequentialOutcome:
-    """The gate's procedure for one aspect on values already in judging order (NaN = no usable verdict)."""
+    """The gate's procedure for one aspect on values already in judging order (NaN = no usable verdict).
+
+    ``report_bounds=False`` (simulations) skips the bisection for the confidence sequence's bounds.
+    """
     x = np.asarray(values, dtype="float64").ravel()
     evidence: AspectEvidence | None = None
     for index, n_k in enumerate(looks, start=1):
         final = index == len(looks)
-        evidence = evaluate_aspect(x[:n_k], scale=scale, threshold=threshold, alpha=alpha, n_aspects=n_aspects,
-                                   final=final, sequential=sequential)
+        evidence = evaluate_aspect(
+            x[:n_k],
+            scale=scale,
+            threshold=threshold,
+            alpha=alpha,
+            n_aspects=n_aspects,
+            final=final,
+            sequential=sequential,
+            report_bounds=report_bounds,
+        )
         if evidence.decision != "undecided":
             return SequentialOutcome(evidence.decision, index, len(looks), min(n_k, x.size), evidence)
     assert evidence is not None, "no looks"

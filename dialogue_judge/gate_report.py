@@ -1,0 +1,243 @@
+"""The gate's reports: a Markdown summary (pull-request comment, ``$GITHUB_STEP_SUMMARY``) and JUnit XML (one test
+case per aspect). The JSON report is ``GateResult.to_dict()``."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dialogue_judge.gate import AspectReport, GateResult
+
+ICONS = {"pass": "✅", "regression": "❌", "undecided": "⚠️", "error": "⚠️"}
+TITLES = {"pass": "no regression", "regression": "regression", "undecided": "undecided", "error": "could not run"}
+VERDICTS = {
+    "regression": "❌ regression",
+    "no_regression": "✅ no regression",
+    "undecided": "⚠️ undecided",
+    "not_decided": "· not decided (stopped at a regression)",
+}
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def _code(text: object) -> str:
+    return "`" + str(text).replace("`", "'") + "`"
+
+
+def _aspect_row(report: AspectReport, result: GateResult) -> list[str]:
+    from dialogue_judge.gate import fmt_level, fmt_num, fmt_p
+
+    digits = 2 if result.mode == "single" else 3
+    ci = "n/a"
+    if report.ci_low is not None and report.ci_high is not None:
+        ci = f"[{fmt_num(report.ci_low, digits)}, {fmt_num(report.ci_high, digits)}] ({fmt_level(report.ci_level)})"
+    if result.mode == "single":
+        effect = (
+            f"{report.effect_size_name} {fmt_num(report.effect_size, 2)}" if report.effect_size is not None else "n/a"
+        )
+        means = f"{fmt_num(report.baseline_mean, 1)} → {fmt_num(report.candidate_mean, 1)}"
+    else:
+        effect = f"{report.losses} L / {report.ties} T / {report.wins} W"
+        means = ""
+    decided = report.decided_by or "—"
+    if report.look is not None:
+        decided += f" (look {report.look})"
+    failed = report.n_failed + report.n_unparseable
+    row = [
+        report.aspect,
+        VERDICTS.get(report.verdict, report.verdict),
+        fmt_num(report.estimate, digits),
+        ci,
+        f"≤ {fmt_num(report.threshold, digits)}",
+        fmt_p(report.p_value),
+        effect,
+    ]
+    if result.mode == "single":
+        row.append(means)
+    row += [str(report.n), f"{failed} / {report.n_judgments}", decided]
+    return [_cell(c) for c in row]
+
+
+def to_markdown(result: GateResult) -> str:
+    from dialogue_judge.gate import fmt_num
+
+    lines = [
+        f"## {ICONS[result.status]} dialogue-judge gate: {TITLES[result.status]}",
+        "",
+        f"**{result.headline}**",
+        "",
+    ]
+    setup = [f"baseline {_code(result.baseline)}", f"candidate {_code(result.candidate)}"]
+    if result.judge:
+        setup.append(f"judge {_code(result.judge)}")
+    if result.rubric:
+        setup.append(f"rubric {_code(result.rubric)}")
+    setup.append(f"{result.mode} mode")
+    if result.n_items:
+        setup.append(f"{result.n_items} items")
+    setup.append(f"alpha {result.alpha:g}")
+    if result.threshold is not None:
+        name = "max drop" if result.threshold_name == "max_drop" else "max loss rate"
+        setup.append(f"{name} {result.threshold:g}")
+    lines += [" · ".join(setup), ""]
+    if result.aspects:
+        what = "mean drop" if result.mode == "single" else "loss rate"
+        headers = ["aspect", "verdict", what, "CI", "allowed", "p (adj.)", "effect size"]
+        if result.mode == "single":
+            headers.append("mean score baseline → candidate")
+        headers += ["items", "failed / judged", "decided by"]
+        lines.append("| " + " | ".join(headers) + " |")
+        lines.append("|" + "|".join("---" for _ in headers) + "|")
+        for report in result.aspects:
+            lines.append("| " + " | ".join(_aspect_row(report, result)) + " |")
+        lines.append("")
+    calls = result.calls
+    if calls.reused:
+        lines.append(f"**Judge calls:** none: the verdicts of {', '.join(map(_code, calls.run_ids))} were reused.")
+    elif calls.planned or calls.run_ids:
+        text = (
+            f"**Judge calls:** {calls.judged} judgments of {calls.planned} planned "
+            f"({calls.provider_calls} provider calls, {calls.cached} answered from the cache"
+        )
+        if calls.cost_usd:
+            text += f", ${calls.cost_usd:.4f}"
+        text += (
+            f"); {calls.items_judged} of {result.n_items} items in {calls.looks_done} of {calls.looks_planned} looks."
+        )
+        if calls.saved:
+            share = 100.0 * calls.saved / max(calls.planned, 1)
+            text += f" The early stop saved **{calls.saved} judge calls** ({share:.0f}%)."
+        lines.append(text)
+        if calls.run_ids:
+            lines.append(f"Runs: {', '.join(map(_code, calls.run_ids))}.")
+    lines.append("")
+    for report in result.aspects:
+        if not report.worst:
+            continue
+        title = "Worst regressed items" if report.verdict == "regression" else "Largest drops (for information)"
+        if result.mode == "pairwise" and report.verdict != "regression":
+            title = "Losses (for information)"
+        lines.append(f"### {title}: {report.aspect}")
+        lines.append("")
+        if result.mode == "single":
+            lines.append("| item | baseline | candidate | drop | judge's explanation (candidate) |")
+            lines.append("|---|---|---|---|---|")
+            for row in report.worst:
+                lines.append(
+                    "| "
+                    + " | ".join(
+                        _cell(c)
+                        for c in (
+                            _code(row["item_id"]),
+                            fmt_num(row["baseline_score"], 0),
+                            fmt_num(row["candidate_score"], 0),
+                            fmt_num(row["drop"], 0),
+                            row["explanation"][:300] or "—",
+                        )
+                    )
+                    + " |"
+                )
+        else:
+            lines.append("| item | outcome | orders (ab / ba) | judge's explanation |")
+            lines.append("|---|---|---|---|")
+            for row in report.worst:
+                lines.append(
+                    "| "
+                    + " | ".join(
+                        _cell(c)
+                        for c in (
+                            _code(row["item_id"]),
+                            row["outcome"],
+                            f"{row['outcome_ab']} / {row['outcome_ba']}",
+                            row["explanation"][:300] or "—",
+                        )
+                    )
+                    + " |"
+                )
+        lines.append("")
+    for note in result.notes:
+        lines.append(f"- {note}")
+    if result.notes:
+        lines.append("")
+    if result.aspects:
+        lines += [
+            "<details><summary>How the gate decides</summary>",
+            "",
+            "Items are judged in a seeded random order (seed "
+            f"{result.seed}), in batches. Early stops use an anytime-valid betting confidence sequence; when the "
+            "items run out, one fixed-sample interval (Student t for the mean drop, Tango score interval for the "
+            "loss rate) decides. Alpha is split between the two and across aspects, so the gate is wrong in "
+            "either direction with probability at most alpha however early it stops. *regression*: the interval "
+            "lies above the tolerance; *no regression*: below it; otherwise the gate cannot decide (exit 2). "
+            "The p-value is adjusted to be compared with alpha directly."
+            + (
+                ""
+                if result.sequential
+                else " This gate ran without early stopping: the fixed-sample test alone, at the full alpha."
+            ),
+            "",
+            "</details>",
+            "",
+        ]
+    lines.append(f"<sub>dialogue-judge gate · exit code {result.exit_code} · {fmt_num(result.duration_s, 1)} s</sub>")
+    return "\n".join(lines) + "\n"
+
+
+def to_junit(result: GateResult) -> str:
+    """JUnit XML: one ``testcase`` per aspect (a ``gate`` case when the gate could not get that far)."""
+    from dialogue_judge.gate import describe
+
+    suite = ET.Element("testsuite", name="dialogue-judge gate", time=f"{result.duration_s:.3f}")
+    failures = errors = skipped = 0
+    if not result.aspects:  # the gate failed before it knew its aspects (bad input, unknown rubric ...)
+        case = ET.SubElement(
+            suite, "testcase", classname="dialogue_judge.gate", name="gate", time=f"{result.duration_s:.3f}"
+        )
+        if result.status == "error":
+            element = ET.SubElement(case, "error", message=result.headline, type="GateError")
+            element.text = result.headline
+            errors += 1
+    for report in result.aspects:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"dialogue_judge.gate.{result.rubric or 'gate'}",
+            name=report.aspect,
+            time=f"{result.duration_s:.3f}",
+        )
+        message = f"{report.aspect}: {describe(report, result.mode)} (allowed {report.threshold:g})"
+        if result.status == "error":
+            element = ET.SubElement(case, "error", message=result.headline, type="GateError")
+            element.text = result.headline
+            errors += 1
+        elif report.verdict == "regression":
+            element = ET.SubElement(case, "failure", message=f"regression in {message}", type="Regression")
+            element.text = result.headline
+            failures += 1
+        elif report.verdict == "undecided":
+            element = ET.SubElement(case, "error", message=f"undecided: {message}", type="Undecided")
+            element.text = result.headline
+            errors += 1
+        elif report.verdict == "not_decided":
+            ET.SubElement(case, "skipped", message=f"not decided (the gate stopped at a regression): {message}")
+            skipped += 1
+        out = ET.SubElement(case, "system-out")
+        out.text = message
+    suite.set("tests", str(len(suite.findall("testcase"))))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
+    root = ET.Element(
+        "testsuites",
+        name="dialogue-judge",
+        tests=suite.get("tests", "0"),
+        failures=str(failures),
+        errors=str(errors),
+        time=f"{result.duration_s:.3f}",
+    )
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
