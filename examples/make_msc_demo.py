@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from dialogue_judge.datasets import msc_record_to_item, read_msc_lines  # noqa: E402
+from dialogue_judge.datasets import msc_record_to_item, read_msc_lines
 
 SOURCE = Path(__file__).resolve().parent.parent.parent / "shared/data/msc/msc_dialogue_session_3_test.txt"
 N_ITEMS = 6

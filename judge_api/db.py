@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-import threading
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event

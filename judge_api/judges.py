@@ -78,4 +78,4 @@ def parse_judge(spec: str) -> JudgeSpec:
         raise JudgeSpecError(f"judge {spec!r}: model name {rest!r} is not valid")
     if provider == "local" and rest not in LOCAL_MODELS:
         raise JudgeSpecError(f"judge {spec!r}: unknown local model (known: {', '.join(LOCAL_MODELS)})")
-    return JudgeSpec(provider, rest)  # type: ignore[arg-type]
+    return JudgeSpec(provider, rest)

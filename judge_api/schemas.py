@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 T = TypeVar("T")
 Speaker = Literal["user", "bot"]
+Mode = Literal["single", "pairwise"]
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,199}$"
 SYSTEM_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+ -]{0,99}$"
 
@@ -85,7 +86,7 @@ class RunCreate(BaseModel):
     items: list[Item] = Field(min_length=1)
     rubrics: list[str] = Field(min_length=1, max_length=20)
     judges: list[str] = Field(min_length=1, max_length=10)
-    mode: list[Literal["single", "pairwise"]] = Field(default_factory=lambda: ["single"], min_length=1)
+    mode: list[Mode] = Field(default_factory=lambda: list[Mode](["single"]), min_length=1)
     aspects: list[str] | None = Field(default=None, description="subset of the rubric's aspects")
     pairing: Literal["all", "baseline"] = "all"
     baseline: str | None = None

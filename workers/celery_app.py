@@ -28,8 +28,16 @@ app.conf.task_default_queue = JUDGE_QUEUE
 _sweeper: Sweeper | None = None
 
 
-@app.task(name=JUDGE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
-          autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60, max_retries=None)
+@app.task(
+    name=JUDGE_TASK,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    retry_backoff_max=60,
+    max_retries=None,
+)
 def judge(self: Any, judgment_id: int) -> str:
     return runtime.engine().judge(judgment_id)
 

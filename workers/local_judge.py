@@ -41,11 +41,19 @@ def server_command(host: str, port: int, name: str = "smollm2", n_ctx: int = 409
     if importlib.util.find_spec("llama_cpp") is None:
         raise LocalModelMissing("llama-cpp-python is not installed: pip install 'dialogue-judge[local]'")
     return [
-        sys.executable, "-m", "llama_cpp.server",
-        "--model", str(model_path(name)),
-        "--model_alias", name,
-        "--host", host,
-        "--port", str(port),
-        "--n_ctx", str(n_ctx),
-        "--n_threads", "2",
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path(name)),
+        "--model_alias",
+        name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        "2",
     ]

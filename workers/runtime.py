@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 
 import redis
+from sqlalchemy.orm import sessionmaker
 
 from judge_api.config import Settings, get_settings
-from judge_api.db import session_factory
+from judge_api.db import engine_for
 from judge_api.migrate import upgrade
 from judge_api.rubrics import get_registry
 from workers.execute import JudgeEngine
@@ -27,13 +28,13 @@ def redis_client(settings: Settings) -> redis.Redis:
 
 def build_engine(settings: Settings | None = None, *, standalone: bool = False) -> JudgeEngine:
     settings = settings or get_settings()
-    upgrade(settings.resolved_database_url())
+    url = settings.resolved_database_url()
+    upgrade(url)
+    sessions = sessionmaker(bind=engine_for(url), expire_on_commit=False)
     if standalone or settings.resolved_redis_url() is None:
-        limiter, flight = LocalRateLimiter(), LocalSingleFlight()
-        return JudgeEngine(settings, session_factory(), get_registry(), limiter, flight)
+        return JudgeEngine(settings, sessions, get_registry(), LocalRateLimiter(), LocalSingleFlight())
     client = redis_client(settings)
-    return JudgeEngine(settings, session_factory(), get_registry(), RedisRateLimiter(client),
-                       RedisSingleFlight(client))
+    return JudgeEngine(settings, sessions, get_registry(), RedisRateLimiter(client), RedisSingleFlight(client))
 
 
 def engine() -> JudgeEngine:

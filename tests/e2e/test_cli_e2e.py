@@ -25,11 +25,16 @@ CLI = [sys.executable, "-m", "dialogue_judge.cli"]
 
 def write_items(path: Path) -> Path:
     items = [
-        {"id": f"i{i}", "dialogue": [{"speaker": "user", "text": "I have two cats."},
-                                     {"speaker": "bot", "text": "Nice!"},
-                                     {"speaker": "user", "text": "How many pets do I have?"}],
-         "persona": {"user": ["I have two cats."]},
-         "candidates": {"good": "You have two cats. <<q=88>>", "bad": "You have a dog. <<q=15>>"}}
+        {
+            "id": f"i{i}",
+            "dialogue": [
+                {"speaker": "user", "text": "I have two cats."},
+                {"speaker": "bot", "text": "Nice!"},
+                {"speaker": "user", "text": "How many pets do I have?"},
+            ],
+            "persona": {"user": ["I have two cats."]},
+            "candidates": {"good": "You have two cats. <<q=88>>", "bad": "You have a dog. <<q=15>>"},
+        }
         for i in range(3)
     ]
     path.write_text("".join(json.dumps(i) + "\n" for i in items))
@@ -41,9 +46,14 @@ def test_up_submit_report_and_ctrl_c(tmp_path: Path, judge_simulator: SimulatorP
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env.update(DJ_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
-    up = subprocess.Popen([*CLI, "up", "--no-local-judge", "--no-dashboard", "--api-port", str(port),
-                           "--workers", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          start_new_session=True)
+    up = subprocess.Popen(
+        [*CLI, "up", "--no-local-judge", "--no-dashboard", "--api-port", str(port), "--workers", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         banner = ""
         deadline = time.monotonic() + 90
@@ -60,18 +70,41 @@ def test_up_submit_report_and_ctrl_c(tmp_path: Path, judge_simulator: SimulatorP
         items = write_items(tmp_path / "items.jsonl")
         judge = f"openai-compatible:sim@{judge_simulator.base_url}"
         api = ["--api", f"http://127.0.0.1:{port}"]
-        done = subprocess.run([*CLI, "submit", str(items), "--judge", judge, "--rubric", "rsum-single",
-                               "--aspect", "consistency", "--wait", "--format", "json", *api],
-                              env=env, capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [
+                *CLI,
+                "submit",
+                str(items),
+                "--judge",
+                judge,
+                "--rubric",
+                "rsum-single",
+                "--aspect",
+                "consistency",
+                "--wait",
+                "--format",
+                "json",
+                *api,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert done.returncode == 0, done.stderr
         run_id = done.stdout.split()[0]
         assert run_id.startswith("run_")
-        report = json.loads(done.stdout[done.stdout.index("{"):])
+        report = json.loads(done.stdout[done.stdout.index("{") :])
         means = {(s["system"], s["aspect"]): s["mean"] for s in report["scores"]}
         assert means == {("good", "consistency"): 88.0, ("bad", "consistency"): 15.0}
         for fmt, needle in (("md", "|"), ("table", "good")):
-            shown = subprocess.run([*CLI, "report", run_id, "--format", fmt, *api], env=env, capture_output=True,
-                                   text=True, timeout=60)
+            shown = subprocess.run(
+                [*CLI, "report", run_id, "--format", fmt, *api],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert shown.returncode == 0 and needle in shown.stdout
     finally:
         os.killpg(up.pid, signal.SIGINT) if up.poll() is None else None
@@ -104,8 +137,14 @@ def test_cli_errors_exit_2_with_a_message(tmp_path: Path, args: list[str], messa
     service = LiveService("redis://127.0.0.1:6379/14", f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path / "svc")
     service.start_api()
     try:
-        result = subprocess.run([*CLI, *args, "--api", service.api_url], capture_output=True, text=True, timeout=60,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
+        result = subprocess.run(
+            [*CLI, *args, "--api", service.api_url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=tmp_path,
+        )
     finally:
         service.stop()
     assert result.returncode == 2, (result.stdout, result.stderr)
@@ -114,7 +153,11 @@ def test_cli_errors_exit_2_with_a_message(tmp_path: Path, args: list[str], messa
 
 def test_cli_unreachable_api_exits_2(tmp_path: Path) -> None:
     items = write_items(tmp_path / "items.jsonl")
-    result = subprocess.run([*CLI, "submit", str(items), "--judge", "openai:gpt-4o", "--api",
-                             f"http://127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [*CLI, "submit", str(items), "--judge", "openai:gpt-4o", "--api", f"http://127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert result.returncode == 2 and "cannot reach the API" in result.stderr

@@ -56,18 +56,22 @@ def test_local_smollm2_judges_through_the_real_stack(
     item["candidates"] = {k: item["candidates"][k] for k in ("gold", "mismatched")}
     env = {"DJ_LOCAL_JUDGE_URL": local_judge_url, "DJ_JUDGE_TIMEOUT": "300"}
     with LiveService(redis_url, sqlite_url, tmp_path / "svc", env_overrides=env, worker_concurrency=1) as service:
-        created = service.client().create_run({
-            "items": [item], "rubrics": ["dj-consistency" if structured else "rsum-single"],
-            "judges": ["local:smollm2"], "aspects": ["consistency"],
-            "options": {"structured_output": structured, "max_tokens": 96},
-        })
+        created = service.client().create_run(
+            {
+                "items": [item],
+                "rubrics": ["dj-consistency" if structured else "rsum-single"],
+                "judges": ["local:smollm2"],
+                "aspects": ["consistency"],
+                "options": {"structured_output": structured, "max_tokens": 96},
+            }
+        )
         summary = service.wait_run(created["id"], timeout_s=600, poll_s=1)
     assert summary["counts"]["done"] + summary["counts"]["unparseable"] == 2
     engine = create_engine(sqlite_url)
     with engine.connect() as connection:
-        rows = connection.execute(text(
-            "SELECT status, score, raw_output, input_tokens, output_tokens, provider_calls FROM judgments"
-        )).all()
+        rows = connection.execute(
+            text("SELECT status, score, raw_output, input_tokens, output_tokens, provider_calls FROM judgments")
+        ).all()
     engine.dispose()
     for status, score, raw, tokens_in, tokens_out, calls in rows:
         assert calls == 1 and tokens_in > 50 and tokens_out > 0  # real tokens from a real model

@@ -26,7 +26,9 @@ def make_items(n: int, scores: dict[str, int]) -> list[dict]:
                 {"speaker": "user", "text": "Do you remember my dog's name?", "session": 2},
             ],
             "persona": {"user": ["I have a dog called Rex."], "bot": ["I like animals."]},
-            "candidates": {system: f"Answer from {system} about Rex. <<q={score}>>" for system, score in scores.items()},
+            "candidates": {
+                system: f"Answer from {system} about Rex. <<q={score}>>" for system, score in scores.items()
+            },
         }
         for i in range(n)
     ]
@@ -36,23 +38,32 @@ def judgment_rows(database_url: str, run_id: str) -> list[tuple]:
     engine = create_engine(database_url)
     with engine.connect() as connection:
         rows = connection.execute(
-            text("SELECT item_key, system_a, aspect, status, score, provider_calls FROM judgments "
-                 "WHERE run_id = :r ORDER BY id"), {"r": run_id}
+            text(
+                "SELECT item_key, system_a, aspect, status, score, provider_calls FROM judgments "
+                "WHERE run_id = :r ORDER BY id"
+            ),
+            {"r": run_id},
         ).all()
     engine.dispose()
     return [tuple(r) for r in rows]
 
 
-def test_single_run_through_real_stack(db_url: str, redis_url: str, tmp_path: Path,
-                                       judge_simulator: SimulatorProcess) -> None:
+def test_single_run_through_real_stack(
+    db_url: str, redis_url: str, tmp_path: Path, judge_simulator: SimulatorProcess
+) -> None:
     judge_simulator.reset(restore_script=True)
     judge = f"openai-compatible:sim-judge@{judge_simulator.base_url}"
     with LiveService(redis_url, db_url, tmp_path / "svc") as service:
         client = service.client()
-        created = client.create_run({
-            "items": make_items(3, {"good": 91, "bad": 12}), "rubrics": ["rsum-single"], "judges": [judge],
-            "mode": ["single"], "aspects": ["consistency", "coherence"],
-        })
+        created = client.create_run(
+            {
+                "items": make_items(3, {"good": 91, "bad": 12}),
+                "rubrics": ["rsum-single"],
+                "judges": [judge],
+                "mode": ["single"],
+                "aspects": ["consistency", "coherence"],
+            }
+        )
         assert created["n_judgments"] == 3 * 2 * 2
         summary = service.wait_run(created["id"], timeout_s=90)
         assert summary["counts"]["done"] == 12 and summary["progress"] == 1.0
@@ -80,10 +91,15 @@ def test_killed_worker_mid_task_every_judgment_done_exactly_once(
         service.start_api()
         first = service.start_worker()
         client = service.client()
-        created = client.create_run({
-            "items": make_items(6, {"a": 70, "b": 40}), "rubrics": ["rsum-single"], "judges": [judge],
-            "mode": ["single"], "aspects": ["consistency"],
-        })
+        created = client.create_run(
+            {
+                "items": make_items(6, {"a": 70, "b": 40}),
+                "rubrics": ["rsum-single"],
+                "judges": [judge],
+                "mode": ["single"],
+                "aspects": ["consistency"],
+            }
+        )
         # wait until the worker is inside judge calls, then kill -9 it
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and client.run(created["id"])["counts"]["running"] == 0:
