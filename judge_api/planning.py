@@ -126,8 +126,16 @@ def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -
                         for sample in range(samples):
                             planned.append(
                                 PlannedJudgment(
-                                    item.id, "single", system, None, None, rubric.id, rubric.version,
-                                    aspect, judge, sample,
+                                    item.id,
+                                    "single",
+                                    system,
+                                    None,
+                                    None,
+                                    rubric.id,
+                                    rubric.version,
+                                    aspect,
+                                    judge,
+                                    sample,
                                 )
                             )
                 else:
@@ -141,8 +149,17 @@ def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -
                             for sample in range(1 if identical else samples):
                                 planned.append(
                                     PlannedJudgment(
-                                        item.id, "pairwise", a, b, order, rubric.id, rubric.version,
-                                        aspect, judge, sample, identical,
+                                        item.id,
+                                        "pairwise",
+                                        a,
+                                        b,
+                                        order,
+                                        rubric.id,
+                                        rubric.version,
+                                        aspect,
+                                        judge,
+                                        sample,
+                                        identical,
                                     )
                                 )
                 if len(planned) > max_judgments:

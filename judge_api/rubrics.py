@@ -29,8 +29,18 @@ PREFERENCE_LEVELS = ("2", "1", "0", "-1", "-2")
 DEFAULT_OUTCOME_MAP: dict[str, Outcome] = {"2": "win", "1": "tie", "0": "tie", "-1": "tie", "-2": "loss"}
 # The named inputs a template may use (workers.prompting.build_variables fills exactly these).
 TEMPLATE_INPUTS = (
-    "aspect", "aspect_label", "aspect_description", "dialog", "persona", "memory", "reference", "question",
-    "response", "response1", "response2", "options",
+    "aspect",
+    "aspect_label",
+    "aspect_description",
+    "dialog",
+    "persona",
+    "memory",
+    "reference",
+    "question",
+    "response",
+    "response1",
+    "response2",
+    "options",
 )
 
 
@@ -91,7 +101,9 @@ class Rubric(BaseModel):
     context: ContextConfig = Field(default_factory=ContextConfig)
     parser: str
     parser_options: dict[str, Any] = Field(default_factory=dict)
-    verdicts: dict[str, int] = Field(default_factory=dict, description="verdict label -> preference for the first shown")
+    verdicts: dict[str, int] = Field(
+        default_factory=dict, description="verdict label -> preference for the first shown"
+    )
     outcome_map: dict[str, Outcome] = Field(default_factory=lambda: dict(DEFAULT_OUTCOME_MAP))
     hardened: bool = Field(default=False, description="fence untrusted text and tell the judge to ignore it")
     options: dict[str, Any] = Field(default_factory=dict)
@@ -234,9 +246,7 @@ class RubricRegistry:
         except KeyError:
             if rubric_id in self.errors:
                 raise RubricError(f"rubric {rubric_id!r} failed to load: {self.errors[rubric_id]}") from None
-            raise RubricError(
-                f"unknown rubric {rubric_id!r} (known: {', '.join(sorted(self._rubrics))})"
-            ) from None
+            raise RubricError(f"unknown rubric {rubric_id!r} (known: {', '.join(sorted(self._rubrics))})") from None
 
     def all(self) -> list[Rubric]:
         return [self._rubrics[k] for k in sorted(self._rubrics)]

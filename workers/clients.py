@@ -258,8 +258,16 @@ _clients_lock = threading.Lock()
 
 def _client_key(spec: JudgeSpec, settings: Settings) -> str:
     """What a client is built from: judge, timeout, and the endpoint/key environment (hashed, never kept)."""
-    env = "|".join(os.environ.get(v, "") for v in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY",
-                                                   "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"))
+    env = "|".join(
+        os.environ.get(v, "")
+        for v in (
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_COMPATIBLE_API_KEY",
+            "OPENAI_BASE_URL",
+            "ANTHROPIC_BASE_URL",
+        )
+    )
     digest = hashlib.sha256(env.encode()).hexdigest()[:16]
     return f"{spec.key}|{settings.judge_timeout_s}|{settings.local_judge_url}|{digest}"
 
@@ -270,8 +278,10 @@ def client_for(spec: JudgeSpec, settings: Settings) -> JudgeClient:
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            client = AnthropicJudgeClient(spec, settings) if spec.provider == "anthropic" else OpenAIJudgeClient(
-                spec, settings
+            client = (
+                AnthropicJudgeClient(spec, settings)
+                if spec.provider == "anthropic"
+                else OpenAIJudgeClient(spec, settings)
             )
             _clients[key] = client
         return client

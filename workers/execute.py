@@ -30,7 +30,7 @@ from judge_api import repository
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
 from judge_api.models import CacheEntry, Judgment, Run, RunItem, utcnow
-from judge_api.rubrics import Rubric, RubricError, RubricRegistry
+from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
 from workers.injection import scan_item
 from workers.parsing import ParsedVerdict, parse_reply
@@ -106,8 +106,11 @@ class JudgeEngine:
         prompt = render(rubric, item, judgment.aspect, first, second)
         flags = scan_item(item, systems)
         options = judgment.judge_params
-        schema = rubric.structured_output.json_schema if (options.get("structured_output") and
-                                                          rubric.structured_output) else None
+        schema = (
+            rubric.structured_output.json_schema
+            if (options.get("structured_output") and rubric.structured_output)
+            else None
+        )
         seed = options.get("seed")
         if seed is not None and judgment.sample_index:
             seed = int(seed) + judgment.sample_index
@@ -127,8 +130,12 @@ class JudgeEngine:
         except JudgeCallError as exc:
             return {**base, **tally.values(spec, self.settings), "status": "failed", "error": str(exc)}
         if reply is None:
-            return {**base, **tally.values(spec, self.settings), "status": "cancelled",
-                    "error": f"run budget of ${run.budget_usd} reached before this call"}
+            return {
+                **base,
+                **tally.values(spec, self.settings),
+                "status": "cancelled",
+                "error": f"run budget of ${run.budget_usd} reached before this call",
+            }
         parsed = parse_reply(reply.text, rubric, finish_reason=reply.finish_reason, structured=reply.structured)
         raw = reply.text
         for attempt in range(1, int(options.get("reask", 0)) + 1):
@@ -136,8 +143,13 @@ class JudgeEngine:
                 break
             request_again = self._reask_request(rubric, request, reply, parsed)
             try:
-                again = self._reply(run, spec, request_again,
-                                    cache_key(rubric, spec, request_again, judgment.sample_index, attempt), tally)
+                again = self._reply(
+                    run,
+                    spec,
+                    request_again,
+                    cache_key(rubric, spec, request_again, judgment.sample_index, attempt),
+                    tally,
+                )
             except JudgeCallError as exc:  # the first reply stays the result: unparseable, raw kept
                 parsed.error = f"{parsed.error}; re-ask {attempt} failed: {exc}"
                 break
@@ -147,7 +159,12 @@ class JudgeEngine:
             reply = again
             raw += f"\n\n--- re-ask {attempt} ---\n{again.text}"
             parsed = parse_reply(again.text, rubric, finish_reason=again.finish_reason, structured=again.structured)
-        return {**base, **tally.values(spec, self.settings), **verdict_values(rubric, judgment, parsed), "raw_output": raw}
+        return {
+            **base,
+            **tally.values(spec, self.settings),
+            **verdict_values(rubric, judgment, parsed),
+            "raw_output": raw,
+        }
 
     def _rubric(self, rubric_id: str, version: str) -> Rubric:
         """The rubric the judgment was planned with; the folders are re-read once when it is unknown or changed
@@ -157,8 +174,9 @@ class JudgeEngine:
         self.registry = RubricRegistry(self.settings.rubric_dirs())
         return self.registry.get(rubric_id)
 
-    def _reask_request(self, rubric: Rubric, request: JudgeRequest, reply: JudgeReply,
-                       parsed: ParsedVerdict) -> JudgeRequest:
+    def _reask_request(
+        self, rubric: Rubric, request: JudgeRequest, reply: JudgeReply, parsed: ParsedVerdict
+    ) -> JudgeRequest:
         if rubric.extraction_prompt:
             messages = [
                 {"role": "system", "content": "You are a helpful assistant."},
@@ -170,18 +188,24 @@ class JudgeEngine:
                 {"role": "assistant", "content": reply.text},
                 {"role": "user", "content": REASK_MESSAGE.format(error=parsed.error)},
             ]
-        return JudgeRequest(messages, request.temperature, request.max_tokens, request.seed, request.json_schema,
-                            request.schema_name)
+        return JudgeRequest(
+            messages, request.temperature, request.max_tokens, request.seed, request.json_schema, request.schema_name
+        )
 
-    def _reply(self, run: Run, spec: JudgeSpec, request: JudgeRequest, key: str,
-               tally: _Tally) -> JudgeReply | None:
+    def _reply(self, run: Run, spec: JudgeSpec, request: JudgeRequest, key: str, tally: _Tally) -> JudgeReply | None:
         def lookup() -> JudgeReply | None:
             with self.sessions() as session:
                 entry = session.get(CacheEntry, key)
                 if entry is None:
                     return None
-                return JudgeReply(entry.raw_output, entry.finish_reason, entry.input_tokens, entry.output_tokens,
-                                  0.0, entry.structured)
+                return JudgeReply(
+                    entry.raw_output,
+                    entry.finish_reason,
+                    entry.input_tokens,
+                    entry.output_tokens,
+                    0.0,
+                    entry.structured,
+                )
 
         def compute() -> JudgeReply | None:
             if run.budget_usd is not None and self._budget_exhausted(run):
@@ -199,8 +223,11 @@ class JudgeEngine:
         with self.sessions() as session:
             spent = repository.run_spend(session, run.id)
             if run.budget_usd is not None and spent >= run.budget_usd:
-                session.execute(update(Run).where(Run.id == run.id, Run.budget_exhausted_at.is_(None))
-                                .values(budget_exhausted_at=utcnow()))
+                session.execute(
+                    update(Run)
+                    .where(Run.id == run.id, Run.budget_exhausted_at.is_(None))
+                    .values(budget_exhausted_at=utcnow())
+                )
                 repository.cancel_pending(session, run.id, f"run budget of ${run.budget_usd} reached")
                 session.commit()
                 return True
@@ -234,9 +261,17 @@ class JudgeEngine:
 
     def _store_cache(self, key: str, spec: JudgeSpec, reply: JudgeReply) -> None:
         with self.sessions() as session:
-            session.add(CacheEntry(key=key, judge=spec.key, raw_output=reply.text, finish_reason=reply.finish_reason,
-                                   structured=reply.structured, input_tokens=reply.input_tokens,
-                                   output_tokens=reply.output_tokens))
+            session.add(
+                CacheEntry(
+                    key=key,
+                    judge=spec.key,
+                    raw_output=reply.text,
+                    finish_reason=reply.finish_reason,
+                    structured=reply.structured,
+                    input_tokens=reply.input_tokens,
+                    output_tokens=reply.output_tokens,
+                )
+            )
             try:
                 session.commit()
             except IntegrityError:
@@ -309,20 +344,26 @@ def cache_key(rubric: Rubric, spec: JudgeSpec, request: JudgeRequest, sample_ind
 def verdict_values(rubric: Rubric, judgment: Judgment, parsed: ParsedVerdict) -> dict[str, Any]:
     if not parsed.ok:
         return {"status": "unparseable", "error": parsed.error}
-    values: dict[str, Any] = {"status": "done", "explanation": parsed.explanation, "error": None,
-                              "details": parsed.details or None}
+    values: dict[str, Any] = {
+        "status": "done",
+        "explanation": parsed.explanation,
+        "error": None,
+        "details": parsed.details or None,
+    }
     if rubric.kind == "single":
         values["score"] = parsed.score
         return values
     assert parsed.preference is not None
     preference_for_a = parsed.preference if judgment.order != "ba" else -parsed.preference
-    outcome_map = dict(rubric.outcome_map)
-    run_map = (judgment.judge_params or {}).get("outcome_map")
-    if run_map:
-        outcome_map.update(run_map)
+    # the run's mapping over the rubric's over the default: every level has an outcome
+    outcome_map = {
+        **DEFAULT_OUTCOME_MAP,
+        **rubric.outcome_map,
+        **((judgment.judge_params or {}).get("outcome_map") or {}),
+    }
     values.update(
         verdict=parsed.verdict,
         preference=float(preference_for_a),
-        outcome=outcome_map.get(str(preference_for_a), "tie"),
+        outcome=outcome_map[str(preference_for_a)],
     )
     return values

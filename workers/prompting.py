@@ -45,6 +45,7 @@ def neutralise(text: str) -> str:
     text = _MARKERS.sub(r"(\1)", text)
     return _FENCE_TAG.sub("‹", text)
 
+
 def fence(kind: str, text: str) -> str:
     """Wrap untrusted text in a tag whose nonce is derived from the content (stable for the cache)."""
     nonce = hashlib.sha256(text.encode()).hexdigest()[:8]
@@ -138,8 +139,13 @@ def build_variables(
         "options": rubric.options,
     }
     if rubric.hardened:
-        for name, kind in (("dialog", "dialogue"), ("persona", "persona"), ("memory", "memory"),
-                           ("reference", "reference"), ("question", "question")):
+        for name, kind in (
+            ("dialog", "dialogue"),
+            ("persona", "persona"),
+            ("memory", "memory"),
+            ("reference", "reference"),
+            ("question", "question"),
+        ):
             variables[name] = fence(kind, variables[name])
         variables["response"] = variables["response1"] = fence("response", response)
         if response2 is not None:

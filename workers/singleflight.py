@@ -8,6 +8,7 @@ If Redis cannot be reached the Redis variant degrades to the in-process one (sti
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -71,7 +72,9 @@ class RedisSingleFlight:
             log.warning("single-flight: Redis unavailable (%s); de-duplicating in this process only", exc)
             return self._fallback.run(key, lookup, compute, lease_s)
 
-    def _run(self, key: str, lookup: Callable[[], T | None], compute: Callable[[], T], lease_s: float) -> tuple[T, bool]:
+    def _run(
+        self, key: str, lookup: Callable[[], T | None], compute: Callable[[], T], lease_s: float
+    ) -> tuple[T, bool]:
         lock_key = f"dj:inflight:{key}"
         token = uuid.uuid4().hex
         while True:
@@ -85,10 +88,8 @@ class RedisSingleFlight:
                         return cached, False
                     return compute(), True
                 finally:
-                    try:
+                    with contextlib.suppress(redis.RedisError):  # else the lease lapses on its own
                         self._release(keys=[lock_key], args=[token])
-                    except redis.RedisError:
-                        pass  # the lease lapses on its own
             while self.client.exists(lock_key):
                 time.sleep(self.poll_s)
                 cached = lookup()

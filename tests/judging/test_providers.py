@@ -4,15 +4,18 @@ and provider keys never stored."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sqlalchemy import text
 
 from judge_api.db import get_engine
 from judge_api.judges import parse_judge
 from judge_api.secrets import reset_secrets_cache
-from tests.judging.conftest import Harness, Timer, dialogue_item
 from workers.clients import _status_error
 from workers.pricing import load_prices
+
+from .harness import Harness, Timer, dialogue_item
 
 PROVIDERS = ["openai-compatible", "anthropic"]
 
@@ -23,8 +26,12 @@ def two_systems(item_id: str = "i1", good: int = 83, bad: int = 17) -> list[dict
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_scores_are_parsed_with_usage_recorded(harness: Harness, provider: str) -> None:
-    run_id = harness.run(items=two_systems(), rubrics=["rsum-single"], judges=[harness.judge(provider)],
-                         aspects=["consistency", "coherence"])
+    run_id = harness.run(
+        items=two_systems(),
+        rubrics=["rsum-single"],
+        judges=[harness.judge(provider)],
+        aspects=["consistency", "coherence"],
+    )
     rows = harness.rows(run_id)
     assert len(rows) == 4
     assert {(r.system_a, r.score) for r in rows} == {("good", 83.0), ("bad", 17.0)}
@@ -47,8 +54,12 @@ def test_scores_are_parsed_with_usage_recorded(harness: Harness, provider: str) 
 def test_429_waits_for_retry_after(harness: Harness, provider: str) -> None:
     harness.build()  # DJ_BACKOFF_MAX is 0.2 s in tests: the wait below can only come from Retry-After
     harness.sim.set_script({"faults": [{"kind": "rate_limit", "first_n": 1, "retry_after": 1}]})
-    run_id = harness.create(items=[dialogue_item("i", {"s": "Rex. <<q=60>>"})], rubrics=["rsum-single"],
-                            judges=[harness.judge(provider)], aspects=["consistency"])
+    run_id = harness.create(
+        items=[dialogue_item("i", {"s": "Rex. <<q=60>>"})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge(provider)],
+        aspects=["consistency"],
+    )
     with Timer() as timer:
         assert harness.judge_all(run_id) == ["done"]
     (row,) = harness.rows(run_id)
@@ -62,8 +73,12 @@ def test_429_waits_for_retry_after(harness: Harness, provider: str) -> None:
 def test_transient_failure_then_success(harness: Harness, provider: str, fault: str) -> None:
     harness.build(DJ_JUDGE_TIMEOUT="1")
     harness.sim.set_script({"faults": [{"kind": fault, "first_n": 1, "status": 503, "hang_seconds": 5}]})
-    run_id = harness.create(items=[dialogue_item("i", {"s": "Rex. <<q=44>>"})], rubrics=["rsum-single"],
-                            judges=[harness.judge(provider)], aspects=["consistency"])
+    run_id = harness.create(
+        items=[dialogue_item("i", {"s": "Rex. <<q=44>>"})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge(provider)],
+        aspects=["consistency"],
+    )
     with Timer() as timer:
         assert harness.judge_all(run_id) == ["done"]
     (row,) = harness.rows(run_id)
@@ -76,8 +91,12 @@ def test_transient_failure_then_success(harness: Harness, provider: str, fault: 
 def test_bounded_attempts_then_failed_with_the_error_kept(harness: Harness, provider: str) -> None:
     harness.build(DJ_MAX_ATTEMPTS="3")
     harness.sim.set_script({"faults": [{"kind": "server_error", "first_n": 100, "status": 500}]})
-    run_id = harness.create(items=[dialogue_item("i", {"s": "Rex. <<q=44>>"})], rubrics=["rsum-single"],
-                            judges=[harness.judge(provider)], aspects=["consistency"])
+    run_id = harness.create(
+        items=[dialogue_item("i", {"s": "Rex. <<q=44>>"})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge(provider)],
+        aspects=["consistency"],
+    )
     assert harness.judge_all(run_id) == ["failed"]
     (row,) = harness.rows(run_id)
     assert row.status == "failed" and row.attempts == 3 and row.provider_calls == 3
@@ -92,8 +111,12 @@ def test_client_errors_fail_at_once(harness: Harness) -> None:
     """A 4xx other than 408/409/429 is not retried."""
     harness.build(DJ_MAX_ATTEMPTS="5")
     harness.sim.set_script({"faults": [{"kind": "server_error", "first_n": 100, "status": 400}]})
-    run_id = harness.run(items=[dialogue_item("i", {"s": "Rex."})], rubrics=["rsum-single"],
-                         judges=[harness.judge("openai-compatible")], aspects=["consistency"])
+    run_id = harness.run(
+        items=[dialogue_item("i", {"s": "Rex."})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge("openai-compatible")],
+        aspects=["consistency"],
+    )
     (row,) = harness.rows(run_id)
     assert row.status == "failed" and row.attempts == 1 and "request_rejected HTTP 400" in (row.error or "")
 
@@ -101,9 +124,15 @@ def test_client_errors_fail_at_once(harness: Harness) -> None:
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("fault", ["malformed", "truncated"])
 def test_bad_output_is_unparseable_with_the_raw_text_kept(harness: Harness, provider: str, fault: str) -> None:
-    harness.sim.set_script({"faults": [{"kind": fault, "first_n": 100, "text": "I cannot decide.", "keep_fraction": 0.9}]})
-    run_id = harness.run(items=[dialogue_item("i", {"s": "Rex. <<q=44>>"})], rubrics=["rsum-single"],
-                         judges=[harness.judge(provider)], aspects=["consistency"])
+    harness.sim.set_script(
+        {"faults": [{"kind": fault, "first_n": 100, "text": "I cannot decide.", "keep_fraction": 0.9}]}
+    )
+    run_id = harness.run(
+        items=[dialogue_item("i", {"s": "Rex. <<q=44>>"})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge(provider)],
+        aspects=["consistency"],
+    )
     (row,) = harness.rows(run_id)
     assert row.status == "unparseable" and row.score is None and row.attempts == 1
     assert row.raw_output
@@ -116,8 +145,13 @@ def test_bad_output_is_unparseable_with_the_raw_text_kept(harness: Harness, prov
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_reask_recovers_an_unparseable_reply(harness: Harness, provider: str) -> None:
     harness.sim.set_script({"faults": [{"kind": "malformed", "first_n": 1, "text": "Hmm, hard to say."}]})
-    run_id = harness.run(items=[dialogue_item("i", {"s": "Rex. <<q=71>>"})], rubrics=["rsum-single"],
-                         judges=[harness.judge(provider)], aspects=["consistency"], options={"reask": 1})
+    run_id = harness.run(
+        items=[dialogue_item("i", {"s": "Rex. <<q=71>>"})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge(provider)],
+        aspects=["consistency"],
+        options={"reask": 1},
+    )
     (row,) = harness.rows(run_id)
     assert row.status == "done" and row.score == 71.0 and row.provider_calls == 2
     assert row.raw_output and row.raw_output.startswith("Hmm, hard to say.") and "--- re-ask 1 ---" in row.raw_output
@@ -128,8 +162,13 @@ def test_reask_recovers_an_unparseable_reply(harness: Harness, provider: str) ->
 
 def test_reask_is_bounded(harness: Harness) -> None:
     harness.sim.set_script({"faults": [{"kind": "malformed", "first_n": 100}]})
-    run_id = harness.run(items=[dialogue_item("i", {"s": "Rex."})], rubrics=["rsum-single"],
-                         judges=[harness.judge("openai-compatible")], aspects=["consistency"], options={"reask": 2})
+    run_id = harness.run(
+        items=[dialogue_item("i", {"s": "Rex."})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge("openai-compatible")],
+        aspects=["consistency"],
+        options={"reask": 2},
+    )
     (row,) = harness.rows(run_id)
     assert row.status == "unparseable" and row.provider_calls == 3 and harness.calls() == 3
     assert row.raw_output and row.raw_output.count("--- re-ask") == 2
@@ -138,9 +177,14 @@ def test_reask_is_bounded(harness: Harness) -> None:
 def test_reask_with_the_rubrics_extraction_prompt(harness: Harness) -> None:
     """rsum-pairwise re-asks with the official second-pass prompt, the first reply filled in."""
     harness.sim.set_script({"faults": [{"kind": "malformed", "first_n": 1, "text": "The first is a bit nicer"}]})
-    run_id = harness.run(items=[dialogue_item("i", {"a": "Rex! <<q=80>>", "b": "Cat. <<q=20>>"})],
-                         rubrics=["rsum-pairwise"], mode=["pairwise"], judges=[harness.judge("openai-compatible")],
-                         orders="random", options={"reask": 1})
+    run_id = harness.run(
+        items=[dialogue_item("i", {"a": "Rex! <<q=80>>", "b": "Cat. <<q=20>>"})],
+        rubrics=["rsum-pairwise"],
+        mode=["pairwise"],
+        judges=[harness.judge("openai-compatible")],
+        orders="random",
+        options={"reask": 1},
+    )
     (row,) = harness.rows(run_id)
     assert row.status == "done" and row.provider_calls == 2
     messages = harness.sim.requests(1)[0]["body"]["messages"]
@@ -150,10 +194,16 @@ def test_reask_with_the_rubrics_extraction_prompt(harness: Harness) -> None:
 
 def test_reask_call_failure_keeps_the_first_reply(harness: Harness) -> None:
     harness.build(DJ_MAX_ATTEMPTS="1")
-    harness.sim.set_script({"faults": [{"kind": "malformed", "first_n": 1, "text": "No idea."},
-                                       {"kind": "server_error", "calls": [2]}]})
-    run_id = harness.run(items=[dialogue_item("i", {"s": "Rex."})], rubrics=["rsum-single"],
-                         judges=[harness.judge("openai-compatible")], aspects=["consistency"], options={"reask": 1})
+    harness.sim.set_script(
+        {"faults": [{"kind": "malformed", "first_n": 1, "text": "No idea."}, {"kind": "server_error", "calls": [2]}]}
+    )
+    run_id = harness.run(
+        items=[dialogue_item("i", {"s": "Rex."})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge("openai-compatible")],
+        aspects=["consistency"],
+        options={"reask": 1},
+    )
     (row,) = harness.rows(run_id)
     assert row.status == "unparseable" and row.raw_output == "No idea."
     assert "re-ask 1 failed" in (row.error or "")
@@ -161,8 +211,13 @@ def test_reask_call_failure_keeps_the_first_reply(harness: Harness) -> None:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_structured_output(harness: Harness, provider: str) -> None:
-    run_id = harness.run(items=two_systems(), rubrics=["dj-consistency"], judges=[harness.judge(provider)],
-                         aspects=["consistency"], options={"structured_output": True})
+    run_id = harness.run(
+        items=two_systems(),
+        rubrics=["dj-consistency"],
+        judges=[harness.judge(provider)],
+        aspects=["consistency"],
+        options={"structured_output": True},
+    )
     rows = harness.rows(run_id)
     assert {(r.system_a, r.status, r.score) for r in rows} == {("good", "done", 83.0), ("bad", "done", 17.0)}
     schema = harness.engine.registry.get("dj-consistency").structured_output
@@ -181,13 +236,19 @@ def test_structured_output_on_a_rubric_without_a_schema_is_refused(harness: Harn
     from judge_api.planning import PlanError
 
     with pytest.raises(PlanError) as error:
-        harness.create(items=two_systems(), rubrics=["rsum-single"], judges=[harness.judge("openai-compatible")],
-                       options={"structured_output": True})
+        harness.create(
+            items=two_systems(),
+            rubrics=["rsum-single"],
+            judges=[harness.judge("openai-compatible")],
+            options={"structured_output": True},
+        )
     assert error.value.field == "options.structured_output" and "dj-consistency" in error.value.message
 
 
-@pytest.mark.parametrize(("provider", "model"), [("openai", "gpt-4o"), ("anthropic", "claude-sonnet-4-5"),
-                                                 ("openai-compatible", "sim-judge")])
+@pytest.mark.parametrize(
+    ("provider", "model"),
+    [("openai", "gpt-4o"), ("anthropic", "claude-sonnet-4-5"), ("openai-compatible", "sim-judge")],
+)
 def test_cost_and_run_totals(harness: Harness, provider: str, model: str) -> None:
     judge = harness.judge(provider, model)
     run_id = harness.run(items=two_systems(), rubrics=["rsum-single"], judges=[judge], aspects=["consistency"])
@@ -206,14 +267,28 @@ def test_cost_and_run_totals(harness: Harness, provider: str, model: str) -> Non
     assert summary.provider_calls == 2 and summary.counts.done == 2 and summary.status == "done"
 
 
-def test_price_table_is_editable(harness: Harness, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_price_table_is_editable(harness: Harness, tmp_path: Path) -> None:
     prices = tmp_path / "prices.yaml"
     prices.write_text("openai-compatible:\n  sim-judge: [1000.0, 2000.0]\n")
     harness.build(DJ_PRICES_FILE=str(prices))
-    run_id = harness.run(items=[dialogue_item("i", {"s": "Rex."})], rubrics=["rsum-single"],
-                         judges=[harness.judge("openai-compatible")], aspects=["consistency"])
-    (row,) = harness.rows(run_id)
+    first = harness.run(
+        items=[dialogue_item("i", {"s": "Rex."})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge("openai-compatible")],
+        aspects=["consistency"],
+    )
+    (row,) = harness.rows(first)
     assert row.cost_usd == pytest.approx((row.input_tokens * 1000 + row.output_tokens * 2000) / 1e6)
+    # an edit takes effect for the next judgment, without restarting anything
+    prices.write_text("openai-compatible:\n  sim-judge: [10.0, 20.0]\n  other: [1.0, 1.0]\n")
+    second = harness.run(
+        items=[dialogue_item("j", {"s": "Rexy."})],
+        rubrics=["rsum-single"],
+        judges=[harness.judge("openai-compatible")],
+        aspects=["consistency"],
+    )
+    (row,) = harness.rows(second)
+    assert row.cost_usd == pytest.approx((row.input_tokens * 10 + row.output_tokens * 20) / 1e6)
 
 
 def test_provider_keys_are_never_stored(harness: Harness) -> None:
@@ -224,14 +299,22 @@ def test_provider_keys_are_never_stored(harness: Harness) -> None:
     reset_secrets_cache()
     harness.build(DJ_MAX_ATTEMPTS="2")
     leak = f"My key is {openai_key} and {anthropic_key}."
-    harness.sim.set_script({"faults": [
-        {"kind": "malformed", "match": "LEAK", "text": leak},
-        {"kind": "server_error", "match": "FAIL", "first_n": 100},
-    ]})
+    harness.sim.set_script(
+        {
+            "faults": [
+                {"kind": "malformed", "match": "LEAK", "first_n": 100, "text": leak},
+                {"kind": "server_error", "match": "FAIL", "first_n": 100},
+            ]
+        }
+    )
     run_id = harness.run(
-        items=[dialogue_item("leak", {"s": "LEAK Rex."}), dialogue_item("fail", {"s": "FAIL Rex."}),
-               dialogue_item("ok", {"s": "Rex. <<q=50>>"})],
-        rubrics=["rsum-single"], judges=[harness.judge("openai", "gpt-4o"), harness.judge("anthropic")],
+        items=[
+            dialogue_item("leak", {"s": "LEAK Rex."}),
+            dialogue_item("fail", {"s": "FAIL Rex."}),
+            dialogue_item("ok", {"s": "Rex. <<q=50>>"}),
+        ],
+        rubrics=["rsum-single"],
+        judges=[harness.judge("openai", "gpt-4o"), harness.judge("anthropic")],
         aspects=["consistency"],
     )
     statuses = sorted(r.status for r in harness.rows(run_id))
