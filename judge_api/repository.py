@@ -119,7 +119,8 @@ def create_run(
 
 
 def item_pks_for(session: Session, run_id: str) -> dict[str, int]:
-    return {key: pk for key, pk in session.execute(select(RunItem.item_key, RunItem.id).where(RunItem.run_id == run_id))}
+    rows = session.execute(select(RunItem.item_key, RunItem.id).where(RunItem.run_id == run_id))
+    return {key: pk for key, pk in rows}
 
 
 def pending_judgment_ids(session: Session, run_id: str | None = None) -> list[int]:
@@ -459,7 +460,6 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     frame["scale_max"] = frame["rubric_id"].map(lambda r: scales[r][1]).astype(float)
     frame["score"] = frame["score"].astype(float)
     frame["preference"] = frame["preference"].astype(float)
-    frame["confidence"] = float("nan")
     return frame
 
 

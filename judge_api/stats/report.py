@@ -29,6 +29,7 @@ import pandas as pd
 from judge_api.stats import frames as F
 from judge_api.stats.agreement import preference_agreement, score_agreement, score_alpha
 from judge_api.stats.bias import BiasThresholds, bias_report
+from judge_api.stats.consistency import self_consistency_section
 from judge_api.stats.preferences import combine_orders, preference_summary
 from judge_api.stats.ranking import bradley_terry
 from judge_api.stats.scores import item_scores, paired_comparisons, paper_table, score_summary
@@ -44,6 +45,7 @@ SECTIONS = (
     "agreement",
     "bias",
     "cost",
+    "self_consistency",
 )
 
 
@@ -171,6 +173,7 @@ def build_report(
         "agreement": None,
         "bias": bias_report(df, thresholds=thresholds, families=families, combined=combined, items=items),
         "cost": cost_section(df),
+        "self_consistency": self_consistency_section(df, validated=True),
     }
     if ratings is not None:
         r = F.validate_ratings(ratings)

@@ -1,0 +1,78 @@
+"""Self-consistency: how much a judge agrees with itself across samples of one judgment.
+
+With ``options.samples = n`` (temperature > 0) every judgment key (item, systems, aspect, judge, presentation
+order) has n sample rows. The verdict used everywhere else is the mean of the samples (scores, ``scores.py``) or
+their majority (preferences, ``preferences.combine_orders`` takes the sign of the mean outcome code). Here each
+key gets a **confidence** in [0, 1]:
+
+* scores: ``1 - std / (range / 2)`` with the population std of the key's parsed samples and the rubric scale's
+  range (1 when all samples agree; 0 when they split between the two ends of the scale);
+* preferences: the share of samples whose outcome equals the majority outcome (1/3 is the floor with three
+  outcomes).
+
+Keys with a single parsed sample are left out (nothing to agree with). The section summarises per system (single)
+or pair (pairwise) × aspect × judge: keys, mean and minimum confidence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from judge_api.stats import frames as F
+
+KEY = [F.ITEM_ID, F.MODE, F.SYSTEM_A, F.SYSTEM_B, F.ASPECT, F.JUDGE, F.ORDER]
+
+
+def sample_confidence(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataFrame:
+    """One row per judgment key with two or more done samples: ``n_samples`` and ``confidence``."""
+    df = judgments if validated else F.validate_judgments(judgments)
+    done = df[df[F.STATUS] == F.DONE].copy()
+    columns = [*KEY, "n_samples", "confidence"]
+    if done.empty:
+        return pd.DataFrame(columns=columns)
+    done[F.SYSTEM_B] = done[F.SYSTEM_B].fillna("")
+    done[F.ORDER] = done[F.ORDER].fillna("")
+    single = done[(done[F.MODE] == F.SINGLE) & done[F.SCORE].notna()]
+    pair = done[(done[F.MODE] == F.PAIRWISE) & done[F.OUTCOME].notna()]
+    parts: list[pd.DataFrame] = []
+    if not single.empty:
+        g = single.groupby(KEY, sort=False)
+        stats = g.agg(
+            n_samples=(F.SCORE, "size"),
+            std=(F.SCORE, lambda s: float(np.std(s))),
+            lo=(F.SCALE_MIN, "first"),
+            hi=(F.SCALE_MAX, "first"),
+        ).reset_index()
+        half_range = ((stats["hi"] - stats["lo"]) / 2).where(lambda r: r > 0)
+        stats["confidence"] = (1 - stats["std"] / half_range).clip(0, 1)
+        parts.append(stats[columns])
+    if not pair.empty:
+        counts = pair.groupby([*KEY, F.OUTCOME], sort=False).size().rename("k").reset_index()
+        g = counts.groupby(KEY, sort=False)["k"]
+        stats = pd.DataFrame({"n_samples": g.sum(), "top": g.max()}).reset_index()
+        stats["confidence"] = stats["top"] / stats["n_samples"]
+        parts.append(stats[columns])
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    return out[out["n_samples"] >= 2].reset_index(drop=True)
+
+
+def self_consistency_section(judgments: pd.DataFrame, *, validated: bool = False) -> list[dict[str, Any]]:
+    per_key = sample_confidence(judgments, validated=validated)
+    if per_key.empty:
+        return []
+    group = [F.MODE, F.SYSTEM_A, F.SYSTEM_B, F.ASPECT, F.JUDGE]
+    summary = (
+        per_key.groupby(group, sort=True)
+        .agg(
+            keys=("confidence", "size"),
+            samples_per_key=("n_samples", "mean"),
+            mean_confidence=("confidence", "mean"),
+            min_confidence=("confidence", "min"),
+        )
+        .reset_index()
+    )
+    summary[F.SYSTEM_B] = summary[F.SYSTEM_B].replace("", None)
+    return list(summary.to_dict(orient="records"))
