@@ -392,15 +392,18 @@ def rubrics() -> None:
     from judge_api.rubrics import RubricError, get_registry
 
     try:
-        registry = get_registry()
+        registry = get_registry(refresh=True)
     except RubricError as exc:
         raise fail(str(exc)) from None
     for rubric in registry.all():
         scale = f"{rubric.scale[0]:g}-{rubric.scale[1]:g}" if rubric.scale else "pairwise"
-        console.print(
-            f"{rubric.id:<22} {rubric.kind:<9} {scale:<9} v{rubric.version}  aspects: {', '.join(rubric.aspect_names)}",
-            highlight=False,
+        emit(
+            f"{rubric.id:<22} {rubric.kind:<9} {scale:<9} v{rubric.version}  aspects: {', '.join(rubric.aspect_names)}"
         )
+    for name, reason in sorted(registry.errors.items()):
+        err.print(f"[red]skipped {name}:[/red] {reason}", highlight=False)
+    if registry.errors:
+        raise typer.Exit(2)
 
 
 @app.command("import-ratings")
