@@ -76,9 +76,15 @@ def _fallbacks(rubric: Rubric) -> bool:
     return bool(rubric.parser_options.get("fallback", True))
 
 
+_TRAILING_LABEL = re.compile(
+    r"(?:[\s*_#>-]*(?:final\s+)?(?:verdict|rating|score|answer|decision)\s*(?:is)?[\s*_]*[:=-]?[\s*_]*)+$", re.IGNORECASE
+)
+
+
 def _explanation(text: str, match_start: int | None) -> str:
+    """The judge's words before its verdict, without a dangling "Verdict:" / "Rating:" label."""
     body = text[:match_start] if match_start is not None else text
-    return body.strip()[:4000]
+    return _TRAILING_LABEL.sub("", body.strip()).strip()[:4000]
 
 
 def _mask(text: str, patterns: list[re.Pattern[str]]) -> str:

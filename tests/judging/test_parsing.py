@@ -241,3 +241,18 @@ def test_no_parser_returns_a_default(rubrics: dict[str, Rubric]) -> None:
     for rubric in rubrics.values():
         for text in junk:
             check(parse_reply(text, rubric), REFUSED, "score")
+
+
+@pytest.mark.parametrize(
+    ("reply", "explanation"),
+    [
+        ("Consistent with the persona.\n\nVerdict: [[A]]", "Consistent with the persona."),
+        ("Fine. Rating: [[80]]", "Fine."),
+        ("Stays on topic.\n**Final verdict**: [[B]]", "Stays on topic."),
+        ("The rating scale is wide; I give [[7]]", "The rating scale is wide; I give"),
+    ],
+)
+def test_explanation_drops_a_dangling_verdict_label(reply: str, explanation: str) -> None:
+    from workers.parsing import _explanation
+
+    assert _explanation(reply, reply.index("[[")) == explanation
