@@ -77,7 +77,8 @@ def _fallbacks(rubric: Rubric) -> bool:
 
 
 _TRAILING_LABEL = re.compile(
-    r"(?:[\s*_#>-]*(?:final\s+)?(?:verdict|rating|score|answer|decision)\s*(?:is)?[\s*_]*[:=-]?[\s*_]*)+$", re.IGNORECASE
+    r"(?:[\s*_#>-]*(?:final\s+)?(?:verdict|rating|score|answer|decision)\s*(?:is)?[\s*_]*[:=-]?[\s*_]*)+$",
+    re.IGNORECASE,
 )
 
 
