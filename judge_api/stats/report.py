@@ -489,6 +489,28 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             ],
         )
     )
+    sampled = report.get("self_consistency") or []
+    if sampled:
+        out.append(
+            (
+                "Self-consistency (samples per judgment)",
+                ["mode", "system", "vs", "aspect", "judge", "keys", "samples", "mean conf.", "min conf."],
+                [
+                    [
+                        r["mode"],
+                        r["system_a"],
+                        r.get("system_b") or "-",
+                        r["aspect"],
+                        r["judge"],
+                        _fmt(r["keys"]),
+                        _fmt(r["samples_per_key"], 1),
+                        _fmt(r["mean_confidence"], 3),
+                        _fmt(r["min_confidence"], 3),
+                    ]
+                    for r in sampled
+                ],
+            )
+        )
     return out
 
 
