@@ -23,8 +23,8 @@ import sys
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api import repository
 from judge_api.config import Settings
-from judge_api.db import make_engine
+from judge_api.db import make_engine, session_scope
 from judge_api.models import Judgment, Run
 from judge_api.planning import plan_run
 from judge_api.schemas import RunCreate, RunSummary
@@ -133,17 +133,8 @@ class InProcessRunner:
     ) -> None:
         self.close()
 
-    @contextmanager
-    def session(self) -> Iterator[Session]:
-        session = self.sessions()
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
+    def session(self) -> AbstractContextManager[Session]:
+        return session_scope(self.sessions)
 
     @property
     def judge_engine(self) -> Any:

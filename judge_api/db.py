@@ -54,9 +54,9 @@ def session_factory() -> sessionmaker[Session]:
 
 
 @contextmanager
-def session_scope() -> Iterator[Session]:
+def session_scope(sessions: sessionmaker[Session] | None = None) -> Iterator[Session]:
     """One transaction: commit on success, roll back on any error (nothing stored half-way)."""
-    session = session_factory()()
+    session = (sessions or session_factory())()
     try:
         yield session
         session.commit()
