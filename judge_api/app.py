@@ -25,7 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import text
+from sqlalchemy import text, update
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -35,6 +35,7 @@ from judge_api.config import Settings, get_settings
 from judge_api.db import get_engine, session_scope
 from judge_api.deps import get_session
 from judge_api.migrate import upgrade
+from judge_api.models import Judgment, utcnow
 from judge_api.planning import PlanError, plan_run
 from judge_api.rubrics import get_registry
 from judge_api.schemas import (
@@ -55,6 +56,8 @@ def field_error(loc: list[str | int], message: str, status_code: int = 422) -> H
     return HTTPException(status_code, detail=[{"loc": ["body", *loc], "msg": message, "type": "value_error"}])
 
 
+HUMAN_PREFIX = Query(None, max_length=100, description="only human raters whose id starts with this (MT-Bench: "
+                                                        "'expert_')")
 MAX_OFFSET = 1_000_000_000  # beyond any real table; larger values overflow SQLite's integers
 MAX_SEED = 2**32 - 1
 
@@ -274,6 +277,26 @@ return '0'
         self.reserve(who, per_minute)
 
 
+_known_projects: set[tuple[str, str]] = set()  # (database, project) known to exist
+
+
+def ensure_project_row(project_id: str) -> None:
+    """Create the project row in a transaction of its own, tolerating a concurrent creator.
+
+    Two first submissions racing to insert the same project would otherwise make one of them fail on the primary
+    key (a 500) - the submission transaction then finds the row and never inserts it.
+    """
+    known = (str(get_engine().url), project_id)
+    if known in _known_projects:
+        return
+    try:
+        with session_scope() as session:
+            repository.ensure_project(session, project_id)
+    except sa_exc.IntegrityError:
+        pass  # created by a concurrent request: exactly what we wanted
+    _known_projects.add(known)
+
+
 def scrub_judgment(judgment: JudgmentOut) -> JudgmentOut:
     """No provider key leaves through a judgment, whatever a judge echoed (workers already scrub on write)."""
     if not known_secrets():
@@ -435,8 +458,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             parts = exc.field.replace("]", "").split("[")
             loc: list[str | int] = [int(p) if p.isdigit() else p for p in parts]
             raise field_error(loc, exc.message) from None
+        ensure_project_row(principal.project_id)
         try:
             run = repository.create_run(session, request, planned, principal.project_id)
+            mark_run_enqueued(session, run.id)
             session.commit()
         except Exception:
             session.rollback()
@@ -519,6 +544,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   session: Session = Depends(get_session)) -> dict[str, Any]:
         _run_or_404(session, run_id, principal)
         count = repository.retry_failed(session, run_id)
+        mark_run_enqueued(session, run_id)
         session.commit()
         background.add_task(_enqueue_run, settings, run_id)
         return {"run_id": run_id, "requeued": count}
@@ -577,19 +603,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/v1/runs/{run_id}/report", tags=["reports"])
     def report(run_id: str, n_boot: int = Query(1000, ge=0, le=20000),
-               seed: int = Query(0, ge=0, le=MAX_SEED), principal: Principal = Depends(require("read")),
+               seed: int = Query(0, ge=0, le=MAX_SEED), human_prefix: str | None = HUMAN_PREFIX,
+               principal: Principal = Depends(require("read")),
                session: Session = Depends(get_session)) -> dict[str, Any]:
-        _run_or_404(session, run_id, principal)
+        run = _run_or_404(session, run_id, principal)
         from judge_api.stats.report import build_report
 
         judgments = repository.judgments_frame(session, run_id)
         ratings = repository.ratings_frame(session, run_id)
-        result = build_report(judgments, ratings if len(ratings) else None, n_boot=n_boot, seed=seed)
-        summary = repository.summarize_runs(session, [repository.get_run(session, run_id)])[0]
+        result = build_report(judgments, ratings if len(ratings) else None, n_boot=n_boot, seed=seed,
+                              human_prefix=human_prefix)
+        summary = repository.summarize_runs(session, [run])[0]
         return {"run": json.loads(summary.model_dump_json()), **result}
 
     @app.get("/v1/runs/{run_id}/agreement", tags=["reports"])
-    def agreement(run_id: str, principal: Principal = Depends(require("read")),
+    def agreement(run_id: str, human_prefix: str | None = HUMAN_PREFIX,
+                  principal: Principal = Depends(require("read")),
                   session: Session = Depends(get_session)) -> dict[str, Any]:
         _run_or_404(session, run_id, principal)
         from judge_api.stats.report import build_report
@@ -597,7 +626,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ratings = repository.ratings_frame(session, run_id)
         if not len(ratings):
             raise HTTPException(409, "this run has no human ratings yet: POST /v1/runs/{id}/human-ratings first")
-        result = build_report(repository.judgments_frame(session, run_id), ratings, n_boot=200)
+        result = build_report(repository.judgments_frame(session, run_id), ratings, n_boot=200,
+                              human_prefix=human_prefix)
         return {"run_id": run_id, "n_ratings": len(ratings), "agreement": result.get("agreement")}
 
     @app.post("/v1/runs/{run_id}/human-ratings", status_code=201, tags=["reports"])
@@ -629,14 +659,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+def mark_run_enqueued(session: Session, run_id: str) -> None:
+    """Stamp the run's pending judgments as enqueued, in the transaction that stores (or retries) them.
+
+    A pending judgment with no ``enqueued_at`` is stale to the sweepers at once, so without the stamp a sweep that
+    lands while :func:`_enqueue_run` is still publishing re-sends the whole run (10,000 duplicate tasks for a
+    10,000-judgment run in the benchmark). If the API dies before publishing, the sweepers send the run after
+    DJ_REQUEUE_AFTER; if publishing fails, :func:`_enqueue_run` clears the stamp so they send it at their next round.
+    """
+    session.execute(
+        update(Judgment)
+        .where(Judgment.run_id == run_id, Judgment.status == "pending")
+        .values(enqueued_at=utcnow())
+    )
+
+
 def _enqueue_run(settings: Settings, run_id: str) -> None:
+    ids: list[int] = []
     try:
         with session_scope() as session:
             ids = repository.pending_judgment_ids(session, run_id)
-            queue.enqueue(settings, ids)
-            repository.mark_enqueued(session, ids)
+        queue.enqueue(settings, ids)
     except Exception as exc:  # Redis down: the judgments stay pending and the sweeper sends them later
         log.warning("could not enqueue run %s now (%s); the sweeper will retry", run_id, exc)
+        with suppress(Exception), session_scope() as session:
+            session.execute(update(Judgment).where(Judgment.run_id == run_id, Judgment.status == "pending")
+                            .values(enqueued_at=None))
 
 
 app = create_app()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi import Depends, HTTPException, Request, status
@@ -105,7 +106,7 @@ def authenticate(session: Session, header: str | None, client_host: str | None =
     return Principal(row.project_id, frozenset(row.scopes), row.id)
 
 
-def require(scope: str):  # type: ignore[no-untyped-def]
+def require(scope: str) -> Callable[..., Principal]:
     """A route dependency: the caller's Principal, or 401 (no / bad key) / 403 (key without ``scope``)."""
     from judge_api.deps import get_session
 

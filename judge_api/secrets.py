@@ -140,7 +140,7 @@ def install_log_scrubber() -> None:
         previous = logging.getLogRecordFactory()
 
         def factory(*args: object, **kwargs: object) -> logging.LogRecord:
-            record = previous(*args, **kwargs)  # type: ignore[arg-type]
+            record = previous(*args, **kwargs)
             secrets = known_secrets()
             if not secrets:
                 return record

@@ -5,6 +5,7 @@ requeue``). A Redis restart (new server run id) triggers an immediate full re-en
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 
@@ -47,8 +48,7 @@ class Sweeper(threading.Thread):
 
     def sweep_once(self) -> int:
         restarted = self._redis_restarted()
-        lock = self.client.lock("dj:sweeper", timeout=max(10, int(self.settings.sweep_interval_s * 4)),
-                                blocking=False)
+        lock = self.client.lock("dj:sweeper", timeout=max(10, int(self.settings.sweep_interval_s * 4)), blocking=False)
         if not lock.acquire():
             return 0
         try:
@@ -56,10 +56,8 @@ class Sweeper(threading.Thread):
                 log.warning("Redis restarted (new run id): re-enqueueing all pending judgments")
             return requeue_stale(self.settings, everything_pending=restarted)
         finally:
-            try:
+            with contextlib.suppress(redis.exceptions.LockError):
                 lock.release()
-            except redis.exceptions.LockError:
-                pass
 
     def run(self) -> None:
         while not self.stop_event.wait(self.settings.sweep_interval_s):

@@ -67,11 +67,14 @@ RUN_CASES = [
     Case("not json", "POST", "/v1/runs", 422, ["body"], "JSON decode error", content=b'{"items": [',
          headers={"content-type": "application/json"}),
     Case("not an object", "POST", "/v1/runs", 422, ["body"], "valid dictionary", json=[1, 2]),
-    Case("missing items", "POST", "/v1/runs", 422, ["body", "items"], "Field required", json=body_with(drop(["items"]))),
-    Case("empty items", "POST", "/v1/runs", 422, ["body", "items"], "at least 1 item", json=body_with(set_(["items"], []))),
+    Case("missing items", "POST", "/v1/runs", 422, ["body", "items"], "Field required",
+         json=body_with(drop(["items"]))),
+    Case("empty items", "POST", "/v1/runs", 422, ["body", "items"], "at least 1 item",
+         json=body_with(set_(["items"], []))),
     Case("unknown field", "POST", "/v1/runs", 422, ["body", "itemz"], "Extra inputs are not permitted",
          json=body_with(set_(["itemz"], []))),
-    Case("items not a list", "POST", "/v1/runs", 422, ["body", "items"], "valid list", json=body_with(set_(["items"], "x"))),
+    Case("items not a list", "POST", "/v1/runs", 422, ["body", "items"], "valid list",
+         json=body_with(set_(["items"], "x"))),
     Case("missing candidates", "POST", "/v1/runs", 422, ["body", "items", 1, "candidates"], "Field required",
          json=body_with(drop(["items", 1, "candidates"]))),
     Case("no candidate", "POST", "/v1/runs", 422, ["body", "items", 0, "candidates"], "at least one candidate",
@@ -165,7 +168,8 @@ READ_CASES = [
          params={"offset": -1}),
     Case("list huge offset", "GET", "/v1/runs", 422, ["query", "offset"], "less than or equal to",
          params={"offset": 10**20}),
-    Case("list zero limit", "GET", "/v1/runs", 422, ["query", "limit"], "greater than or equal to 1", params={"limit": 0}),
+    Case("list zero limit", "GET", "/v1/runs", 422, ["query", "limit"], "greater than or equal to 1",
+         params={"limit": 0}),
     Case("list limit too big", "GET", "/v1/runs", 422, ["query", "limit"], "less than or equal to 500",
          params={"limit": 501}),
     Case("list limit not int", "GET", "/v1/runs", 422, ["query", "limit"], "valid integer", params={"limit": "ten"}),
@@ -195,6 +199,10 @@ READ_CASES = [
          params={"seed": -3}),
     Case("report unknown run", "GET", "/v1/runs/nope/report", 404, None, "run 'nope' not found"),
     Case("agreement without ratings", "GET", f"/v1/runs/{RUN}/agreement", 409, None, "no human ratings yet"),
+    Case("agreement long prefix", "GET", f"/v1/runs/{RUN}/agreement", 422, ["query", "human_prefix"],
+         "at most 100 characters", params={"human_prefix": "x" * 101}),
+    Case("report NUL prefix", "GET", f"/v1/runs/{RUN}/report", 422, ["query", "human_prefix"], "NUL character",
+         params={"human_prefix": "exp\x00"}),
     Case("agreement unknown run", "GET", "/v1/runs/nope/agreement", 404, None, "run 'nope' not found"),
     Case("get ratings unknown run", "GET", "/v1/runs/nope/human-ratings", 404, None, "run 'nope' not found"),
 ]
@@ -311,6 +319,7 @@ def test_a_failing_insert_rolls_back_the_whole_run(api_factory: ApiFactory, monk
     from judge_api import repository
 
     api = api_factory()
+    api.submit()  # the project row exists already (it is created on its own, idempotently, on first use)
     before = api.row_counts()
     real_insert = repository.insert
 

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from faults.redis_server import OwnRedis
 from sqlalchemy import create_engine, text
 
 from judge_api.secrets import (
@@ -49,7 +50,7 @@ def test_provider_secret_from_env_file_and_secrets_dir(tmp_path: Path) -> None:
 
 
 def test_missing_secret_file_names_the_variable_not_the_content(tmp_path: Path) -> None:
-    with pytest.raises(SecretError, match="OPENAI_API_KEY_FILE points at .*does not exist"):
+    with pytest.raises(SecretError, match=r"OPENAI_API_KEY_FILE points at .*does not exist"):
         provider_secret("OPENAI_API_KEY", {"OPENAI_API_KEY_FILE": str(tmp_path / "nope")})
 
 
@@ -123,7 +124,7 @@ class _EchoHandler(BaseHTTPRequestHandler):
     def log_message(self, *_: object) -> None:
         pass
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("content-length", 0))
         body = json.loads(self.rfile.read(length) or b"{}")
         token = (self.headers.get("authorization") or "").removeprefix("Bearer ")
@@ -149,7 +150,7 @@ def _dump_database(database_url: str) -> str:
 
 
 @pytest.mark.e2e
-def test_planted_provider_keys_never_leak(sqlite_url: str, redis_url: str, tmp_path: Path, sim) -> None:
+def test_planted_provider_keys_never_leak(sqlite_url: str, own_redis: OwnRedis, tmp_path: Path, sim) -> None:
     from dialogue_judge.testing import LiveService
 
     echo = EchoProvider()
@@ -162,7 +163,7 @@ def test_planted_provider_keys_never_leak(sqlite_url: str, redis_url: str, tmp_p
     ]
     env = {"OPENAI_API_KEY": PLANTED, "OPENAI_BASE_URL": echo.base_url,
            "OPENAI_COMPATIBLE_API_KEY_FILE": str(key_file), "DJ_MAX_ATTEMPTS": "3"}
-    service = LiveService(redis_url, sqlite_url, tmp_path / "svc", env_overrides=env)
+    service = LiveService(own_redis.url, sqlite_url, tmp_path / "svc", env_overrides=env)
     try:
         service.start_api()
         service.start_worker()
