@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from celery import Celery, signals
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from judge_api.config import get_settings
 from judge_api.db import reset_engines
@@ -33,7 +33,7 @@ _sweeper: Sweeper | None = None
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,
-    autoretry_for=(OperationalError,),
+    autoretry_for=(OperationalError, InterfaceError),
     retry_backoff=True,
     retry_backoff_max=60,
     max_retries=None,

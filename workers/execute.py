@@ -13,6 +13,7 @@ jitter (``DJ_BACKOFF_BASE`` doubling up to ``DJ_BACKOFF_MAX``), honouring a ``Re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -22,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api import repository
@@ -68,6 +70,12 @@ class JudgeEngine:
             return "skipped"
         try:
             values = self._evaluate(judgment_id)
+        except (OperationalError, InterfaceError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            # the database or Redis went away mid-judgment: not a verdict. Hand the judgment back (if the database
+            # lets us) and let the task retry (celery autoretry_for) - the sweeper re-sends it after the lease if not.
+            with contextlib.suppress(Exception), self.sessions() as session:
+                repository.release_judgment(session, judgment_id, token, {})
+            raise
         except Exception as exc:  # a bug must not leave the judgment claimed forever
             log.exception("judgment %s crashed", judgment_id)
             values = {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}"[:2000]}
