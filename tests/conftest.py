@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ import psycopg
 import pytest
 import redis
 
+from dialogue_judge.testing import OwnRedis
 from judge_api.config import reset_settings_cache
 from judge_api.db import reset_engines
 from judge_api.rubrics import get_registry
@@ -20,7 +22,6 @@ pytest_plugins = ["workers.simulator.pytest_fixtures"]
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"
 PG_ADMIN = os.environ.get("DJ_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_TEST_URL = os.environ.get("DJ_TEST_REDIS", "redis://127.0.0.1:6379")
 
 
 def _pg_available() -> bool:
@@ -65,24 +66,40 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield request.getfixturevalue("pg_url")
 
 
-_redis_db = iter(range(1, 16))
+MACHINE_REDIS = os.environ.get("DJ_TEST_REDIS", "redis://127.0.0.1:6379/15")
 
 
 @pytest.fixture
-def redis_url() -> Iterator[str]:
-    """A flushed database on the real Redis server."""
-    global _redis_db
-    try:
-        index = next(_redis_db)
-    except StopIteration:
-        _redis_db = iter(range(1, 16))
-        index = next(_redis_db)
-    url = f"{REDIS_TEST_URL}/{index}"
-    client = redis.Redis.from_url(url)
+def machine_redis_url() -> Iterator[str]:
+    """A flushed database on the machine's Redis server (127.0.0.1:6379; .ci/run starts it)."""
+    client = redis.Redis.from_url(MACHINE_REDIS)
     try:
         client.ping()
     except redis.exceptions.ConnectionError:
-        pytest.fail(f"Redis is not reachable at {url}; .ci/run starts it")
+        pytest.fail(f"Redis is not reachable at {MACHINE_REDIS}; .ci/run starts it")
+    client.flushdb()
+    yield MACHINE_REDIS
+    client.flushdb()
+
+
+@pytest.fixture(scope="session")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRedis]:
+    """A redis-server of this test session's own (the machine's shared Redis may serve other sessions, whose
+    workers would take this session's messages)."""
+    server = OwnRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.kill()
+
+
+_redis_db = itertools.cycle(range(1, 16))
+
+
+@pytest.fixture
+def redis_url(private_redis: OwnRedis) -> Iterator[str]:
+    """A flushed database on this session's Redis server."""
+    url = private_redis.url.rsplit("/", 1)[0] + f"/{next(_redis_db)}"
+    client = redis.Redis.from_url(url)
     client.flushdb()
     yield url
     client.flushdb()

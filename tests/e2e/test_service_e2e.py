@@ -49,11 +49,12 @@ def judgment_rows(database_url: str, run_id: str) -> list[tuple]:
 
 
 def test_single_run_through_real_stack(
-    db_url: str, redis_url: str, tmp_path: Path, judge_simulator: SimulatorProcess
+    db_url: str, machine_redis_url: str, tmp_path: Path, judge_simulator: SimulatorProcess
 ) -> None:
+    """Against the machine's own Redis server (the other live tests use a private one)."""
     judge_simulator.reset(restore_script=True)
     judge = f"openai-compatible:sim-judge@{judge_simulator.base_url}"
-    with LiveService(redis_url, db_url, tmp_path / "svc") as service:
+    with LiveService(machine_redis_url, db_url, tmp_path / "svc") as service:
         client = service.client()
         created = client.create_run(
             {
