@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     default_tpm: int = Field(default=0, alias="DJ_DEFAULT_TPM")
     rate_limits: str = Field(default="", alias="DJ_RATE_LIMITS")  # "openai:gpt-4o=500/300000,anthropic:*=50/0"
 
+    # throughput: judgments per Celery message, and provider calls in flight per worker process
+    task_batch: int = Field(default=16, ge=1, le=500, alias="DJ_TASK_BATCH")
+    call_concurrency: int = Field(default=32, ge=1, le=1024, alias="DJ_CALL_CONCURRENCY")
+
     # reliability
     claim_lease_s: float = Field(default=600.0, alias="DJ_CLAIM_LEASE")
     requeue_after_s: float = Field(default=300.0, alias="DJ_REQUEUE_AFTER")

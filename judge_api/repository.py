@@ -10,11 +10,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
-from sqlalchemy import and_, case, func, insert, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Table, and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api.models import (
     TERMINAL_STATUSES,
@@ -188,6 +188,59 @@ def complete_judgment(session: Session, judgment_id: int, token: str, values: di
     )
     session.commit()
     return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+VERDICT_COLUMNS = (
+    "status",
+    "error",
+    "explanation",
+    "details",
+    "score",
+    "verdict",
+    "preference",
+    "outcome",
+    "raw_output",
+    "prompt_hash",
+    "injection_flags",
+    "attempts",
+    "provider_calls",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "cost_usd",
+    "cached",
+)
+
+
+def complete_pending_many(sessions: sessionmaker[Session], writes: Sequence[dict[str, Any]]) -> int:
+    """Write verdicts that needed no provider call (cache hits) straight onto pending rows, in one statement.
+
+    The ``status = 'pending'`` condition is the compare-and-set: a row another worker claimed or finished is left
+    alone, so each judgment is still written once. Returns how many rows were written."""
+    if not writes:
+        return 0
+    now = utcnow()
+    defaults: dict[str, Any] = {
+        "attempts": 0,
+        "provider_calls": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": 0.0,
+        "cached": False,
+        "injection_flags": [],
+    }
+    params = []
+    for write in writes:
+        row = {f"v_{c}": write.get(c) if write.get(c) is not None else defaults.get(c) for c in VERDICT_COLUMNS}
+        params.append({"jid": write["jid"], "v_updated_at": now, **row})
+    table = cast(Table, Judgment.__table__)
+    # bind names differ from the column names: SQLAlchemy reserves those for its own SET parameters
+    values = {c: bindparam(f"v_{c}", type_=table.c[c].type) for c in (*VERDICT_COLUMNS, "updated_at")}
+    statement = update(table).where(table.c.id == bindparam("jid"), table.c.status == "pending").values(values)
+    with sessions() as session:
+        result = session.execute(statement, params)
+        session.commit()
+    return int(result.rowcount) if result.rowcount is not None and result.rowcount >= 0 else len(params)  # type: ignore[attr-defined]
 
 
 def release_judgment(session: Session, judgment_id: int, token: str, values: dict[str, Any]) -> bool:

@@ -66,6 +66,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield request.getfixturevalue("pg_url")
 
 
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    """A throw-away redis-server for one test (it may be killed and restarted by the test)."""
+    server = OwnRedis(tmp_path / "redis")
+    server.start()
+    yield server
+    server.kill()
+
+
 MACHINE_REDIS = os.environ.get("DJ_TEST_REDIS", "redis://127.0.0.1:6379/15")
 
 

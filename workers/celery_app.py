@@ -15,7 +15,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from judge_api.config import get_settings
 from judge_api.db import reset_engines
-from judge_api.queue import JUDGE_QUEUE, JUDGE_TASK, celery_config
+from judge_api.queue import JUDGE_BATCH_TASK, JUDGE_QUEUE, JUDGE_TASK, celery_config
 from workers import runtime
 from workers.sweeper import Sweeper
 
@@ -40,6 +40,20 @@ _sweeper: Sweeper | None = None
 )
 def judge(self: Any, judgment_id: int) -> str:
     return runtime.engine().judge(judgment_id)
+
+
+@app.task(
+    name=JUDGE_BATCH_TASK,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    retry_backoff_max=60,
+    max_retries=None,
+)
+def judge_batch(self: Any, judgment_ids: list[int]) -> dict[str, int]:
+    return runtime.engine().judge_many(judgment_ids)
 
 
 @signals.worker_process_init.connect

@@ -18,8 +18,11 @@ import hashlib
 import json
 import logging
 import random
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from judge_api import repository
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
-from judge_api.models import CacheEntry, Judgment, Run, RunItem, utcnow
+from judge_api.models import TERMINAL_STATUSES, CacheEntry, Judgment, Run, RunItem, utcnow
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
 from workers.injection import scan_item
@@ -61,15 +64,19 @@ class JudgeEngine:
     client_factory: Callable[[JudgeSpec, Settings], JudgeClient] = client_for
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
+    _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
 
-    def judge(self, judgment_id: int) -> str:
-        """Run one judgment; returns what happened (``done``, ``unparseable``, ``failed``, ``skipped`` ...)."""
+    def judge(self, judgment_id: int, loaded: Loaded | None = None) -> str:
+        """Run one judgment; returns what happened (``done``, ``unparseable``, ``failed``, ``skipped`` ...).
+
+        ``loaded`` is the row, item and run read before the claim (by ``judge_many``); they never change after
+        planning, so reading them before the claim is safe."""
         with self.sessions() as session:
             token = repository.claim_judgment(session, judgment_id, self.settings.claim_lease_s)
         if token is None:
             return "skipped"
         try:
-            values = self._evaluate(judgment_id)
+            values = self._evaluate(loaded or self._load([judgment_id])[0])
         except (OperationalError, InterfaceError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             # the database or Redis went away mid-judgment: not a verdict. Hand the judgment back (if the database
             # lets us) and let the task retry (celery autoretry_for) - the sweeper re-sends it after the lease if not.
@@ -85,14 +92,82 @@ class JudgeEngine:
 
     # -- the steps ---------------------------------------------------------------------------------------------
 
-    def _evaluate(self, judgment_id: int) -> dict[str, Any]:
+    def judge_many(self, judgment_ids: list[int]) -> dict[str, int]:
+        """Judge a batch: cache hits are settled in bulk (one read, one cache query, one write); the rest go
+        through ``judge`` (claim, call, compare-and-set) on the engine's call pool, concurrently."""
+        outcomes: Counter[str] = Counter()
+        rows = self._load(judgment_ids)
+        slow: list[Loaded] = []
+        prepared: list[tuple[Loaded, Prepared]] = []
+        for loaded in rows:
+            if loaded.judgment.status in TERMINAL_STATUSES:
+                outcomes["skipped"] += 1
+                continue
+            ready = self._prepare(loaded) if loaded.judgment.status == "pending" else None
+            if isinstance(ready, Prepared):
+                loaded.ready = ready
+                prepared.append((loaded, ready))
+            else:
+                slow.append(loaded)
+        if prepared:
+            with self.sessions() as session:
+                keys = [p.key for _, p in prepared]
+                entries = {e.key: e for e in session.scalars(select(CacheEntry).where(CacheEntry.key.in_(keys)))}
+                session.expunge_all()
+            writes: list[dict[str, Any]] = []
+            for loaded, ready in prepared:
+                entry = entries.get(ready.key)
+                values = self._settle_from_cache(loaded, ready, entry) if entry is not None else None
+                if values is None:
+                    slow.append(loaded)
+                else:
+                    writes.append({"jid": loaded.judgment.id, **values})
+            if writes:
+                outcomes["cached"] += repository.complete_pending_many(self.sessions, writes)
+        if len(slow) == 1:
+            outcomes[self.judge(slow[0].judgment.id, slow[0])] += 1
+        elif slow:
+            futures = [self.call_pool().submit(self.judge, row.judgment.id, row) for row in slow]
+            for future in futures:
+                outcomes[future.result()] += 1
+        return dict(outcomes)
+
+    def call_pool(self) -> ThreadPoolExecutor:
+        with _POOL_LOCK:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.settings.call_concurrency, thread_name_prefix="dj-judge")
+            return self._pool
+
+    def _settle_from_cache(self, loaded: Loaded, ready: Prepared, entry: CacheEntry) -> dict[str, Any] | None:
+        reply = JudgeReply(
+            entry.raw_output, entry.finish_reason, entry.input_tokens, entry.output_tokens, 0.0, entry.structured
+        )
+        parsed = parse_reply(reply.text, ready.rubric, finish_reason=reply.finish_reason, structured=reply.structured)
+        if not parsed.ok and int(loaded.judgment.judge_params.get("reask", 0)) > 0:
+            return None  # the re-ask needs the full path
+        tally = _Tally()
+        tally.add(reply, from_cache=True)
+        return {
+            **ready.base,
+            **tally.values(ready.spec, self.settings),
+            **verdict_values(ready.rubric, loaded.judgment, parsed),
+            "raw_output": reply.text,
+        }
+
+    def _load(self, judgment_ids: list[int]) -> list[Loaded]:
         with self.sessions() as session:
-            judgment = session.get(Judgment, judgment_id)
-            assert judgment is not None
-            item = session.scalar(select(RunItem.payload).where(RunItem.id == judgment.item_pk))
-            run = session.get(Run, judgment.run_id)
-            assert item is not None and run is not None
+            rows = session.execute(
+                select(Judgment, RunItem.payload, Run)
+                .join(RunItem, RunItem.id == Judgment.item_pk)
+                .join(Run, Run.id == Judgment.run_id)
+                .where(Judgment.id.in_(judgment_ids))
+            ).all()
             session.expunge_all()
+        return [Loaded(judgment, item, run) for judgment, item, run in rows]
+
+    def _prepare(self, loaded: Loaded) -> Prepared | dict[str, Any]:
+        """The request and cache key of a judgment, or the values of a judgment that cannot be asked."""
+        judgment, item = loaded.judgment, loaded.item
         try:
             rubric = self._rubric(judgment.rubric_id, judgment.rubric_version)
         except RubricError as exc:
@@ -131,8 +206,16 @@ class JudgeEngine:
             schema_name=rubric.structured_output.name if rubric.structured_output else "verdict",
         )
         base: dict[str, Any] = {"prompt_hash": prompt.prompt_hash, "injection_flags": flags}
+        return Prepared(rubric, spec, request, cache_key(rubric, spec, request, judgment.sample_index, 0), base)
+
+    def _evaluate(self, loaded: Loaded) -> dict[str, Any]:
+        ready = loaded.ready or self._prepare(loaded)
+        if not isinstance(ready, Prepared):
+            return ready
+        judgment, run = loaded.judgment, loaded.run
+        rubric, spec, request, key, base = ready.rubric, ready.spec, ready.request, ready.key, ready.base
+        options = judgment.judge_params
         tally = _Tally()
-        key = cache_key(rubric, spec, request, judgment.sample_index, 0)
         try:
             reply = self._reply(run, spec, request, key, tally)
         except JudgeCallError as exc:
@@ -284,6 +367,26 @@ class JudgeEngine:
                 session.commit()
             except IntegrityError:
                 session.rollback()
+
+
+@dataclass
+class Loaded:
+    judgment: Judgment
+    item: dict[str, Any]
+    run: Run
+    ready: Prepared | None = None
+
+
+@dataclass
+class Prepared:
+    rubric: Rubric
+    spec: JudgeSpec
+    request: JudgeRequest
+    key: str
+    base: dict[str, Any]
+
+
+_POOL_LOCK = threading.Lock()
 
 
 @dataclass

@@ -128,6 +128,3 @@ def secured(api_factory: ApiFactory) -> Api:
     built.create_key("alpha", ["admin"], "alpha-admin")
     built.create_key("beta", ["submit", "read"], "beta")
     return built
-
-
-from faults.redis_server import OwnRedis, own_redis  # noqa: E402, F401  (fixture for the live tests here)

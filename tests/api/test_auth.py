@@ -53,8 +53,7 @@ def test_scopes_403_with_a_clear_message(secured: Api) -> None:
     assert denied.json()["detail"].startswith("this API key lacks the 'submit' scope")
     assert "it has: read" in denied.json()["detail"]
     assert secured.client.post(f"/v1/runs/{run_id}/retry", headers=read_only).status_code == 403
-    ratings = {"ratings": [{"item_id": "item-0", "system": "a", "aspect": "consistency", "rater": "r1",
-                            "value": 50}]}
+    ratings = {"ratings": [{"item_id": "item-0", "system": "a", "aspect": "consistency", "rater": "r1", "value": 50}]}
     assert secured.client.post(f"/v1/runs/{run_id}/human-ratings", json=ratings, headers=read_only).status_code == 403
     assert secured.row_counts() == before
     # read works for the read-only key, admin may do everything in its project
@@ -74,8 +73,9 @@ def test_other_projects_ids_are_404_not_403(secured: Api) -> None:
             continue
         body = None
         if path.endswith("human-ratings") and method == "POST":
-            body = {"ratings": [{"item_id": "item-0", "system": "a", "aspect": "consistency", "rater": "x",
-                                 "value": 10}]}
+            body = {
+                "ratings": [{"item_id": "item-0", "system": "a", "aspect": "consistency", "rater": "x", "value": 10}]
+            }
         foreign = secured.client.request(method, fill(path, alpha_run), headers=beta, json=body)
         unknown = secured.client.request(method, fill(path, "run_doesnotexist00"), headers=beta, json=body)
         assert foreign.status_code == 404, (method, path, foreign.text)
@@ -112,7 +112,8 @@ def test_keys_are_stored_hashed(secured: Api) -> None:
     with engine.connect() as connection:
         rows = connection.execute(text("SELECT id, key_hash, name, scopes FROM api_keys")).all()
         dump = "\n".join(
-            str(r) for table in ("api_keys", "projects")
+            str(r)
+            for table in ("api_keys", "projects")
             for r in connection.execute(text(f"SELECT * FROM {table}")).all()
         )
     engine.dispose()
@@ -162,11 +163,23 @@ def test_auth_off_serves_loopback_only_and_says_so(api_factory: ApiFactory) -> N
     assert loopback6.get("/v1/runs").status_code == 200
 
 
-@pytest.mark.parametrize(("host", "loopback"), [
-    ("127.0.0.1", True), ("127.8.9.10", True), ("::1", True), ("::ffff:127.0.0.1", True), (None, True),
-    ("testclient", True), ("10.0.0.1", False), ("192.168.1.2", False), ("::ffff:10.0.0.1", False),
-    ("fe80::1%eth0", False), ("example.org", False), ("", False),
-])
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        (None, True),
+        ("testclient", True),
+        ("10.0.0.1", False),
+        ("192.168.1.2", False),
+        ("::ffff:10.0.0.1", False),
+        ("fe80::1%eth0", False),
+        ("example.org", False),
+        ("", False),
+    ],
+)
 def test_is_loopback(host: str | None, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from faults.redis_server import OwnRedis
+
+from dialogue_judge.testing import OwnRedis
 
 from .conftest import Api, ApiFactory, item, run_body
 
@@ -35,16 +36,20 @@ def test_body_size_limit_applies_to_chunked_bodies_without_content_length(api_fa
     assert response.status_code == 413, response.text
     assert "DJ_MAX_BODY_BYTES" in response.json()["detail"]
     lines = "\n".join(json.dumps(item(i)) for i in range(30)).encode()
-    jsonl = api.client.post("/v1/runs/jsonl", params={"rubric": "rsum-single", "judge": run_body()["judges"][0]},
-                            content=iter([lines[:3000], lines[3000:]]))
+    jsonl = api.client.post(
+        "/v1/runs/jsonl",
+        params={"rubric": "rsum-single", "judge": run_body()["judges"][0]},
+        content=iter([lines[:3000], lines[3000:]]),
+    )
     assert jsonl.status_code == 413
     assert api.row_counts() == before
 
 
 def test_bad_content_length_is_400(api_factory: ApiFactory) -> None:
     api = api_factory()
-    response = api.client.post("/v1/runs", content=b"{}", headers={"content-length": "abc",
-                                                                     "content-type": "application/json"})
+    response = api.client.post(
+        "/v1/runs", content=b"{}", headers={"content-length": "abc", "content-type": "application/json"}
+    )
     assert response.status_code == 400
 
 
@@ -144,14 +149,16 @@ def _enqueued_stamps(database_url: str, run_id: str) -> list[object]:
 
     engine = create_engine(database_url)
     with engine.connect() as connection:
-        stamps = [r[0] for r in connection.execute(text("SELECT enqueued_at FROM judgments WHERE run_id = :r"),
-                                                   {"r": run_id})]
+        stamps = [
+            r[0] for r in connection.execute(text("SELECT enqueued_at FROM judgments WHERE run_id = :r"), {"r": run_id})
+        ]
     engine.dispose()
     return stamps
 
 
-def test_a_submitted_run_is_enqueued_once(api_factory: ApiFactory, own_redis: OwnRedis,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_submitted_run_is_enqueued_once(
+    api_factory: ApiFactory, own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The run is stamped enqueued in its own transaction, so a sweep that lands while the API is still publishing
     re-sends nothing (it used to duplicate every message of the run: 10,000 extra tasks in the benchmark)."""
     import redis

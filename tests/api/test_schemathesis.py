@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import schemathesis
-from faults.redis_server import OwnRedis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from sqlalchemy import create_engine, text
+
+from dialogue_judge.testing import OwnRedis
 
 from .conftest import ApiFactory, run_body
 
@@ -31,8 +32,10 @@ class Target:
 
     def counts(self) -> dict[str, int]:
         with self.engine.connect() as connection:
-            return {t: int(connection.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one())
-                    for t in ("runs", "items", "judgments", "human_ratings", "projects", "api_keys")}
+            return {
+                t: int(connection.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one())
+                for t in ("runs", "items", "judgments", "human_ratings", "projects", "api_keys")
+            }
 
     def broken_runs(self) -> list[Any]:
         """Runs whose stored items or judgments differ from the counts the run was created with."""
@@ -49,8 +52,14 @@ class Target:
 def target(request: pytest.FixtureRequest, api_factory: ApiFactory, own_redis: OwnRedis) -> Iterator[Target]:
     """The app with auth on, a real Redis database (so /readyz is honestly ready) and one stored run."""
     url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
-    api = api_factory(auth=True, database_url=url, REDIS_URL=own_redis.url, DJ_SWEEP_INTERVAL="3600",
-                      DJ_MAX_JUDGMENTS="2000", DJ_MAX_ITEMS="200")
+    api = api_factory(
+        auth=True,
+        database_url=url,
+        REDIS_URL=own_redis.url,
+        DJ_SWEEP_INTERVAL="3600",
+        DJ_MAX_JUDGMENTS="2000",
+        DJ_MAX_ITEMS="200",
+    )
     api.create_key("fuzz", ["admin"], "fuzz")
     run_id = api.submit("fuzz", run_body(n_items=2))["id"]
     built = Target(api.database_url, run_id, api.as_key("fuzz"))
@@ -62,8 +71,14 @@ def fuzz_operation(operation: Any, mode: GenerationMode, target: Target) -> str 
     """Run MAX_EXAMPLES generated cases against one operation; the first failure as text, else None."""
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+    )
     def run(case: Any) -> None:
         # half of the cases address the stored run, so deeper code (filters, report, ratings) is reached
         if "run_id" in (case.path_parameters or {}):

@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from faults.redis_server import OwnRedis
 from sqlalchemy import create_engine, text
 
+from dialogue_judge.testing import OwnRedis
 from judge_api.secrets import (
     SecretError,
     install_log_scrubber,
@@ -95,8 +95,9 @@ def test_status_errors_that_echo_the_key_are_scrubbed(monkeypatch: pytest.Monkey
     reset_secrets_cache()
     request = httpx.Request("POST", "http://x/v1/chat/completions")
     response = httpx.Response(401, request=request, json={"error": {"message": f"Incorrect API key {PLANTED}"}})
-    error = _status_error(openai.AuthenticationError(f"Incorrect API key {PLANTED}", response=response,
-                                                     body=None), "openai")
+    error = _status_error(
+        openai.AuthenticationError(f"Incorrect API key {PLANTED}", response=response, body=None), "openai"
+    )
     assert PLANTED not in str(error) and "***" in str(error) and not error.retryable
 
 
@@ -130,8 +131,15 @@ class _EchoHandler(BaseHTTPRequestHandler):
         token = (self.headers.get("authorization") or "").removeprefix("Bearer ")
         self.server.seen_tokens.append(token)
         status = 500 if "500" in body.get("model", "") else 401
-        payload = json.dumps({"error": {"message": f"Incorrect API key provided: {token}. Check {token}.",
-                                        "type": "invalid_request_error", "code": "invalid_api_key"}}).encode()
+        payload = json.dumps(
+            {
+                "error": {
+                    "message": f"Incorrect API key provided: {token}. Check {token}.",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            }
+        ).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(payload)))
@@ -161,17 +169,28 @@ def test_planted_provider_keys_never_leak(sqlite_url: str, own_redis: OwnRedis, 
         f"openai-compatible:echo500@{echo.base_url}",  # 500 with the key, retried, logged, then failed
         f"openai-compatible:sim-judge@{sim.base_url}",  # a working judge, so the report has numbers
     ]
-    env = {"OPENAI_API_KEY": PLANTED, "OPENAI_BASE_URL": echo.base_url,
-           "OPENAI_COMPATIBLE_API_KEY_FILE": str(key_file), "DJ_MAX_ATTEMPTS": "3"}
+    env = {
+        "OPENAI_API_KEY": PLANTED,
+        "OPENAI_BASE_URL": echo.base_url,
+        "OPENAI_COMPATIBLE_API_KEY_FILE": str(key_file),
+        "DJ_MAX_ATTEMPTS": "3",
+    }
     service = LiveService(own_redis.url, sqlite_url, tmp_path / "svc", env_overrides=env)
     try:
         service.start_api()
         service.start_worker()
         client = service.client()
-        items = [{"id": f"i{i}", "dialogue": [{"speaker": "user", "text": f"Hello {i}"}],
-                  "candidates": {"a": f"Hi <<q={60 + i}>>", "b": f"Yo <<q={30 + i}>>"}} for i in range(2)]
-        created = client.create_run({"items": items, "rubrics": ["rsum-single"], "judges": judges,
-                                     "aspects": ["consistency"]})
+        items = [
+            {
+                "id": f"i{i}",
+                "dialogue": [{"speaker": "user", "text": f"Hello {i}"}],
+                "candidates": {"a": f"Hi <<q={60 + i}>>", "b": f"Yo <<q={30 + i}>>"},
+            }
+            for i in range(2)
+        ]
+        created = client.create_run(
+            {"items": items, "rubrics": ["rsum-single"], "judges": judges, "aspects": ["consistency"]}
+        )
         summary = service.wait_run(created["id"], timeout_s=90)
         judgments = client.all_judgments(created["id"])
         responses = [

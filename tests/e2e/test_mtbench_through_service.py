@@ -32,7 +32,10 @@ def test_published_mtbench_agreement_through_import_and_api(
     env.pop("DATABASE_URL", None)
     imported = subprocess.run(
         [sys.executable, "-m", "dialogue_judge.cli", "import-mtbench", str(folder), "--turn", str(turn)],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert imported.returncode == 0, imported.stderr
     run_id = imported.stdout.strip()
@@ -58,6 +61,8 @@ def test_published_mtbench_agreement_through_import_and_api(
 def test_import_mtbench_rejects_a_folder_without_the_files(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "dialogue_judge.cli", "import-mtbench", str(tmp_path)],
-        env={**os.environ, "DJ_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        env={**os.environ, "DJ_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 2 and "missing questions.jsonl" in result.stderr

@@ -18,8 +18,6 @@ from sqlalchemy import create_engine, text
 
 from dialogue_judge.testing import LiveService
 
-from .redis_server import OwnRedis, own_redis  # noqa: F401  (fixture)
-
 TERMINAL = {"done", "failed", "unparseable", "cancelled"}
 
 
@@ -50,8 +48,14 @@ def expected_score(base: int, index: int) -> int:
 
 
 def single_run(items: list[dict[str, Any]], judge: str, **extra: Any) -> dict[str, Any]:
-    return {"items": items, "rubrics": ["rsum-single"], "judges": [judge], "mode": ["single"],
-            "aspects": ["consistency"], **extra}
+    return {
+        "items": items,
+        "rubrics": ["rsum-single"],
+        "judges": [judge],
+        "mode": ["single"],
+        "aspects": ["consistency"],
+        **extra,
+    }
 
 
 def wait_run(api_url: str, run_id: str, timeout_s: float = 120.0) -> dict[str, Any]:
@@ -95,9 +99,13 @@ def judgment_rows(database_url: str, run_id: str) -> list[dict[str, Any]]:
     engine = create_engine(database_url)
     try:
         with engine.connect() as connection:
-            rows = connection.execute(text(
-                f"SELECT id, dedup_key, {', '.join(IDENTITY)}, status, score, error, provider_calls, attempts, "
-                "cached, input_tokens, claim_token FROM judgments WHERE run_id = :r ORDER BY id"), {"r": run_id})
+            rows = connection.execute(
+                text(
+                    f"SELECT id, dedup_key, {', '.join(IDENTITY)}, status, score, error, provider_calls, attempts, "
+                    "cached, input_tokens, claim_token FROM judgments WHERE run_id = :r ORDER BY id"
+                ),
+                {"r": run_id},
+            )
             return [dict(r._mapping) for r in rows]
     finally:
         engine.dispose()
@@ -118,10 +126,17 @@ class Verdict:
         return sum(int(r["provider_calls"]) for r in self.rows)
 
 
-def verify_exactly_once(service: LiveService, database_url: str, run_id: str, n_judgments: int, *,
-                        sim: Any = None, exact_calls: bool = False,
-                        expected_scores: dict[tuple[str, str], float] | None = None,
-                        timeout_s: float = 120.0) -> Verdict:
+def verify_exactly_once(
+    service: LiveService,
+    database_url: str,
+    run_id: str,
+    n_judgments: int,
+    *,
+    sim: Any = None,
+    exact_calls: bool = False,
+    expected_scores: dict[tuple[str, str], float] | None = None,
+    timeout_s: float = 120.0,
+) -> Verdict:
     summary = wait_run(service.api_url, run_id, timeout_s)
     rows = judgment_rows(database_url, run_id)
     sim_calls = int(sim.stats()["total_calls"]) if sim is not None else None
@@ -166,8 +181,11 @@ def verify_exactly_once(service: LiveService, database_url: str, run_id: str, n_
 
 def scores_for(items: list[dict[str, Any]], systems: dict[str, int]) -> dict[tuple[str, str], float]:
     """(item id, system) -> the score the simulator must give: the candidate's own ``<<q=NN>>`` marker."""
-    return {(item["id"], s): float(re.search(r"<<q=(\d+)>>", item["candidates"][s]).group(1))  # type: ignore[union-attr]
-            for item in items for s in systems}
+    return {
+        (item["id"], s): float(re.search(r"<<q=(\d+)>>", item["candidates"][s]).group(1))  # type: ignore[union-attr]
+        for item in items
+        for s in systems
+    }
 
 
 @pytest.fixture

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from dialogue_judge.testing import LiveService
+from dialogue_judge.testing import LiveService, OwnRedis
 from workers.simulator.process import SimulatorProcess
 
 from .conftest import make_items, scores_for, single_run, verify_exactly_once
-from .redis_server import OwnRedis
 
 pytestmark = [pytest.mark.e2e]
 
@@ -30,34 +29,46 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     # a burst of 503s is retried away; an item the provider always answers with 500 fails with the reason
     "500s": {
-        "faults": [{"kind": "server_error", "status": 500, "match": "ALWAYS_FAILS", "probability": 1.0},
-                   {"kind": "server_error", "status": 503, "first_n": 6}],
+        "faults": [
+            {"kind": "server_error", "status": 500, "match": "ALWAYS_FAILS", "probability": 1.0},
+            {"kind": "server_error", "status": 503, "first_n": 6},
+        ],
         "permanent": ("failed", "server_error HTTP 500", f"(after {MAX_ATTEMPTS} attempts)"),
     },
     # malformed or truncated replies are re-asked (options.reask=2: one judgment may meet both); half a JSON body is
     # retried; a judge that never answers in the format ends 'unparseable' with the parser's reason
     "malformed": {
-        "faults": [{"kind": "malformed", "match": "ALWAYS_FAILS", "probability": 1.0},
-                   {"kind": "malformed", "first_n": 3},
-                   {"kind": "invalid_json", "calls": [6, 7]},
-                   {"kind": "truncated", "calls": [9]}],
+        "faults": [
+            {"kind": "malformed", "match": "ALWAYS_FAILS", "probability": 1.0},
+            {"kind": "malformed", "first_n": 3},
+            {"kind": "invalid_json", "calls": [6, 7]},
+            {"kind": "truncated", "calls": [9]},
+        ],
         "permanent": ("unparseable", "", ""),
         "options": {"reask": 2},
     },
     # calls hanging past DJ_JUDGE_TIMEOUT (1 s) time out and are retried; a judge that always hangs fails
     "hangs": {
-        "faults": [{"kind": "hang", "hang_seconds": 3, "match": "ALWAYS_FAILS", "probability": 1.0},
-                   {"kind": "hang", "hang_seconds": 3, "first_n": 3}],
+        "faults": [
+            {"kind": "hang", "hang_seconds": 3, "match": "ALWAYS_FAILS", "probability": 1.0},
+            {"kind": "hang", "hang_seconds": 3, "first_n": 3},
+        ],
         "permanent": ("failed", "timeout", f"(after {MAX_ATTEMPTS} attempts)"),
     },
 }
 
 
-def test_judge_faults(sqlite_url: str, own_redis: OwnRedis, tmp_path: Path, sim: SimulatorProcess,
-                      services: list[LiveService]) -> None:
+def test_judge_faults(
+    sqlite_url: str, own_redis: OwnRedis, tmp_path: Path, sim: SimulatorProcess, services: list[LiveService]
+) -> None:
     judge = f"openai-compatible:sim-judge@{sim.base_url}"
-    env = {"DJ_MAX_ATTEMPTS": str(MAX_ATTEMPTS), "DJ_JUDGE_TIMEOUT": "1", "DJ_CLAIM_LEASE": "60",
-           "DJ_REQUEUE_AFTER": "60", "DJ_BACKOFF_MAX": "0.5"}
+    env = {
+        "DJ_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+        "DJ_JUDGE_TIMEOUT": "1",
+        "DJ_CLAIM_LEASE": "60",
+        "DJ_REQUEUE_AFTER": "60",
+        "DJ_BACKOFF_MAX": "0.5",
+    }
     service = LiveService(own_redis.url, sqlite_url, tmp_path / "svc", env_overrides=env, worker_concurrency=4)
     services.append(service)
     service.start_api()
@@ -74,14 +85,22 @@ def test_judge_faults(sqlite_url: str, own_redis: OwnRedis, tmp_path: Path, sim:
             body["options"] = scenario["options"]
         created = client.create_run(body)
         try:
-            verdict = verify_exactly_once(service, sqlite_url, created["id"], created["n_judgments"], sim=sim,
-                                          exact_calls=True, expected_scores=scores_for(items + doomed, SYSTEMS),
-                                          timeout_s=90)
+            verdict = verify_exactly_once(
+                service,
+                sqlite_url,
+                created["id"],
+                created["n_judgments"],
+                sim=sim,
+                exact_calls=True,
+                expected_scores=scores_for(items + doomed, SYSTEMS),
+                timeout_s=90,
+            )
             by_item = {"ok": [], "doomed": []}  # type: dict[str, list[dict[str, Any]]]
             for row in verdict.rows:
                 by_item["doomed" if "doomed" in row["item_key"] else "ok"].append(row)
-            assert len(by_item["ok"]) == 16 and {r["status"] for r in by_item["ok"]} == {"done"}, \
-                [(r["status"], r["error"]) for r in by_item["ok"] if r["status"] != "done"]
+            assert len(by_item["ok"]) == 16 and {r["status"] for r in by_item["ok"]} == {"done"}, [
+                (r["status"], r["error"]) for r in by_item["ok"] if r["status"] != "done"
+            ]
             # the transient faults really happened and were retried (or re-asked) into verdicts
             assert sum(r["provider_calls"] for r in by_item["ok"]) > 16
             if scenario["permanent"]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dialogue_judge.testing import LiveService
+from dialogue_judge.testing import LiveService, OwnRedis
 from workers.simulator.process import SimulatorProcess
 
 from .conftest import (
@@ -20,15 +20,15 @@ from .conftest import (
     verify_exactly_once,
     wait_until,
 )
-from .redis_server import OwnRedis
 
 pytestmark = [pytest.mark.e2e]
 
 SYSTEMS = {"a": 10, "b": 55}
 
 
-def test_kill_9_worker_mid_run(pg_url: str, own_redis: OwnRedis, tmp_path: Path, sim: SimulatorProcess,
-                               services: list[LiveService]) -> None:
+def test_kill_9_worker_mid_run(
+    pg_url: str, own_redis: OwnRedis, tmp_path: Path, sim: SimulatorProcess, services: list[LiveService]
+) -> None:
     """Two workers share the run; one is SIGKILLed while it holds claimed judgments and reserved messages."""
     sim.set_script({"latency": {"kind": "fixed", "seconds": 0.4}})
     judge = f"openai-compatible:sim-judge@{sim.base_url}"
@@ -39,22 +39,30 @@ def test_kill_9_worker_mid_run(pg_url: str, own_redis: OwnRedis, tmp_path: Path,
     service.start_worker()
     items = make_items(20, SYSTEMS)
     created = service.client().create_run(single_run(items, judge))
-    wait_until(lambda: run_counts(service.api_url, created["id"])["running"] >= 4
-               and run_counts(service.api_url, created["id"])["done"] >= 2, 60, "both workers busy")
+    wait_until(
+        lambda: (
+            run_counts(service.api_url, created["id"])["running"] >= 4
+            and run_counts(service.api_url, created["id"])["done"] >= 2
+        ),
+        60,
+        "both workers busy",
+    )
     in_flight = run_counts(service.api_url, created["id"])["running"]
     service.kill_worker(victim, signal.SIGKILL)
     assert victim.returncode == -signal.SIGKILL
     service.start_worker()  # a replacement, as compose's restart policy would start
-    verdict = verify_exactly_once(service, pg_url, created["id"], 40, sim=sim,
-                                  expected_scores=scores_for(items, SYSTEMS), timeout_s=120)
+    verdict = verify_exactly_once(
+        service, pg_url, created["id"], 40, sim=sim, expected_scores=scores_for(items, SYSTEMS), timeout_s=120
+    )
     assert verdict.by_status == {"done": 40}
     # the calls the dead worker made were paid for but are not counted: at most one per judgment it held
     assert sim.stats()["total_calls"] - verdict.provider_calls <= in_flight + 4
     assert all(r["provider_calls"] + int(r["cached"]) >= 1 for r in verdict.rows)
 
 
-def test_redis_restart_mid_run(sqlite_url: str, own_redis: OwnRedis, tmp_path: Path, sim: SimulatorProcess,
-                               services: list[LiveService]) -> None:
+def test_redis_restart_mid_run(
+    sqlite_url: str, own_redis: OwnRedis, tmp_path: Path, sim: SimulatorProcess, services: list[LiveService]
+) -> None:
     """Redis dies (SIGKILL, no persistence) with work queued and in flight, and comes back empty on the same port."""
     sim.set_script({"latency": {"kind": "fixed", "seconds": 0.3}})
     judge = f"openai-compatible:sim-judge@{sim.base_url}"
@@ -72,8 +80,9 @@ def test_redis_restart_mid_run(sqlite_url: str, own_redis: OwnRedis, tmp_path: P
     time.sleep(1.5)
     own_redis.start()
     assert own_redis.run_id() != before
-    verdict = verify_exactly_once(service, sqlite_url, created["id"], 32, sim=sim,
-                                  expected_scores=scores_for(items, SYSTEMS), timeout_s=120)
+    verdict = verify_exactly_once(
+        service, sqlite_url, created["id"], 32, sim=sim, expected_scores=scores_for(items, SYSTEMS), timeout_s=120
+    )
     assert set(verdict.by_status) <= {"done", "failed"}
     failed = [r for r in verdict.rows if r["status"] == "failed"]
     assert not failed, [r["error"] for r in failed]

@@ -13,9 +13,7 @@ import pytest
 from workers.simulator import SimulatorProcess
 
 SYSTEM = "You are an impartial judge. Rate the response on 1-100, strictly in this format: [[rating]]."
-FASTCHAT_SYSTEM = (
-    'Output "[[A]]" if assistant A is better, "[[B]]" if assistant B is better, "[[C]]" for a tie.'
-)
+FASTCHAT_SYSTEM = 'Output "[[A]]" if assistant A is better, "[[B]]" if assistant B is better, "[[C]]" for a tie.'
 FASTCHAT_USER = (
     "[The Start of Assistant A's Answer]\n{r1}\n[The End of Assistant A's Answer]\n\n"
     "[The Start of Assistant B's Answer]\n{r2}\n[The End of Assistant B's Answer]"
@@ -53,9 +51,7 @@ def test_planted_single_score(client: anthropic.Anthropic, planted: int) -> None
 
 @pytest.mark.parametrize(("q1", "q2", "verdict"), [(70, 20, "[[A]]"), (20, 70, "[[B]]"), (40, 40, "[[C]]")])
 def test_pairwise_fastchat(client: anthropic.Anthropic, q1: int, q2: int, verdict: str) -> None:
-    message = _ask(
-        client, FASTCHAT_USER.format(r1=f"a <<q={q1}>>", r2=f"b <<q={q2}>>"), system=FASTCHAT_SYSTEM
-    )
+    message = _ask(client, FASTCHAT_USER.format(r1=f"a <<q={q1}>>", r2=f"b <<q={q2}>>"), system=FASTCHAT_SYSTEM)
     assert message.content[0].text.endswith(f"Final verdict: {verdict}")
 
 
@@ -141,24 +137,18 @@ def test_output_config_json_schema(client: anthropic.Anthropic) -> None:
     assert json.loads(message.content[0].text)["score"] == 31
 
 
-def test_invalid_json_body_raises_json_decode_error(
-    sim: SimulatorProcess, client: anthropic.Anthropic
-) -> None:
+def test_invalid_json_body_raises_json_decode_error(sim: SimulatorProcess, client: anthropic.Anthropic) -> None:
     sim.set_script({"faults": [{"kind": "invalid_json", "first_n": 1}]})
     with pytest.raises(json.JSONDecodeError) as caught:
         _ask(client, "Response: x")
     assert not isinstance(caught.value, anthropic.AnthropicError)
 
 
-def test_temperature_via_extra_body_reaches_the_server(
-    sim: SimulatorProcess, client: anthropic.Anthropic
-) -> None:
+def test_temperature_via_extra_body_reaches_the_server(sim: SimulatorProcess, client: anthropic.Anthropic) -> None:
     _ask(client, "Response: x", extra_body={"temperature": 0.0})
     [record] = sim.requests()
     assert record["endpoint"] == "/v1/messages" and record["body"]["temperature"] == 0.0
-    assert (
-        record["body"]["max_tokens"] == 512 and record["status"] == 200 and record["rule"] == "single-score"
-    )
+    assert record["body"]["max_tokens"] == 512 and record["status"] == 200 and record["rule"] == "single-score"
 
 
 def test_missing_max_tokens_is_an_anthropic_400(sim: SimulatorProcess) -> None:

@@ -89,9 +89,7 @@ def test_planted_marker_sets_the_single_score(template: str, planted: int) -> No
 
 def test_unmarked_score_is_a_stable_hash_shared_across_rubric_formats() -> None:
     response = "I would go to the Cascades in early autumn."
-    replies = [
-        _judge(t.format(response=response)) for t in (RSUM_SINGLE, HARDENED_SINGLE, MEMOCHAT, MTBENCH_SINGLE)
-    ]
+    replies = [_judge(t.format(response=response)) for t in (RSUM_SINGLE, HARDENED_SINGLE, MEMOCHAT, MTBENCH_SINGLE)]
     scores = {int(reply.rsplit("[[", 1)[1].rstrip("]")) for reply in replies}
     assert len(scores) == 1, replies  # the same response text gets the same score in every rubric
     assert 1 <= scores.pop() <= 100
@@ -101,9 +99,7 @@ def test_unmarked_score_is_a_stable_hash_shared_across_rubric_formats() -> None:
 def test_hash_depends_on_script_seed_and_scale() -> None:
     values = {quality(f"response {i}", seed, 1, 10) for i in range(50) for seed in (0, 1)}
     assert values <= set(map(float, range(1, 11))) and len(values) > 5
-    assert [quality(f"r{i}", 0, 1, 100) for i in range(20)] != [
-        quality(f"r{i}", 1, 1, 100) for i in range(20)
-    ]
+    assert [quality(f"r{i}", 0, 1, 100) for i in range(20)] != [quality(f"r{i}", 1, 1, 100) for i in range(20)]
 
 
 def test_rule_response_regex_takes_precedence() -> None:
@@ -182,9 +178,7 @@ def test_pairwise_without_labels_uses_the_last_two_markers() -> None:
 
 
 @pytest.mark.parametrize(("bias", "low", "high"), [(0.0, 0.0, 0.0), (1.0, 1.0, 1.0), (0.5, 0.25, 0.75)])
-def test_position_bias_prefers_the_first_response_with_probability_p(
-    bias: float, low: float, high: float
-) -> None:
+def test_position_bias_prefers_the_first_response_with_probability_p(bias: float, low: float, high: float) -> None:
     script = Script(position_bias=bias, seed=11)
     prompts = [FASTCHAT_PAIR.format(r1=f"weak {i} <<q=10>>", r2=f"strong {i} <<q=90>>") for i in range(80)]
     verdicts = [_judge(p, script) for p in prompts]
@@ -219,9 +213,7 @@ def test_rules_match_on_prompt_and_model_in_order() -> None:
 
 def test_render_substitutes_only_known_fields() -> None:
     values = {"score": "7", "verdict": "[[A]]"}
-    assert (
-        render('{"score": {score}, "x": {unknown}} {verdict}', values) == '{"score": 7, "x": {unknown}} [[A]]'
-    )
+    assert render('{"score": {score}, "x": {unknown}} {verdict}', values) == '{"score": 7, "x": {unknown}} [[A]]'
 
 
 def test_single_json_rule_answers_with_a_json_object() -> None:
@@ -324,15 +316,11 @@ def test_script_loads_from_yaml_and_json(tmp_path: Path) -> None:
     (tmp_path / "s.json").write_text(json.dumps({"seed": 5, "position_bias": 0.2}), encoding="utf-8")
     from_yaml, from_json = Script.from_file(tmp_path / "s.yaml"), Script.from_file(tmp_path / "s.json")
     assert from_yaml.seed == 5 and from_yaml.latency.seconds == 0.1 and from_yaml.faults[0].retry_after == 3
-    assert from_json.position_bias == 0.2 and [r.name for r in from_json.rules] == [
-        r.name for r in Script().rules
-    ]
+    assert from_json.position_bias == 0.2 and [r.name for r in from_json.rules] == [r.name for r in Script().rules]
 
 
 # ---- faults, rate limiter, latency ------------------------------------------------------------------
-def _fire_pattern(
-    script: Script, calls: int, model: str = "m", provider: Provider = "openai"
-) -> list[str | None]:
+def _fire_pattern(script: Script, calls: int, model: str = "m", provider: Provider = "openai") -> list[str | None]:
     engine = FaultEngine(script)
     out: list[str | None] = []
     for _ in range(calls):

@@ -20,9 +20,7 @@ PROMPT = "Rate it as [[score]].\nResponse: ok <<q=61>>"
 
 
 def _chat(client: httpx.Client, model: str = "gpt-4o") -> httpx.Response:
-    return client.post(
-        "/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": PROMPT}]}
-    )
+    return client.post("/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": PROMPT}]})
 
 
 def _message(client: httpx.Client, model: str = "claude-x") -> httpx.Response:
@@ -36,9 +34,7 @@ def http(sim: SimulatorProcess) -> Iterator[httpx.Client]:
         yield client
 
 
-def test_stats_count_calls_by_model_status_endpoint_fault_and_rule(
-    sim: SimulatorProcess, http: httpx.Client
-) -> None:
+def test_stats_count_calls_by_model_status_endpoint_fault_and_rule(sim: SimulatorProcess, http: httpx.Client) -> None:
     sim.set_script({"faults": [{"kind": "server_error", "status": 503, "model": "^mini$", "first_n": 100}]})
     statuses = [
         _chat(http).status_code,
@@ -90,11 +86,7 @@ def test_requests_log_keeps_what_the_client_sent(sim: SimulatorProcess) -> None:
         model="gpt-4o", messages=[{"role": "user", "content": PROMPT}], temperature=0, seed=17, max_tokens=99
     )
     [record] = sim.requests()
-    assert (
-        record["body"]["seed"] == 17
-        and record["body"]["temperature"] == 0
-        and record["body"]["max_tokens"] == 99
-    )
+    assert record["body"]["seed"] == 17 and record["body"]["temperature"] == 0 and record["body"]["max_tokens"] == 99
     assert record["status"] == 200 and record["seq"] == 1 and record["fault"] is None
 
 
@@ -143,9 +135,7 @@ def test_simulator_process_with_yaml_script(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text("seed: 4\nrules:\n  - {name: fixed, kind: single, score: 12}\n", encoding="utf-8")
     with SimulatorProcess(script) as process:
-        assert process.base_url == process.root_url + "/v1" and process.root_url.startswith(
-            "http://127.0.0.1:"
-        )
+        assert process.base_url == process.root_url + "/v1" and process.root_url.startswith("http://127.0.0.1:")
         assert process.get_script()["seed"] == 4
         reply = httpx.post(
             process.base_url + "/chat/completions",
@@ -168,11 +158,7 @@ def test_cli_rejects_a_bad_script(tmp_path: Path) -> None:
         timeout=30,
         cwd=Path(__file__).resolve().parents[2],
     )
-    assert (
-        result.returncode == 2
-        and "cannot load script" in result.stderr
-        and "SIMULATOR_URL" not in result.stdout
-    )
+    assert result.returncode == 2 and "cannot load script" in result.stderr and "SIMULATOR_URL" not in result.stdout
     with pytest.raises(SimulatorError, match="cannot load script"):
         SimulatorProcess(bad).start()
 

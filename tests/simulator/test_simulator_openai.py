@@ -55,9 +55,7 @@ def _content(completion: Any, index: int = 0) -> str:
 
 
 def _ask(client: openai.OpenAI, content: str, model: str = "gpt-4o", **kwargs: Any) -> Any:
-    return client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": content}], **kwargs
-    )
+    return client.chat.completions.create(model=model, messages=[{"role": "user", "content": content}], **kwargs)
 
 
 @pytest.mark.parametrize("planted", [1, 42, 83, 100])
@@ -74,9 +72,7 @@ def test_planted_single_score(client: openai.OpenAI, planted: int) -> None:
     )
     assert completion.usage.prompt_tokens == len(prompt) // 4 + 1
     assert completion.usage.completion_tokens == len(choice.message.content) // 4 + 1
-    assert (
-        completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
-    )
+    assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
 
 
 def test_system_and_user_messages_are_both_read(client: openai.OpenAI) -> None:
@@ -89,10 +85,7 @@ def test_system_and_user_messages_are_both_read(client: openai.OpenAI) -> None:
     )
     assert _content(completion).endswith("[[64]]")
     assert completion.usage is not None
-    assert (
-        completion.usage.prompt_tokens
-        == len("Rate on 1-100 as [[rating]].\n\nResponse: hello <<q=64>>") // 4 + 1
-    )
+    assert completion.usage.prompt_tokens == len("Rate on 1-100 as [[rating]].\n\nResponse: hello <<q=64>>") // 4 + 1
 
 
 @pytest.mark.parametrize(
@@ -135,16 +128,10 @@ def test_fastchat_tie(client: openai.OpenAI) -> None:
     assert _content(reply).endswith("[[C]]")
 
 
-def test_position_bias_one_always_prefers_the_first_response(
-    sim: SimulatorProcess, client: openai.OpenAI
-) -> None:
+def test_position_bias_one_always_prefers_the_first_response(sim: SimulatorProcess, client: openai.OpenAI) -> None:
     sim.set_script({"position_bias": 1.0})
     for q1, q2 in [(10, 90), (90, 10)]:
-        text = (
-            _ask(client, GRADED_PAIR.format(r1=f"a <<q={q1}>>", r2=f"b <<q={q2}>>"))
-            .choices[0]
-            .message.content
-        )
+        text = _ask(client, GRADED_PAIR.format(r1=f"a <<q={q1}>>", r2=f"b <<q={q2}>>")).choices[0].message.content
         assert text.endswith("Response 1 is better")
 
 
@@ -162,9 +149,7 @@ def test_rate_limit_fault_exposes_retry_after(sim: SimulatorProcess, client: ope
 
 
 @pytest.mark.parametrize("status", [500, 502, 503])
-def test_server_errors_raise_internal_server_error(
-    sim: SimulatorProcess, client: openai.OpenAI, status: int
-) -> None:
+def test_server_errors_raise_internal_server_error(sim: SimulatorProcess, client: openai.OpenAI, status: int) -> None:
     sim.set_script({"faults": [{"kind": "server_error", "status": status, "first_n": 1}]})
     with pytest.raises(openai.InternalServerError) as caught:
         _ask(client, SINGLE.format(response="x"))
@@ -191,9 +176,7 @@ def test_malformed_output(sim: SimulatorProcess, client: openai.OpenAI) -> None:
     assert choice.message.content == "I cannot decide." and choice.finish_reason == "stop"
 
 
-def test_truncated_output_is_a_prefix_with_finish_reason_length(
-    sim: SimulatorProcess, client: openai.OpenAI
-) -> None:
+def test_truncated_output_is_a_prefix_with_finish_reason_length(sim: SimulatorProcess, client: openai.OpenAI) -> None:
     prompt = SINGLE.format(response="x <<q=70>>")
     full = _ask(client, prompt).choices[0].message.content
     sim.set_script({"faults": [{"kind": "truncated", "first_n": 1, "keep_fraction": 0.5}]})
@@ -232,9 +215,7 @@ def test_json_schema_response_format(client: openai.OpenAI) -> None:
         },
     )
     data = json.loads(completion.choices[0].message.content)
-    assert (
-        set(data) == {"explanation", "score"} and data["score"] == 83 and isinstance(data["explanation"], str)
-    )
+    assert set(data) == {"explanation", "score"} and data["score"] == 83 and isinstance(data["explanation"], str)
 
 
 def test_json_object_response_format(client: openai.OpenAI) -> None:

@@ -94,8 +94,18 @@ def test_preference_confidence_is_majority_share_and_single_samples_are_left_out
 def test_self_consistency_is_rendered_when_samples_exist() -> None:
     from judge_api.stats import report_to_markdown, report_to_table
 
-    rows = [{"item_id": "i", "mode": "single", "system_a": "s", "system_b": None, "order": None,
-             "sample_index": k, "score": v} for k, v in enumerate([60, 70, 80])]
+    rows = [
+        {
+            "item_id": "i",
+            "mode": "single",
+            "system_a": "s",
+            "system_b": None,
+            "order": None,
+            "sample_index": k,
+            "score": v,
+        }
+        for k, v in enumerate([60, 70, 80])
+    ]
     report = build_report(frame(rows), n_boot=10)
     assert "Self-consistency" in report_to_table(report) and "Self-consistency" in report_to_markdown(report)
     single = build_report(frame(rows[:1]), n_boot=10)
