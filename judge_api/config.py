@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     task_batch: int = Field(default=16, ge=1, le=500, alias="DJ_TASK_BATCH")
     call_concurrency: int = Field(default=32, ge=1, le=1024, alias="DJ_CALL_CONCURRENCY")
 
+    # openai-compatible judges: base URLs (prefixes) a run may name; empty = any URL while auth is off
+    judge_url_allowlist: str = Field(default="", alias="DJ_JUDGE_URL_ALLOWLIST")
+
     # reliability
     claim_lease_s: float = Field(default=600.0, alias="DJ_CLAIM_LEASE")
     requeue_after_s: float = Field(default=300.0, alias="DJ_REQUEUE_AFTER")
@@ -62,6 +65,18 @@ class Settings(BaseSettings):
     auth_enabled: bool = Field(default=False, alias="DJ_AUTH")
     api_url: str = Field(default="http://127.0.0.1:8000", alias="DJ_API_URL")
     api_key: str | None = Field(default=None, alias="DJ_API_KEY")
+
+    def judge_url_allowed(self, base_url: str) -> bool:
+        """May runs send prompts (and OPENAI_COMPATIBLE_API_KEY) to this openai-compatible base URL?
+
+        With an allowlist, only URLs under one of its prefixes. Without one, any URL on the open embedded default
+        (auth off, loopback only), but none once auth is on: a submitter must not be able to point the workers,
+        and the operator's key, at a server of their choosing."""
+        prefixes = [p.strip().rstrip("/") for p in self.judge_url_allowlist.split(",") if p.strip()]
+        if not prefixes:
+            return not self.auth_enabled
+        url = base_url.rstrip("/")
+        return any(url == p or url.startswith(p + "/") for p in prefixes)
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from judge_api.config import get_settings
 from judge_api.judges import parse_judge
 from judge_api.rubrics import PREFERENCE_LEVELS, Rubric, RubricRegistry
 from judge_api.schemas import Item, RunCreate
@@ -108,11 +109,18 @@ def resolve_rubrics(request: RunCreate, registry: RubricRegistry) -> list[Rubric
 
 def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -> list[PlannedJudgment]:
     """Every judgment the run needs, in a stable order. Raises PlanError naming the field at fault."""
+    settings = get_settings()
     for index, judge in enumerate(request.judges):
         try:
-            parse_judge(judge)
+            spec = parse_judge(judge)
         except ValueError as exc:
             raise PlanError(f"judges[{index}]", str(exc)) from None
+        if spec.base_url is not None and not settings.judge_url_allowed(spec.base_url):
+            raise PlanError(
+                f"judges[{index}]",
+                f"base URL {spec.base_url!r} is not in DJ_JUDGE_URL_ALLOWLIST (openai-compatible judges must be "
+                "allow-listed by the operator when auth is on)",
+            )
     judges = [parse_judge(j).key for j in request.judges]
     rubrics = resolve_rubrics(request, registry)
     samples = request.options.samples

@@ -126,6 +126,10 @@ class OpenAIJudgeClient:
             base_url, api_key = settings.local_judge_url, "local"
         else:
             base_url = spec.base_url
+            if base_url is None or not settings.judge_url_allowed(base_url):
+                raise JudgeCallError(
+                    "configuration", f"judge base URL {base_url!r} is not in DJ_JUDGE_URL_ALLOWLIST", False
+                )
             api_key = provider_secret("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
         if not api_key:
             raise JudgeCallError("configuration", "OPENAI_API_KEY is not set", False)

@@ -96,6 +96,8 @@ def api_factory(settings_env: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[Api
         settings_env.setenv("DATABASE_URL", url)
         settings_env.setenv("DJ_AUTH", "true" if auth else "false")
         settings_env.setenv("DJ_RUNS_PER_MINUTE", env.pop("DJ_RUNS_PER_MINUTE", "100000"))
+        # with auth on, openai-compatible judges must be allow-listed; JUDGE points at a closed port
+        settings_env.setenv("DJ_JUDGE_URL_ALLOWLIST", env.pop("DJ_JUDGE_URL_ALLOWLIST", "http://127.0.0.1:9/v1"))
         for name, value in env.items():
             settings_env.setenv(name, value)
         reset_settings_cache()

@@ -177,7 +177,7 @@ def test_a_submitted_run_is_enqueued_once(
         return sent + real_enqueue(settings, ids[5:])
 
     monkeypatch.setattr(queue, "enqueue", enqueue_with_a_sweep_midway)
-    api = api_factory(REDIS_URL=own_redis.url, DJ_SWEEP_INTERVAL="3600")
+    api = api_factory(REDIS_URL=own_redis.url, DJ_SWEEP_INTERVAL="3600", DJ_TASK_BATCH="1")  # a message each
     created = api.submit(body=run_body(n_items=10))
     assert swept == [0]
     assert None not in _enqueued_stamps(api.database_url, created["id"])
