@@ -137,25 +137,33 @@ def mark_enqueued(session: Session, ids: Iterable[int]) -> None:
         session.execute(update(Judgment).where(Judgment.id.in_(ids[start : start + 5000])).values(enqueued_at=now))
 
 
-def stale_judgment_ids(session: Session, requeue_after_s: float, lease_s: float, limit: int = 50_000) -> list[int]:
-    """Pending judgments not enqueued recently, and running ones whose worker's lease ran out."""
+def stale_judgment_ids(
+    session: Session,
+    requeue_after_s: float,
+    lease_s: float,
+    limit: int = 50_000,
+    *,
+    include_pending: bool = True,
+) -> list[int]:
+    """Running judgments whose worker's lease ran out and, with ``include_pending``, pending ones that were never
+    enqueued or not recently."""
     now = utcnow()
     stale_enqueue = now - timedelta(seconds=requeue_after_s)
     stale_claim = now - timedelta(seconds=lease_s)
-    query = (
-        select(Judgment.id)
-        .where(
-            or_(
-                and_(
-                    Judgment.status == "pending",
-                    or_(Judgment.enqueued_at.is_(None), Judgment.enqueued_at < stale_enqueue),
-                ),
-                and_(Judgment.status == "running", Judgment.claimed_at < stale_claim),
-            )
-        )
-        .order_by(Judgment.id)
-        .limit(limit)
+    lost_claims = and_(
+        Judgment.status == "running",
+        Judgment.claimed_at < stale_claim,
+        # not re-sent since the claim (or long ago): one message per lost claim, not one per sweep
+        or_(
+            Judgment.enqueued_at.is_(None),
+            Judgment.enqueued_at <= Judgment.claimed_at,
+            Judgment.enqueued_at < stale_enqueue,
+        ),
     )
+    never_sent = and_(Judgment.status == "pending", Judgment.enqueued_at.is_(None))
+    not_recently_sent = and_(Judgment.status == "pending", Judgment.enqueued_at < stale_enqueue)
+    condition = or_(lost_claims, never_sent, not_recently_sent) if include_pending else or_(lost_claims, never_sent)
+    query = select(Judgment.id).where(condition).order_by(Judgment.id).limit(limit)
     return list(session.scalars(query))
 
 

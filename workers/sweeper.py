@@ -18,12 +18,17 @@ from judge_api.db import session_scope
 log = logging.getLogger(__name__)
 
 
-def requeue_stale(settings: Settings, *, everything_pending: bool = False) -> int:
+def requeue_stale(settings: Settings, *, everything_pending: bool = False, queue_drained: bool = True) -> int:
+    """Send lost work again. Pending judgments whose message may still wait in the queue are re-sent only once the
+    queue has drained (``queue_drained``), so a long run is not duplicated at every sweep; after a Redis restart
+    (``everything_pending``) all of them are re-sent at once."""
     with session_scope() as session:
         if everything_pending:
             ids = repository.stale_judgment_ids(session, 0.0, settings.claim_lease_s)
         else:
-            ids = repository.stale_judgment_ids(session, settings.requeue_after_s, settings.claim_lease_s)
+            ids = repository.stale_judgment_ids(
+                session, settings.requeue_after_s, settings.claim_lease_s, include_pending=queue_drained
+            )
         if not ids:
             return 0
         sent = queue.enqueue(settings, ids)
@@ -54,7 +59,8 @@ class Sweeper(threading.Thread):
         try:
             if restarted:
                 log.warning("Redis restarted (new run id): re-enqueueing all pending judgments")
-            return requeue_stale(self.settings, everything_pending=restarted)
+            drained = int(self.client.llen(queue.JUDGE_QUEUE)) == 0
+            return requeue_stale(self.settings, everything_pending=restarted, queue_drained=drained)
         finally:
             with contextlib.suppress(redis.exceptions.LockError):
                 lock.release()
