@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
 from celery import Celery, signals
+from kombu.transport import redis as kombu_redis
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from judge_api.config import get_settings
@@ -21,6 +23,28 @@ from workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
 
+
+def _survive_restore_without_broker() -> None:
+    """kombu (5.x): when Redis goes away, closing the worker's channel tries to put its unacknowledged messages
+    back through the connection that is already gone, raises AttributeError and kills the worker. Those messages
+    come back anyway (the visibility timeout, or the sweeper once Redis is up again), so the worker logs it and
+    stays alive to reconnect."""
+    original = kombu_redis.QoS.restore_unacked
+    if getattr(original, "_dj_tolerant", False):
+        return
+
+    def restore_unacked(self: Any, client: Any = None) -> Any:
+        try:
+            return original(self, client)
+        except (AttributeError, redis.exceptions.ConnectionError, OSError) as exc:
+            log.warning("could not restore unacknowledged messages while Redis is down (%r); the sweeper will", exc)
+            return None
+
+    restore_unacked._dj_tolerant = True  # type: ignore[attr-defined]
+    kombu_redis.QoS.restore_unacked = restore_unacked  # type: ignore[method-assign]
+
+
+_survive_restore_without_broker()
 app = Celery("dialogue_judge")
 app.conf.update(celery_config(get_settings()) if get_settings().resolved_redis_url() else {})
 app.conf.task_default_queue = JUDGE_QUEUE

@@ -66,7 +66,9 @@ def test_redis_restart_mid_run(
     """Redis dies (SIGKILL, no persistence) with work queued and in flight, and comes back empty on the same port."""
     sim.set_script({"latency": {"kind": "fixed", "seconds": 0.3}})
     judge = f"openai-compatible:sim-judge@{sim.base_url}"
-    service = LiveService(own_redis.url, sqlite_url, tmp_path / "svc", worker_concurrency=4)
+    # small batches and few calls in flight, so most of the run is still queued when Redis dies
+    env = {"DJ_TASK_BATCH": "2", "DJ_CALL_CONCURRENCY": "4"}
+    service = LiveService(own_redis.url, sqlite_url, tmp_path / "svc", env_overrides=env, worker_concurrency=4)
     services.append(service)
     service.start_api()
     service.start_worker()
