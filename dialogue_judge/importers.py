@@ -48,12 +48,21 @@ def mtbench_items(folder: Path, turn: int) -> list[Item]:
         candidates = {model: text for model, text in answers.get(question_id, {}).items() if text.strip()}
         if not candidates:
             continue
-        items.append(Item.model_validate({
-            "id": f"mtbench-{question_id}-t{turn}",
-            "dialogue": dialogue,
-            "candidates": candidates,
-            "meta": {"source": "mt_bench", "question_id": question_id, "turn": turn, "category": question["category"]},
-        }))
+        items.append(
+            Item.model_validate(
+                {
+                    "id": f"mtbench-{question_id}-t{turn}",
+                    "dialogue": dialogue,
+                    "candidates": candidates,
+                    "meta": {
+                        "source": "mt_bench",
+                        "question_id": question_id,
+                        "turn": turn,
+                        "category": question["category"],
+                    },
+                }
+            )
+        )
     return items
 
 
@@ -63,12 +72,27 @@ def import_mtbench(session: Session, folder: Path, turn: int, project_id: str = 
     item_ids = {item.id for item in items}
     verdicts = load_mtbench_gpt4_pair_judgments(folder / "gpt4_pair.jsonl", judge=EXTERNAL_JUDGE)
     verdicts = verdicts[verdicts["item_id"].isin(item_ids)]
-    request = RunCreate(name=f"MT-Bench turn {turn}: GPT-4 pairwise verdicts + human votes", items=items,
-                        rubrics=["mtbench-pair-v2"], judges=["openai:gpt-4"], mode=["pairwise"],
-                        meta={"imported": "mt_bench_human_judgments", "turn": turn})
+    request = RunCreate(
+        name=f"MT-Bench turn {turn}: GPT-4 pairwise verdicts + human votes",
+        items=items,
+        rubrics=["mtbench-pair-v2"],
+        judges=["openai:gpt-4"],
+        mode=["pairwise"],
+        meta={"imported": "mt_bench_human_judgments", "turn": turn},
+    )
     planned = [
-        PlannedJudgment(str(r.item_id), "pairwise", str(r.system_a), str(r.system_b), str(r.order),
-                        "mtbench-pair-v2", "external", "overall", EXTERNAL_JUDGE, 0)
+        PlannedJudgment(
+            str(r.item_id),
+            "pairwise",
+            str(r.system_a),
+            str(r.system_b),
+            str(r.order),
+            "mtbench-pair-v2",
+            "external",
+            "overall",
+            EXTERNAL_JUDGE,
+            0,
+        )
         for r in verdicts.itertuples()
     ]
     run = repository.create_run(session, request, [], project_id)
@@ -81,24 +105,54 @@ def import_mtbench(session: Session, folder: Path, turn: int, project_id: str = 
     for plan, verdict in zip(planned, verdicts.itertuples(), strict=True):
         candidates = texts[plan.item_id]
         preference = None if math.isnan(verdict.preference) else float(verdict.preference)
-        rows.append({
-            "dedup_key": plan.dedup_key(run.id), "run_id": run.id, "item_pk": item_pks[plan.item_id],
-            "item_key": plan.item_id, "mode": "pairwise", "system_a": plan.system_a, "system_b": plan.system_b,
-            "order": plan.order, "rubric_id": plan.rubric_id, "rubric_version": "external", "aspect": "overall",
-            "judge": EXTERNAL_JUDGE, "judge_params": {"imported": True}, "sample_index": 0, "status": "done",
-            "verdict": _first_shown_label(preference, plan.order),
-            "preference": preference, "outcome": verdict.outcome,
-            "len_a": len(candidates.get(plan.system_a, "")), "len_b": len(candidates.get(plan.system_b or "", "")),
-            "injection_flags": [], "created_at": now, "updated_at": now, "input_tokens": 0, "output_tokens": 0,
-            "cost_usd": 0.0, "attempts": 0, "provider_calls": 0, "cached": False,
-        })
+        rows.append(
+            {
+                "dedup_key": plan.dedup_key(run.id),
+                "run_id": run.id,
+                "item_pk": item_pks[plan.item_id],
+                "item_key": plan.item_id,
+                "mode": "pairwise",
+                "system_a": plan.system_a,
+                "system_b": plan.system_b,
+                "order": plan.order,
+                "rubric_id": plan.rubric_id,
+                "rubric_version": "external",
+                "aspect": "overall",
+                "judge": EXTERNAL_JUDGE,
+                "judge_params": {"imported": True},
+                "sample_index": 0,
+                "status": "done",
+                "verdict": _first_shown_label(preference, plan.order),
+                "preference": preference,
+                "outcome": verdict.outcome,
+                "len_a": len(candidates.get(plan.system_a, "")),
+                "len_b": len(candidates.get(plan.system_b or "", "")),
+                "injection_flags": [],
+                "created_at": now,
+                "updated_at": now,
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cost_usd": 0.0,
+                "attempts": 0,
+                "provider_calls": 0,
+                "cached": False,
+            }
+        )
     for start in range(0, len(rows), 5000):
         session.execute(insert(Judgment), rows[start : start + 5000])
     votes = load_mtbench_human(folder / "human.jsonl")
     votes = votes[votes["item_id"].isin(item_ids)]
     ratings = [
-        HumanRatingIn(item_id=v.item_id, system=v.system, system_b=v.system_b, aspect="overall", rater=v.rater,
-                      kind="preference", value=float(v.value), meta={"turn": int(v.turn)})
+        HumanRatingIn(
+            item_id=v.item_id,
+            system=v.system,
+            system_b=v.system_b,
+            aspect="overall",
+            rater=v.rater,
+            kind="preference",
+            value=float(v.value),
+            meta={"turn": int(v.turn)},
+        )
         for v in votes.itertuples()
     ]
     repository.upsert_ratings(session, run.id, ratings)

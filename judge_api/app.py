@@ -56,18 +56,28 @@ def field_error(loc: list[str | int], message: str, status_code: int = 422) -> H
     return HTTPException(status_code, detail=[{"loc": ["body", *loc], "msg": message, "type": "value_error"}])
 
 
-HUMAN_PREFIX = Query(None, max_length=100, description="only human raters whose id starts with this (MT-Bench: "
-                                                        "'expert_')")
+HUMAN_PREFIX = Query(
+    None, max_length=100, description="only human raters whose id starts with this (MT-Bench: 'expert_')"
+)
 MAX_OFFSET = 1_000_000_000  # beyond any real table; larger values overflow SQLite's integers
 MAX_SEED = 2**32 - 1
 
 
-async def _send_json(send: Send, status_code: int, body: dict[str, Any],
-                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _send_json(
+    send: Send, status_code: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status_code,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode()), *(headers or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status_code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -90,8 +100,14 @@ class BodySizeLimit:
                     await _send_json(send, 400, {"detail": "the Content-Length header is not a number"})
                     return
                 if int(value) > limit:
-                    await _send_json(send, 413, {"detail": f"request body of {int(value)} bytes exceeds the "
-                                                           f"limit of {limit} bytes (DJ_MAX_BODY_BYTES)"})
+                    await _send_json(
+                        send,
+                        413,
+                        {
+                            "detail": f"request body of {int(value)} bytes exceeds the "
+                            f"limit of {limit} bytes (DJ_MAX_BODY_BYTES)"
+                        },
+                    )
                     return
         received = 0
 
@@ -127,8 +143,11 @@ class InputGuard:
                             problem = ["query", name.replace("\x00", "\\u0000")]
                             break
             if problem is not None:
-                error = {"loc": problem, "msg": "contains a NUL character (\\u0000), which is not allowed",
-                         "type": "value_error"}
+                error = {
+                    "loc": problem,
+                    "msg": "contains a NUL character (\\u0000), which is not allowed",
+                    "type": "value_error",
+                }
                 await _send_json(send, 422, {"detail": [error]})
                 return
         await self.app(scope, receive, send)
@@ -301,11 +320,13 @@ def scrub_judgment(judgment: JudgmentOut) -> JudgmentOut:
     """No provider key leaves through a judgment, whatever a judge echoed (workers already scrub on write)."""
     if not known_secrets():
         return judgment
-    return judgment.model_copy(update={
-        "error": scrub(judgment.error),
-        "raw_output": scrub(judgment.raw_output),
-        "explanation": scrub(judgment.explanation),
-    })
+    return judgment.model_copy(
+        update={
+            "error": scrub(judgment.error),
+            "raw_output": scrub(judgment.raw_output),
+            "explanation": scrub(judgment.explanation),
+        }
+    )
 
 
 def _start_sweeper(settings: Settings) -> Any:
@@ -353,8 +374,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
-            {"loc": list(e.get("loc", [])), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()
+            {"loc": list(e.get("loc", [])), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()
         ]
         return JSONResponse({"detail": errors}, status_code=422)
 
@@ -363,19 +383,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(sa_exc.TimeoutError)
     async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
         # the connection dropped or the server is away: nothing was committed; the client may simply retry
-        log.warning("database unavailable during %s %s: %s", request.method, request.url.path,
-                    type(exc).__name__)
+        log.warning("database unavailable during %s %s: %s", request.method, request.url.path, type(exc).__name__)
         return JSONResponse(
             {"detail": "the database is unavailable right now; nothing was stored, retry shortly"},
-            status_code=503, headers={"Retry-After": "2"},
+            status_code=503,
+            headers={"Retry-After": "2"},
         )
 
     # -- health ---------------------------------------------------------------------------------------------
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
-        return {"status": "ok", "version": __version__,
-                "auth": "on" if settings.auth_enabled else "off (DJ_AUTH=false): loopback clients only"}
+        return {
+            "status": "ok",
+            "version": __version__,
+            "auth": "on" if settings.auth_enabled else "off (DJ_AUTH=false): loopback clients only",
+        }
 
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
@@ -406,8 +429,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def list_rubrics(_: Principal = Depends(require("read"))) -> list[RubricOut]:
         return [
             RubricOut(
-                id=r.id, version=r.version, kind=r.kind, description=r.description, origin=r.origin,
-                aspects=r.aspect_names, scale=r.scale, parser=r.parser,
+                id=r.id,
+                version=r.version,
+                kind=r.kind,
+                description=r.description,
+                origin=r.origin,
+                aspects=r.aspect_names,
+                scale=r.scale,
+                parser=r.parser,
                 structured_output=r.structured_output is not None,
             )
             for r in get_registry().all()
@@ -415,8 +444,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # -- runs -----------------------------------------------------------------------------------------------
 
-    def _create(request: RunCreate, principal: Principal, background: BackgroundTasks,
-                session: Session) -> RunCreated:
+    def _create(request: RunCreate, principal: Principal, background: BackgroundTasks, session: Session) -> RunCreated:
         who = principal.key_id or "anonymous"
         reservation = submit_limit.reserve(who, settings.runs_per_minute)
         try:
@@ -425,32 +453,43 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             submit_limit.release(who, reservation)  # a rejected or failed submission does not count
             raise
 
-    def _create_reserved(request: RunCreate, principal: Principal, background: BackgroundTasks,
-                         session: Session) -> RunCreated:
+    def _create_reserved(
+        request: RunCreate, principal: Principal, background: BackgroundTasks, session: Session
+    ) -> RunCreated:
         if len(request.items) > settings.max_items_per_run:
-            raise field_error(["items"], f"{len(request.items)} items exceed the limit of "
-                                         f"{settings.max_items_per_run} per run (DJ_MAX_ITEMS)")
+            raise field_error(
+                ["items"],
+                f"{len(request.items)} items exceed the limit of {settings.max_items_per_run} per run (DJ_MAX_ITEMS)",
+            )
         for index, item in enumerate(request.items):
             if len(item.dialogue) > settings.max_turns_per_item:
-                raise field_error(["items", index, "dialogue"],
-                                  f"{len(item.dialogue)} turns exceed the limit of {settings.max_turns_per_item}")
+                raise field_error(
+                    ["items", index, "dialogue"],
+                    f"{len(item.dialogue)} turns exceed the limit of {settings.max_turns_per_item}",
+                )
             for turn_index, turn in enumerate(item.dialogue):
                 if len(turn.text) > settings.max_chars_per_turn:
-                    raise field_error(["items", index, "dialogue", turn_index, "text"],
-                                      f"turn of {len(turn.text)} characters exceeds the limit of "
-                                      f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)")
+                    raise field_error(
+                        ["items", index, "dialogue", turn_index, "text"],
+                        f"turn of {len(turn.text)} characters exceeds the limit of "
+                        f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
+                    )
             for system, response in item.candidates.items():
                 if len(response) > settings.max_chars_per_turn:
-                    raise field_error(["items", index, "candidates", system],
-                                      f"response of {len(response)} characters exceeds the limit of "
-                                      f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)")
+                    raise field_error(
+                        ["items", index, "candidates", system],
+                        f"response of {len(response)} characters exceeds the limit of "
+                        f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
+                    )
             if item.persona is not None:
                 for side in ("user", "bot"):
                     for line_index, line in enumerate(getattr(item.persona, side)):
                         if len(line) > settings.max_chars_per_turn:
-                            raise field_error(["items", index, "persona", side, line_index],
-                                              f"persona line of {len(line)} characters exceeds the limit of "
-                                              f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)")
+                            raise field_error(
+                                ["items", index, "persona", side, line_index],
+                                f"persona line of {len(line)} characters exceeds the limit of "
+                                f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
+                            )
         check_storable(request)
         try:
             planned = plan_run(request, get_registry(), settings.max_judgments_per_run)
@@ -467,8 +506,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             session.rollback()
             raise
         background.add_task(_enqueue_run, settings, run.id)
-        return RunCreated(id=run.id, status="queued", n_items=run.n_items, n_judgments=run.n_judgments,
-                          url=f"/v1/runs/{run.id}")
+        return RunCreated(
+            id=run.id, status="queued", n_items=run.n_items, n_judgments=run.n_judgments, url=f"/v1/runs/{run.id}"
+        )
 
     @app.post("/v1/runs", status_code=202, response_model=RunCreated, tags=["runs"])
     def create_run(
@@ -504,13 +544,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 raise field_error(["items", f"line {number}"], f"not valid JSON: {exc.msg}") from None
         try:
             run_request = RunCreate(
-                name=name, items=items, rubrics=rubric, judges=judge, mode=mode,
-                pairing="baseline" if baseline else "all", baseline=baseline, orders=orders,
+                name=name,
+                items=items,
+                rubrics=rubric,
+                judges=judge,
+                mode=mode,
+                pairing="baseline" if baseline else "all",
+                baseline=baseline,
+                orders=orders,
             )
         except ValidationError as exc:
-            raise HTTPException(422, detail=[
-                {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
-            ]) from None
+            raise HTTPException(
+                422, detail=[{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+            ) from None
         return _create(run_request, principal, background, session)
 
     def _run_or_404(session: Session, run_id: str, principal: Principal) -> Any:
@@ -532,16 +578,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Page[RunSummary](total=total, offset=offset, limit=limit, items=summaries)
 
     @app.get("/v1/runs/{run_id}", response_model=RunSummary, tags=["runs"])
-    def get_run(run_id: str, principal: Principal = Depends(require("read")),
-                session: Session = Depends(get_session)) -> RunSummary:
+    def get_run(
+        run_id: str, principal: Principal = Depends(require("read")), session: Session = Depends(get_session)
+    ) -> RunSummary:
         run = _run_or_404(session, run_id, principal)
         summary = repository.summarize_runs(session, [run])[0]
         session.commit()
         return summary
 
     @app.post("/v1/runs/{run_id}/retry", tags=["runs"])
-    def retry_run(run_id: str, background: BackgroundTasks, principal: Principal = Depends(require("submit")),
-                  session: Session = Depends(get_session)) -> dict[str, Any]:
+    def retry_run(
+        run_id: str,
+        background: BackgroundTasks,
+        principal: Principal = Depends(require("submit")),
+        session: Session = Depends(get_session),
+    ) -> dict[str, Any]:
         _run_or_404(session, run_id, principal)
         count = repository.retry_failed(session, run_id)
         mark_run_enqueued(session, run_id)
@@ -569,17 +620,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         _run_or_404(session, run_id, principal)
         for name, bound in (("score_min", score_min), ("score_max", score_max)):
             if bound is not None and not math.isfinite(bound):
-                raise HTTPException(422, detail=[{"loc": ["query", name], "msg": "must be a finite number",
-                                                  "type": "value_error"}])
-        filters = {"status": status_, "system": system, "aspect": aspect, "item_id": item_id,
-                   "rubric_id": rubric_id, "judge": judge, "mode": mode}
+                raise HTTPException(
+                    422, detail=[{"loc": ["query", name], "msg": "must be a finite number", "type": "value_error"}]
+                )
+        filters = {
+            "status": status_,
+            "system": system,
+            "aspect": aspect,
+            "item_id": item_id,
+            "rubric_id": rubric_id,
+            "judge": judge,
+            "mode": mode,
+        }
         total, rows = repository.list_judgments(session, run_id, offset, limit, filters, score_min, score_max)
         items = [scrub_judgment(j) for j in rows]
         return Page[JudgmentOut](total=total, offset=offset, limit=limit, items=items)
 
     @app.get("/v1/runs/{run_id}/judgments.csv", tags=["runs"])
-    def judgments_csv(run_id: str, principal: Principal = Depends(require("read")),
-                      session: Session = Depends(get_session)) -> StreamingResponse:
+    def judgments_csv(
+        run_id: str, principal: Principal = Depends(require("read")), session: Session = Depends(get_session)
+    ) -> StreamingResponse:
         _run_or_404(session, run_id, principal)
         frame = repository.judgments_frame(session, run_id)
 
@@ -588,51 +648,75 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             frame.to_csv(buffer, index=False, quoting=csv.QUOTE_MINIMAL)
             yield buffer.getvalue()
 
-        return StreamingResponse(rows(), media_type="text/csv",
-                                 headers={"Content-Disposition": f'attachment; filename="{run_id}-judgments.csv"'})
+        return StreamingResponse(
+            rows(),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{run_id}-judgments.csv"'},
+        )
 
     @app.get("/v1/runs/{run_id}/items", tags=["runs"])
-    def list_items(run_id: str, item_id: list[str] | None = Query(None),
-                   offset: int = Query(0, ge=0, le=MAX_OFFSET), limit: int = Query(100, ge=1, le=1000),
-                   principal: Principal = Depends(require("read")),
-                   session: Session = Depends(get_session)) -> dict[str, Any]:
+    def list_items(
+        run_id: str,
+        item_id: list[str] | None = Query(None),
+        offset: int = Query(0, ge=0, le=MAX_OFFSET),
+        limit: int = Query(100, ge=1, le=1000),
+        principal: Principal = Depends(require("read")),
+        session: Session = Depends(get_session),
+    ) -> dict[str, Any]:
         run = _run_or_404(session, run_id, principal)
         items = repository.get_items(session, run_id, item_id)
-        return {"total": len(items) if item_id else run.n_items, "offset": offset, "limit": limit,
-                "items": items[offset : offset + limit]}
+        return {
+            "total": len(items) if item_id else run.n_items,
+            "offset": offset,
+            "limit": limit,
+            "items": items[offset : offset + limit],
+        }
 
     @app.get("/v1/runs/{run_id}/report", tags=["reports"])
-    def report(run_id: str, n_boot: int = Query(1000, ge=0, le=20000),
-               seed: int = Query(0, ge=0, le=MAX_SEED), human_prefix: str | None = HUMAN_PREFIX,
-               principal: Principal = Depends(require("read")),
-               session: Session = Depends(get_session)) -> dict[str, Any]:
+    def report(
+        run_id: str,
+        n_boot: int = Query(1000, ge=0, le=20000),
+        seed: int = Query(0, ge=0, le=MAX_SEED),
+        human_prefix: str | None = HUMAN_PREFIX,
+        principal: Principal = Depends(require("read")),
+        session: Session = Depends(get_session),
+    ) -> dict[str, Any]:
         run = _run_or_404(session, run_id, principal)
         from judge_api.stats.report import build_report
 
         judgments = repository.judgments_frame(session, run_id)
         ratings = repository.ratings_frame(session, run_id)
-        result = build_report(judgments, ratings if len(ratings) else None, n_boot=n_boot, seed=seed,
-                              human_prefix=human_prefix)
+        result = build_report(
+            judgments, ratings if len(ratings) else None, n_boot=n_boot, seed=seed, human_prefix=human_prefix
+        )
         summary = repository.summarize_runs(session, [run])[0]
         return {"run": json.loads(summary.model_dump_json()), **result}
 
     @app.get("/v1/runs/{run_id}/agreement", tags=["reports"])
-    def agreement(run_id: str, human_prefix: str | None = HUMAN_PREFIX,
-                  principal: Principal = Depends(require("read")),
-                  session: Session = Depends(get_session)) -> dict[str, Any]:
+    def agreement(
+        run_id: str,
+        human_prefix: str | None = HUMAN_PREFIX,
+        principal: Principal = Depends(require("read")),
+        session: Session = Depends(get_session),
+    ) -> dict[str, Any]:
         _run_or_404(session, run_id, principal)
         from judge_api.stats.report import build_report
 
         ratings = repository.ratings_frame(session, run_id)
         if not len(ratings):
             raise HTTPException(409, "this run has no human ratings yet: POST /v1/runs/{id}/human-ratings first")
-        result = build_report(repository.judgments_frame(session, run_id), ratings, n_boot=200,
-                              human_prefix=human_prefix)
+        result = build_report(
+            repository.judgments_frame(session, run_id), ratings, n_boot=200, human_prefix=human_prefix
+        )
         return {"run_id": run_id, "n_ratings": len(ratings), "agreement": result.get("agreement")}
 
     @app.post("/v1/runs/{run_id}/human-ratings", status_code=201, tags=["reports"])
-    def add_ratings(run_id: str, body: HumanRatingsIn, principal: Principal = Depends(require("submit")),
-                    session: Session = Depends(get_session)) -> dict[str, Any]:
+    def add_ratings(
+        run_id: str,
+        body: HumanRatingsIn,
+        principal: Principal = Depends(require("submit")),
+        session: Session = Depends(get_session),
+    ) -> dict[str, Any]:
         _run_or_404(session, run_id, principal)
         known = repository.run_item_keys(session, run_id)
         for index, rating in enumerate(body.ratings):
@@ -644,13 +728,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             session.commit()
         except sa_exc.IntegrityError:
             session.rollback()  # a concurrent request stored the same ratings first: nothing of ours was kept
-            raise HTTPException(409, "these ratings were written concurrently by another request; "
-                                     "nothing was stored, send them again") from None
+            raise HTTPException(
+                409, "these ratings were written concurrently by another request; nothing was stored, send them again"
+            ) from None
         return {"run_id": run_id, "created": created, "updated": updated}
 
     @app.get("/v1/runs/{run_id}/human-ratings", tags=["reports"])
-    def get_ratings(run_id: str, principal: Principal = Depends(require("read")),
-                    session: Session = Depends(get_session)) -> dict[str, Any]:
+    def get_ratings(
+        run_id: str, principal: Principal = Depends(require("read")), session: Session = Depends(get_session)
+    ) -> dict[str, Any]:
         _run_or_404(session, run_id, principal)
         frame = repository.ratings_frame(session, run_id)
         records = json.loads(frame.to_json(orient="records"))
@@ -668,9 +754,7 @@ def mark_run_enqueued(session: Session, run_id: str) -> None:
     DJ_REQUEUE_AFTER; if publishing fails, :func:`_enqueue_run` clears the stamp so they send it at their next round.
     """
     session.execute(
-        update(Judgment)
-        .where(Judgment.run_id == run_id, Judgment.status == "pending")
-        .values(enqueued_at=utcnow())
+        update(Judgment).where(Judgment.run_id == run_id, Judgment.status == "pending").values(enqueued_at=utcnow())
     )
 
 
@@ -683,8 +767,9 @@ def _enqueue_run(settings: Settings, run_id: str) -> None:
     except Exception as exc:  # Redis down: the judgments stay pending and the sweeper sends them later
         log.warning("could not enqueue run %s now (%s); the sweeper will retry", run_id, exc)
         with suppress(Exception), session_scope() as session:
-            session.execute(update(Judgment).where(Judgment.run_id == run_id, Judgment.status == "pending")
-                            .values(enqueued_at=None))
+            session.execute(
+                update(Judgment).where(Judgment.run_id == run_id, Judgment.status == "pending").values(enqueued_at=None)
+            )
 
 
 app = create_app()

@@ -63,8 +63,10 @@ def list_keys(session: Session) -> list[ApiKey]:
 
 # Starlette's TestClient (and ASGI tools such as schemathesis) report this pseudo host; a TCP peer never can.
 _IN_PROCESS_HOSTS = frozenset({"testclient", "localhost"})
-AUTH_OFF_NOTICE = ("auth is off (DJ_AUTH=false): serving loopback clients only, every request acts as "
-                   "project 'default' with every scope")
+AUTH_OFF_NOTICE = (
+    "auth is off (DJ_AUTH=false): serving loopback clients only, every request acts as "
+    "project 'default' with every scope"
+)
 
 
 def is_loopback(host: str | None) -> bool:

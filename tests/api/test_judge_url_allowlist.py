@@ -26,7 +26,7 @@ from workers.clients import JudgeCallError, OpenAIJudgeClient
     ],
 )
 def test_allowlist_rule(allowlist: str, auth: bool, url: str, allowed: bool) -> None:
-    settings = Settings(DJ_JUDGE_URL_ALLOWLIST=allowlist, DJ_AUTH=auth)  # type: ignore[call-arg]
+    settings = Settings(DJ_JUDGE_URL_ALLOWLIST=allowlist, DJ_AUTH=auth)
     assert settings.judge_url_allowed(url) is allowed
 
 
@@ -46,7 +46,7 @@ def test_planning_rejects_and_client_refuses_an_unlisted_url(monkeypatch: pytest
         with pytest.raises(PlanError) as error:
             plan_run(request, get_registry(), 1000)
         assert error.value.field == "judges[0]" and "DJ_JUDGE_URL_ALLOWLIST" in error.value.message
-        settings = Settings(DJ_JUDGE_URL_ALLOWLIST="http://vllm.internal:8000/v1")  # type: ignore[call-arg]
+        settings = Settings(DJ_JUDGE_URL_ALLOWLIST="http://vllm.internal:8000/v1")
         with pytest.raises(JudgeCallError) as refused:
             OpenAIJudgeClient(parse_judge("openai-compatible:m@http://attacker.example/v1"), settings)
         assert not refused.value.retryable

@@ -4,6 +4,7 @@ per minute (429 + Retry-After; shared through Redis between API processes). A re
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -170,7 +171,7 @@ def test_a_submitted_run_is_enqueued_once(
     real_enqueue = queue.enqueue
     swept: list[int] = []
 
-    def enqueue_with_a_sweep_midway(settings, ids):  # type: ignore[no-untyped-def]
+    def enqueue_with_a_sweep_midway(settings: Any, ids: list[int]) -> int:
         sent = real_enqueue(settings, ids[:5])
         monkeypatch.setattr(queue, "enqueue", real_enqueue)  # the sweeper publishes for real
         swept.append(requeue_stale(get_settings()))  # a worker's sweeper runs right now

@@ -96,7 +96,12 @@ def test_status_errors_that_echo_the_key_are_scrubbed(monkeypatch: pytest.Monkey
     request = httpx.Request("POST", "http://x/v1/chat/completions")
     response = httpx.Response(401, request=request, json={"error": {"message": f"Incorrect API key {PLANTED}"}})
     error = _status_error(
-        openai.AuthenticationError(f"Incorrect API key {PLANTED}", response=response, body=None), "openai"
+        openai.AuthenticationError(
+            f"Incorrect API key {PLANTED}",
+            response=response,  # type: ignore[arg-type]  # the SDK is typed against httpx2
+            body=None,
+        ),
+        "openai",
     )
     assert PLANTED not in str(error) and "***" in str(error) and not error.retryable
 
@@ -149,7 +154,7 @@ class _EchoHandler(BaseHTTPRequestHandler):
 
 def _dump_database(database_url: str) -> str:
     engine = create_engine(database_url)
-    parts = []
+    parts: list[str] = []
     with engine.connect() as connection:
         for table in ("runs", "items", "judgments", "judge_cache", "human_ratings", "api_keys", "projects"):
             parts.extend(str(tuple(row)) for row in connection.execute(text(f"SELECT * FROM {table}")))

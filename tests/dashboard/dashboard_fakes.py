@@ -71,7 +71,7 @@ def make_judgments(run_id: str, shift: float = 0.0) -> list[dict[str, Any]]:
     for i in range(6):
         for aspect in ASPECTS:
             for system, q in QUALITY.items():
-                score = q[i] + (shift if system == "memgpt" else 0)
+                score: float | None = q[i] + (shift if system == "memgpt" else 0)
                 status = "done"
                 if (i, aspect, system) == (5, "coherence", "vanilla"):
                     status, score = "unparseable", None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,7 +26,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "msc-demo.jsonl"
 
 
 @pytest.fixture(scope="module")
-def local_judge_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def local_judge_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         command = server_command("127.0.0.1", port := free_port(), n_ctx=2048)
     except LocalModelMissing as exc:

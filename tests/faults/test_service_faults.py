@@ -178,7 +178,9 @@ def test_api_sigkill_mid_submit(
         verdict = verify_exactly_once(service, db_url, run_id, 40, expected_scores=scores_for(items, {"a": 5}))
         assert verdict.by_status == {"done": 40}
     with create_engine(db_url).connect() as connection:
-        statuses = dict(connection.execute(text("SELECT status, COUNT(*) FROM judgments GROUP BY status")).all())
+        statuses: dict[str, int] = dict(
+            connection.execute(text("SELECT status, COUNT(*) FROM judgments GROUP BY status")).all()
+        )
         duplicates = connection.execute(
             text(
                 "SELECT COUNT(*) FROM (SELECT run_id, item_key, system_a, aspect FROM judgments "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ SHIPPED = [
 
 
 @pytest.fixture
-def rubric_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def rubric_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("DJ_RUBRICS_PATH", str(tmp_path))
     reset_settings_cache()
     yield tmp_path

@@ -260,9 +260,7 @@ def _judge_single(script: Script, rule: Rule, request: JudgeRequest, sample_inde
     explanation = _single_explanation(score, rule)
     shown = format_number(score)
     obj = {"explanation": explanation, "score": int(score) if float(score).is_integer() else score}
-    text = render(
-        rule.reply or DEFAULT_SINGLE_REPLY, _values(shown, "", explanation, rule, request.model, obj)
-    )
+    text = render(rule.reply or DEFAULT_SINGLE_REPLY, _values(shown, "", explanation, rule, request.model, obj))
     return Judgement(rule.name, "single", score, "", "", explanation, text)
 
 
@@ -318,9 +316,7 @@ def _judge_pairwise(script: Script, rule: Rule, request: JudgeRequest, sample_in
     q1 = quality(pair[0], script.seed, lo, hi) + _jitter(script, request, sample_index, "1")
     q2 = quality(pair[1], script.seed, lo, hi) + _jitter(script, request, sample_index, "2")
     coin = unit_hash(script.seed, "tie-break", prompt, sample_index)
-    preference = (
-        int(rule.score) if rule.score is not None else pairwise_preference(q1, q2, rule, slight, tie, coin)
-    )
+    preference = int(rule.score) if rule.score is not None else pairwise_preference(q1, q2, rule, slight, tie, coin)
     bias = rule.position_bias if rule.position_bias is not None else script.position_bias
     if bias > 0 and unit_hash(script.seed, "position-bias", prompt, sample_index) < bias:
         preference = 2  # the biased judge prefers whatever was shown first

@@ -134,9 +134,7 @@ class SimulatorProcess:
             if self._proc is not None and self._proc.poll() is not None:
                 raise SimulatorError(f"simulator exited with {self._proc.returncode}: {self._stderr_tail()}")
             if time.monotonic() > deadline:
-                raise SimulatorError(
-                    f"simulator not ready after {self.startup_timeout}s: {self._stderr_tail()}"
-                )
+                raise SimulatorError(f"simulator not ready after {self.startup_timeout}s: {self._stderr_tail()}")
             time.sleep(0.05)
 
     def _stderr_tail(self, limit: int = 2000) -> str:
@@ -212,9 +210,7 @@ class SimulatorProcess:
 
     def requests(self, limit: int = 100) -> list[dict[str, Any]]:
         """``GET /_sim/requests``: the last ``limit`` calls with their request bodies."""
-        result: list[dict[str, Any]] = self._control("GET", "/_sim/requests", params={"limit": limit})[
-            "requests"
-        ]
+        result: list[dict[str, Any]] = self._control("GET", "/_sim/requests", params={"limit": limit})["requests"]
         return result
 
     def reset(self, *, restore_script: bool = False) -> None:

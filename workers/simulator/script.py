@@ -124,17 +124,13 @@ class Fault(_Strict):
     model: str | None = None
     match: str | None = None
     endpoint: Provider | None = None
-    status: int = Field(
-        default=500, ge=400, le=599, description="server_error: HTTP status (500, 502, 503, 529 ...)"
-    )
+    status: int = Field(default=500, ge=400, le=599, description="server_error: HTTP status (500, 502, 503, 529 ...)")
     retry_after: float | None = Field(
         default=1.0, ge=0, description="rate_limit: seconds for Retry-After (None omits the header)"
     )
     hang_seconds: float = Field(default=30.0, ge=0, description="hang: delay before answering normally")
     text: str = Field(default="I cannot decide.", description="malformed: the reply content")
-    keep_fraction: float = Field(
-        default=0.5, ge=0.0, lt=1.0, description="truncated: share of the reply kept"
-    )
+    keep_fraction: float = Field(default=0.5, ge=0.0, lt=1.0, description="truncated: share of the reply kept")
 
     @field_validator("model", "match")
     @classmethod
@@ -265,9 +261,7 @@ class Script(_Strict):
     latency: Latency = Field(default_factory=Latency)
     faults: list[Fault] = Field(default_factory=list)
     rate_limit_rpm: int | None = Field(default=None, ge=1, description="max requests per model per window")
-    rate_limit_window_seconds: float = Field(
-        default=60.0, gt=0, description="sliding window of rate_limit_rpm"
-    )
+    rate_limit_window_seconds: float = Field(default=60.0, gt=0, description="sliding window of rate_limit_rpm")
     models: list[str] = Field(
         default_factory=lambda: ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "claude-sonnet-4-5", "sim-judge"],
         description="ids listed by GET /v1/models (any model name is accepted by the endpoints)",

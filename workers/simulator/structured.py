@@ -136,9 +136,7 @@ def _placeholder(schema: dict[str, Any], root: dict[str, Any], judgement: Judgem
     return {"string": "", "integer": 0, "number": 0, "boolean": False, "null": None}.get(typ or "string", "")
 
 
-def _value_for(
-    name: str, schema: dict[str, Any], root: dict[str, Any], judgement: Judgement, depth: int
-) -> Any:
+def _value_for(name: str, schema: dict[str, Any], root: dict[str, Any], judgement: Judgement, depth: int) -> Any:
     schema = _first_branch(_resolve(schema, root), root)
     key = name.lower()
     typ = _schema_type(schema)

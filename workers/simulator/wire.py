@@ -335,9 +335,7 @@ _ANTHROPIC_ERRORS: dict[int, tuple[str, str]] = {
 }
 
 
-def error_body(
-    provider: Provider, status: int, message: str | None = None, param: str | None = None
-) -> dict[str, Any]:
+def error_body(provider: Provider, status: int, message: str | None = None, param: str | None = None) -> dict[str, Any]:
     """The provider's error JSON for ``status`` (OpenAI ``{"error": {message, type, param, code}}``,
     Anthropic ``{"type": "error", "error": {type, message}}``)."""
     if provider == "anthropic":
@@ -359,10 +357,7 @@ def error_body(
 def models_body(models: list[str], anthropic_style: bool) -> dict[str, Any]:
     """``GET /v1/models`` in the OpenAI (``object: list``) or Anthropic (``has_more``) shape."""
     if anthropic_style:
-        data = [
-            {"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"}
-            for m in models
-        ]
+        data = [{"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"} for m in models]
         return {
             "data": data,
             "has_more": False,
@@ -371,7 +366,5 @@ def models_body(models: list[str], anthropic_style: bool) -> dict[str, Any]:
         }
     return {
         "object": "list",
-        "data": [
-            {"id": m, "object": "model", "created": 1735689600, "owned_by": "judge-simulator"} for m in models
-        ],
+        "data": [{"id": m, "object": "model", "created": 1735689600, "owned_by": "judge-simulator"} for m in models],
     }
