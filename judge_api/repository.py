@@ -13,11 +13,13 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pandas as pd
-from sqlalchemy import Table, and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import Engine, Table, and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api.models import (
     TERMINAL_STATUSES,
+    CacheEntry,
     HumanRating,
     Judgment,
     Project,
@@ -184,6 +186,79 @@ def claim_judgment(session: Session, judgment_id: int, lease_s: float) -> str | 
     )
     session.commit()
     return token if result.rowcount == 1 else None  # type: ignore[attr-defined]
+
+
+def claim_many(engine: Engine, judgment_ids: Sequence[int], lease_s: float) -> tuple[str, set[int]]:
+    """Take every judgment of ``judgment_ids`` that is pending (or whose claim has lapsed) in one statement.
+
+    Returns the claim token (one per call) and the ids taken; the others are finished or held by a live worker."""
+    token = uuid.uuid4().hex
+    if not judgment_ids:
+        return token, set()
+    now = utcnow()
+    table = _judgments()
+    statement = (
+        update(table)
+        .where(
+            table.c.id.in_(list(judgment_ids)),
+            or_(
+                table.c.status == "pending",
+                and_(table.c.status == "running", table.c.claimed_at < now - timedelta(seconds=lease_s)),
+            ),
+        )
+        .values(status="running", claim_token=token, claimed_at=now, updated_at=now)
+        .returning(table.c.id)
+    )
+    with engine.begin() as connection:
+        return token, {int(row[0]) for row in connection.execute(statement)}
+
+
+def write_verdict(
+    engine: Engine, judgment_id: int, token: str, values: dict[str, Any], cache_rows: Sequence[dict[str, Any]] = ()
+) -> bool:
+    """Store a claimed judgment's verdict and the cache entries of the replies it paid for, in one transaction.
+
+    The verdict is a compare-and-set on the claim token (False: the claim was lost, nothing written for the row);
+    the cache entries are written either way (content-addressed: an existing entry is kept)."""
+    table = _judgments()
+    statement = (
+        update(table)
+        .where(table.c.id == judgment_id, table.c.claim_token == token, table.c.status == "running")
+        .values(**values, updated_at=utcnow(), claim_token=None)
+    )
+    with engine.begin() as connection:
+        if cache_rows:
+            connection.execute(_insert_cache_rows(engine), list(cache_rows))
+        return int(connection.execute(statement).rowcount) == 1
+
+
+def cache_entries(engine: Engine, keys: Sequence[str]) -> dict[str, Any]:
+    """The judge-cache rows of ``keys`` that exist, by key (rows with the CacheEntry column names)."""
+    if not keys:
+        return {}
+    table = cast(Table, CacheEntry.__table__)
+    with engine.connect() as connection:
+        return {row.key: row for row in connection.execute(select(table).where(table.c.key.in_(list(set(keys)))))}
+
+
+def store_cache_rows(engine: Engine, cache_rows: Sequence[dict[str, Any]]) -> None:
+    """Write judge-cache entries; an entry that exists already is kept (the same key is the same request)."""
+    if cache_rows:
+        with engine.begin() as connection:
+            connection.execute(_insert_cache_rows(engine), list(cache_rows))
+
+
+def _judgments() -> Table:
+    return cast(Table, Judgment.__table__)
+
+
+def _insert_cache_rows(engine: Engine) -> Any:
+    table = cast(Table, CacheEntry.__table__)
+    if engine.dialect.name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=[table.c.key])
+    if engine.dialect.name == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=[table.c.key])
+    raise NotImplementedError(f"judge cache writes on {engine.dialect.name}")
 
 
 def complete_judgment(session: Session, judgment_id: int, token: str, values: dict[str, Any]) -> bool:

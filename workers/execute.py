@@ -22,19 +22,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy import Engine, select, update
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api import repository
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
-from judge_api.models import TERMINAL_STATUSES, CacheEntry, Judgment, Run, RunItem, utcnow
+from judge_api.models import TERMINAL_STATUSES, Judgment, Run, RunItem, utcnow
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
 from workers.injection import scan_item
@@ -42,7 +42,7 @@ from workers.parsing import ParsedVerdict, parse_reply
 from workers.pricing import cost_usd
 from workers.prompting import render
 from workers.ratelimit import RateLimiter, limit_for
-from workers.singleflight import SingleFlight
+from workers.singleflight import Lease, SingleFlight
 
 log = logging.getLogger(__name__)
 
@@ -66,71 +66,122 @@ class JudgeEngine:
     rng: random.Random = field(default_factory=random.Random)
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
 
-    def judge(self, judgment_id: int, loaded: Loaded | None = None) -> str:
-        """Run one judgment; returns what happened (``done``, ``unparseable``, ``failed``, ``skipped`` ...).
+    @property
+    def db(self) -> Engine:
+        bind = self.sessions.kw["bind"]
+        assert isinstance(bind, Engine)
+        return bind
 
-        ``loaded`` is the row, item and run read before the claim (by ``judge_many``); they never change after
-        planning, so reading them before the claim is safe."""
-        with self.sessions() as session:
-            token = repository.claim_judgment(session, judgment_id, self.settings.claim_lease_s)
-        if token is None:
-            return "skipped"
+    def judge(self, judgment_id: int) -> str:
+        """Run one judgment; returns what happened (``done``, ``unparseable``, ``failed``, ``cancelled``,
+        ``skipped`` when it is finished or held by another live worker, ``lost-claim``)."""
+        return self._run_batch([judgment_id]).statuses.get(judgment_id, "skipped")
+
+    def judge_many(self, judgment_ids: list[int]) -> dict[str, int]:
+        """Judge a batch; returns how many judgments ended how (``cached``: settled from the cache in bulk)."""
+        return dict(self._run_batch(judgment_ids).counts)
+
+    # -- the batch path ----------------------------------------------------------------------------------------
+
+    def _run_batch(self, judgment_ids: list[int]) -> _BatchResult:
+        """One read for the rows, one cache query for their keys, one statement for the cache hits' verdicts, one
+        statement to claim the rest; then each claimed judgment is asked (on the call pool when there are several)
+        and its verdict written together with the cache entry it paid for."""
+        result = _BatchResult()
+        rows = self._load(judgment_ids)
+        for missing in set(judgment_ids) - {loaded.judgment.id for loaded in rows}:
+            result.record(missing, "skipped")
+        to_claim: list[Loaded] = []
+        prepared: list[Loaded] = []
+        for loaded in rows:
+            status = loaded.judgment.status
+            if status in TERMINAL_STATUSES:
+                result.record(loaded.judgment.id, "skipped")
+                continue
+            if status == "pending":
+                ready = self._prepare(loaded)
+                if isinstance(ready, Prepared):
+                    loaded.ready = ready
+                    prepared.append(loaded)
+                    continue
+                loaded.settled = ready
+            to_claim.append(loaded)  # a lapsed claim, or a judgment that cannot be asked
+        if prepared:
+            to_claim += self._settle_cache_hits(prepared, result)
+        if not to_claim:
+            return result
+        token, claimed = repository.claim_many(
+            self.db, [loaded.judgment.id for loaded in to_claim], self.settings.claim_lease_s
+        )
+        mine = [loaded for loaded in to_claim if loaded.judgment.id in claimed]
+        for loaded in to_claim:
+            if loaded.judgment.id not in claimed:
+                result.record(loaded.judgment.id, "skipped")
+        if len(mine) == 1:
+            result.record(mine[0].judgment.id, self._judge_claimed(mine[0], token))
+            return result
+        futures = [self.call_pool().submit(self._judge_claimed, loaded, token) for loaded in mine]
+        wait(futures)
+        failure: BaseException | None = None
+        for loaded, future in zip(mine, futures, strict=True):
+            error = future.exception()
+            if error is None:
+                result.record(loaded.judgment.id, future.result())
+            elif failure is None:
+                failure = error
+        if failure is not None:
+            raise failure  # the infrastructure failed (claims handed back where possible): the task retries
+        return result
+
+    def _settle_cache_hits(self, prepared: list[Loaded], result: _BatchResult) -> list[Loaded]:
+        """Write the verdicts of cached judgments in one statement; return the rest (misses, re-asks to make)."""
+        entries = repository.cache_entries(self.db, [loaded.ready.key for loaded in prepared if loaded.ready])
+        rest: list[Loaded] = []
+        writes: list[dict[str, Any]] = []
+        for loaded in prepared:
+            assert loaded.ready is not None
+            entry = entries.get(loaded.ready.key)
+            values = self._settle_from_cache(loaded, loaded.ready, entry) if entry is not None else None
+            if values is None:
+                loaded.known_miss = entry is None
+                rest.append(loaded)
+            else:
+                writes.append({"jid": loaded.judgment.id, **values})
+        if writes:
+            written = repository.complete_pending_many(self.sessions, writes)
+            result.counts["cached"] += written
+            if written < len(writes):
+                result.counts["skipped"] += len(writes) - written
+            for write in writes:  # exact for a batch of one, which is what judge() reads
+                result.statuses[write["jid"]] = write["status"] if written == len(writes) else "skipped"
+        return rest
+
+    def _judge_claimed(self, loaded: Loaded, token: str) -> str:
+        """Ask the judge for a judgment this worker has claimed and write the verdict (compare-and-set)."""
+        judgment_id = loaded.judgment.id
+        paid = _Paid()
         try:
-            values = self._evaluate(loaded or self._load([judgment_id])[0])
+            values = loaded.settled or self._evaluate(loaded, paid if loaded.known_miss else None)
         except (OperationalError, InterfaceError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             # the database or Redis went away mid-judgment: not a verdict. Hand the judgment back (if the database
             # lets us) and let the task retry (celery autoretry_for) - the sweeper re-sends it after the lease if not.
-            with contextlib.suppress(Exception), self.sessions() as session:
-                repository.release_judgment(session, judgment_id, token, {})
+            self._hand_back(judgment_id, token, paid)
             raise
         except Exception as exc:  # a bug must not leave the judgment claimed forever
             log.exception("judgment %s crashed", judgment_id)
             values = {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}"[:2000]}
-        with self.sessions() as session:
-            written = repository.complete_judgment(session, judgment_id, token, values)
-        return values["status"] if written else "lost-claim"
+        try:
+            written = repository.write_verdict(self.db, judgment_id, token, values, paid.cache_rows)
+        except BaseException:
+            self._hand_back(judgment_id, token, paid)
+            raise
+        self.flight.release(paid.leases, committed=True)
+        return str(values["status"]) if written else "lost-claim"
 
-    # -- the steps ---------------------------------------------------------------------------------------------
-
-    def judge_many(self, judgment_ids: list[int]) -> dict[str, int]:
-        """Judge a batch: cache hits are settled in bulk (one read, one cache query, one write); the rest go
-        through ``judge`` (claim, call, compare-and-set) on the engine's call pool, concurrently."""
-        outcomes: Counter[str] = Counter()
-        rows = self._load(judgment_ids)
-        slow: list[Loaded] = []
-        prepared: list[tuple[Loaded, Prepared]] = []
-        for loaded in rows:
-            if loaded.judgment.status in TERMINAL_STATUSES:
-                outcomes["skipped"] += 1
-                continue
-            ready = self._prepare(loaded) if loaded.judgment.status == "pending" else None
-            if isinstance(ready, Prepared):
-                loaded.ready = ready
-                prepared.append((loaded, ready))
-            else:
-                slow.append(loaded)
-        if prepared:
-            with self.sessions() as session:
-                keys = [p.key for _, p in prepared]
-                entries = {e.key: e for e in session.scalars(select(CacheEntry).where(CacheEntry.key.in_(keys)))}
-                session.expunge_all()
-            writes: list[dict[str, Any]] = []
-            for loaded, ready in prepared:
-                entry = entries.get(ready.key)
-                values = self._settle_from_cache(loaded, ready, entry) if entry is not None else None
-                if values is None:
-                    slow.append(loaded)
-                else:
-                    writes.append({"jid": loaded.judgment.id, **values})
-            if writes:
-                outcomes["cached"] += repository.complete_pending_many(self.sessions, writes)
-        if len(slow) == 1:
-            outcomes[self.judge(slow[0].judgment.id, slow[0])] += 1
-        elif slow:
-            futures = [self.call_pool().submit(self.judge, row.judgment.id, row) for row in slow]
-            for future in futures:
-                outcomes[future.result()] += 1
-        return dict(outcomes)
+    def _hand_back(self, judgment_id: int, token: str, paid: _Paid) -> None:
+        self.flight.release(paid.leases, committed=False)
+        with contextlib.suppress(Exception), self.sessions() as session:
+            repository.release_judgment(session, judgment_id, token, {})
 
     def call_pool(self) -> ThreadPoolExecutor:
         with _POOL_LOCK:
@@ -138,10 +189,8 @@ class JudgeEngine:
                 self._pool = ThreadPoolExecutor(self.settings.call_concurrency, thread_name_prefix="dj-judge")
             return self._pool
 
-    def _settle_from_cache(self, loaded: Loaded, ready: Prepared, entry: CacheEntry) -> dict[str, Any] | None:
-        reply = JudgeReply(
-            entry.raw_output, entry.finish_reason, entry.input_tokens, entry.output_tokens, 0.0, entry.structured
-        )
+    def _settle_from_cache(self, loaded: Loaded, ready: Prepared, entry: Any) -> dict[str, Any] | None:
+        reply = cached_reply(entry)
         parsed = parse_reply(reply.text, ready.rubric, finish_reason=reply.finish_reason, structured=reply.structured)
         if not parsed.ok and int(loaded.judgment.judge_params.get("reask", 0)) > 0:
             return None  # the re-ask needs the full path
@@ -208,7 +257,10 @@ class JudgeEngine:
         base: dict[str, Any] = {"prompt_hash": prompt.prompt_hash, "injection_flags": flags}
         return Prepared(rubric, spec, request, cache_key(rubric, spec, request, judgment.sample_index, 0), base)
 
-    def _evaluate(self, loaded: Loaded) -> dict[str, Any]:
+    def _evaluate(self, loaded: Loaded, paid: _Paid | None = None) -> dict[str, Any]:
+        """The verdict values of a claimed judgment. ``paid``: the batch has just missed its key in the cache, so
+        the first request takes the single-flight lock without looking again and leaves the reply's cache entry
+        (and the lock) to be written (and released) with the verdict."""
         ready = loaded.ready or self._prepare(loaded)
         if not isinstance(ready, Prepared):
             return ready
@@ -217,7 +269,7 @@ class JudgeEngine:
         options = judgment.judge_params
         tally = _Tally()
         try:
-            reply = self._reply(run, spec, request, key, tally)
+            reply = self._reply(run, spec, request, key, tally, paid)
         except JudgeCallError as exc:
             return {**base, **tally.values(spec, self.settings), "status": "failed", "error": str(exc)}
         if reply is None:
@@ -283,27 +335,32 @@ class JudgeEngine:
             messages, request.temperature, request.max_tokens, request.seed, request.json_schema, request.schema_name
         )
 
-    def _reply(self, run: Run, spec: JudgeSpec, request: JudgeRequest, key: str, tally: _Tally) -> JudgeReply | None:
-        def lookup() -> JudgeReply | None:
-            with self.sessions() as session:
-                entry = session.get(CacheEntry, key)
-                if entry is None:
+    def _reply(
+        self, run: Run, spec: JudgeSpec, request: JudgeRequest, key: str, tally: _Tally, paid: _Paid | None = None
+    ) -> JudgeReply | None:
+        if paid is not None:
+            lease = self.flight.acquire(key, self.settings.claim_lease_s)
+            if lease is not None:
+                paid.leases.append(lease)
+                if run.budget_usd is not None and self._budget_exhausted(run):
                     return None
-                return JudgeReply(
-                    entry.raw_output,
-                    entry.finish_reason,
-                    entry.input_tokens,
-                    entry.output_tokens,
-                    0.0,
-                    entry.structured,
-                )
+                paid_reply = self._call_with_retries(spec, request, tally)
+                paid.cache_rows.append(cache_row(key, spec, paid_reply))
+                lease.filled = True
+                tally.add(paid_reply, from_cache=False)
+                return paid_reply
+            # another worker holds the key, or has just filled it: look it up (or wait for it) below
+
+        def lookup() -> JudgeReply | None:
+            entry = repository.cache_entries(self.db, [key]).get(key)
+            return cached_reply(entry) if entry is not None else None
 
         def compute() -> JudgeReply | None:
             if run.budget_usd is not None and self._budget_exhausted(run):
                 return None
-            reply = self._call_with_retries(spec, request, tally)
-            self._store_cache(key, spec, reply)
-            return reply
+            fresh = self._call_with_retries(spec, request, tally)
+            repository.store_cache_rows(self.db, [cache_row(key, spec, fresh)])
+            return fresh
 
         reply, computed = self.flight.run(key, lookup, compute, lease_s=self.settings.claim_lease_s)
         if reply is not None:
@@ -350,24 +407,6 @@ class JudgeEngine:
                 log.info("judge %s: %s; retry %d in %.2fs", spec.key, exc, attempt, delay)
                 self.sleep(delay)
 
-    def _store_cache(self, key: str, spec: JudgeSpec, reply: JudgeReply) -> None:
-        with self.sessions() as session:
-            session.add(
-                CacheEntry(
-                    key=key,
-                    judge=spec.key,
-                    raw_output=reply.text,
-                    finish_reason=reply.finish_reason,
-                    structured=reply.structured,
-                    input_tokens=reply.input_tokens,
-                    output_tokens=reply.output_tokens,
-                )
-            )
-            try:
-                session.commit()
-            except IntegrityError:
-                session.rollback()
-
 
 @dataclass
 class Loaded:
@@ -375,6 +414,26 @@ class Loaded:
     item: dict[str, Any]
     run: Run
     ready: Prepared | None = None
+    settled: dict[str, Any] | None = None  # the values of a judgment that cannot be asked (e.g. rubric gone)
+    known_miss: bool = False  # its key was just looked up in the cache and was not there
+
+
+@dataclass
+class _Paid:
+    """Replies a claimed judgment paid for under its own single-flight locks, written with its verdict."""
+
+    leases: list[Lease] = field(default_factory=list)
+    cache_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _BatchResult:
+    statuses: dict[int, str] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def record(self, judgment_id: int, status: str) -> None:
+        self.statuses[judgment_id] = status
+        self.counts[status] += 1
 
 
 @dataclass
@@ -450,6 +509,26 @@ def cache_key(rubric: Rubric, spec: JudgeSpec, request: JudgeRequest, sample_ind
         "reask": reask,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def cache_row(key: str, spec: JudgeSpec, reply: JudgeReply) -> dict[str, Any]:
+    return {
+        "key": key,
+        "judge": spec.key,
+        "raw_output": reply.text,
+        "finish_reason": reply.finish_reason,
+        "structured": reply.structured,
+        "input_tokens": reply.input_tokens,
+        "output_tokens": reply.output_tokens,
+        "created_at": utcnow(),
+    }
+
+
+def cached_reply(entry: Any) -> JudgeReply:
+    """A cache entry (row) as the reply it stores; no latency, nothing paid."""
+    return JudgeReply(
+        entry.raw_output, entry.finish_reason, entry.input_tokens, entry.output_tokens, 0.0, entry.structured
+    )
 
 
 def verdict_values(rubric: Rubric, judgment: Judgment, parsed: ParsedVerdict) -> dict[str, Any]:
