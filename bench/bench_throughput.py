@@ -158,6 +158,25 @@ def cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
+def cpu_split(proc: psutil.Process) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process and its descendants."""
+    user = system = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        with suppress(psutil.Error):
+            t = p.cpu_times()
+            user += t.user + getattr(t, "children_user", 0.0)
+            system += t.system + getattr(t, "children_system", 0.0)
+    return user, system
+
+
+def idle_cpu(service: LiveService, seconds: float) -> float:
+    """CPU seconds per second the idle service burns (polling, heartbeats, the sweeper), summed over processes."""
+    procs = service_processes(service)
+    before = sum(cpu_seconds(p) for p in procs.values())
+    time.sleep(seconds)
+    return (sum(cpu_seconds(p) for p in procs.values()) - before) / seconds
+
+
 def peak_rss_mb(proc: psutil.Process) -> float:
     """Linux VmHWM (the kernel's own peak RSS) of the process and its descendants."""
     total = 0
@@ -175,6 +194,8 @@ class Phase:
     n_judgments: int
     wall_s: float
     cpu_s: dict[str, float]
+    user_s: float
+    system_s: float
     provider_calls_db: int
     provider_calls_sim: int
     statuses: dict[str, int]
@@ -224,6 +245,7 @@ def run_phase(
 ) -> Phase:
     procs = service_processes(service)
     cpu_before = {k: cpu_seconds(p) for k, p in procs.items()}
+    split_before = [cpu_split(p) for p in procs.values()]
     sim_before = int(sim.stats()["total_calls"])
     engine = create_engine(database_url)
     started = time.perf_counter()
@@ -245,6 +267,7 @@ def run_phase(
         time.sleep(poll_s)
     wall = time.perf_counter() - started
     cpu_after = {k: cpu_seconds(p) for k, p in procs.items()}
+    split_after = [cpu_split(p) for p in procs.values()]
     with engine.connect() as connection:
         rows = connection.execute(
             text("SELECT status, provider_calls, created_at, claimed_at, updated_at FROM judgments WHERE run_id = :r"),
@@ -259,6 +282,8 @@ def run_phase(
         n_judgments=n,
         wall_s=wall,
         cpu_s={k: cpu_after[k] - cpu_before[k] for k in procs},
+        user_s=sum(a[0] - b[0] for a, b in zip(split_after, split_before, strict=True)),
+        system_s=sum(a[1] - b[1] for a, b in zip(split_after, split_before, strict=True)),
         provider_calls_db=sum(int(r.provider_calls) for r in rows),
         provider_calls_sim=int(sim.stats()["total_calls"]) - sim_before,
         statuses=statuses,
@@ -299,6 +324,7 @@ def print_phase(phase: Phase, ideal: float | None) -> None:
     print(f"  provider calls       {phase.provider_calls_sim} (simulator)  {phase.provider_calls_db} (judgments)")
     per_proc = "  ".join(f"{k} {v:.2f}s" for k, v in phase.cpu_s.items())
     print(f"  service CPU          {phase.cpu_total:8.2f} s = {cpu_ms:.2f} ms/judgment   ({per_proc})")
+    print(f"                       user {phase.user_s:.2f} s, system {phase.system_s:.2f} s")
     print(
         f"  end-to-end latency   p50 {percentile(phase.latencies_s, 0.5):7.2f} s   "
         f"p95 {percentile(phase.latencies_s, 0.95):7.2f} s   (submission -> verdict stored)"
@@ -360,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(args.workers):
                     service.start_worker()
                 wait_workers_ready(service, args.workers)
+                idle = idle_cpu(service, 10.0)
+                print(f"  idle service CPU     {idle * 1000:.1f} ms per second (API + workers, nothing to do)")
+                results["idle_cpu_ms_per_s"] = round(idle * 1000, 2)
                 judge = f"openai-compatible:sim-judge@{sim.base_url}"
                 systems = ["alpha", "beta"]
                 n_items = math.ceil(args.judgments / len(systems))

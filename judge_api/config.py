@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     # throughput: judgments per Celery message, and provider calls in flight per worker process
     task_batch: int = Field(default=16, ge=1, le=500, alias="DJ_TASK_BATCH")
     call_concurrency: int = Field(default=32, ge=1, le=1024, alias="DJ_CALL_CONCURRENCY")
+    # verdicts of provider calls are written in groups: the writer waits this long for more before a transaction
+    write_linger_ms: float = Field(default=100.0, ge=0, le=5000, alias="DJ_WRITE_LINGER_MS")
+    write_group: int = Field(default=64, ge=1, le=1000, alias="DJ_WRITE_GROUP")
 
     # openai-compatible judges: base URLs (prefixes) a run may name; empty = any URL while auth is off
     judge_url_allowlist: str = Field(default="", alias="DJ_JUDGE_URL_ALLOWLIST")

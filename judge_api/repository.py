@@ -7,8 +7,10 @@ never write a second verdict.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
@@ -188,6 +190,46 @@ def claim_judgment(session: Session, judgment_id: int, lease_s: float) -> str | 
     return token if result.rowcount == 1 else None  # type: ignore[attr-defined]
 
 
+@dataclass(frozen=True, slots=True)
+class JudgmentTask:
+    """What a worker needs of a stored judgment to ask its judge: the row's plan, its item, its run's budget."""
+
+    id: int
+    run_id: str
+    status: str
+    rubric_id: str
+    rubric_version: str
+    aspect: str
+    judge: str
+    judge_params: dict[str, Any]
+    system_a: str
+    system_b: str | None
+    order: str | None
+    sample_index: int
+    item: dict[str, Any]
+    budget_usd: float | None
+
+
+def _task_query() -> Any:
+    judgments, items, runs = _judgments(), cast(Table, RunItem.__table__), cast(Table, Run.__table__)
+    columns = [judgments.c[name] for name in JudgmentTask.__slots__ if name in judgments.c]
+    return (
+        select(*columns, items.c.payload.label("item"), runs.c.budget_usd)
+        .join_from(judgments, items, items.c.id == judgments.c.item_pk)
+        .join(runs, runs.c.id == judgments.c.run_id)
+        .where(judgments.c.id.in_(bindparam("ids", expanding=True)))
+    )
+
+
+def load_tasks(engine: Engine, judgment_ids: Sequence[int]) -> list[JudgmentTask]:
+    """The judgments of ``judgment_ids`` that exist, with their items and run budgets, in one query."""
+    if not judgment_ids:
+        return []
+    with engine.connect() as connection:
+        rows = connection.execute(_TASK_QUERY, {"ids": list(judgment_ids)}).mappings().all()
+    return [JudgmentTask(**row) for row in rows]
+
+
 def claim_many(engine: Engine, judgment_ids: Sequence[int], lease_s: float) -> tuple[str, set[int]]:
     """Take every judgment of ``judgment_ids`` that is pending (or whose claim has lapsed) in one statement.
 
@@ -196,49 +238,54 @@ def claim_many(engine: Engine, judgment_ids: Sequence[int], lease_s: float) -> t
     if not judgment_ids:
         return token, set()
     now = utcnow()
-    table = _judgments()
-    statement = (
-        update(table)
-        .where(
-            table.c.id.in_(list(judgment_ids)),
-            or_(
-                table.c.status == "pending",
-                and_(table.c.status == "running", table.c.claimed_at < now - timedelta(seconds=lease_s)),
-            ),
-        )
-        .values(status="running", claim_token=token, claimed_at=now, updated_at=now)
-        .returning(table.c.id)
-    )
+    params = {"ids": list(judgment_ids), "token": token, "now": now, "cutoff": now - timedelta(seconds=lease_s)}
     with engine.begin() as connection:
-        return token, {int(row[0]) for row in connection.execute(statement)}
+        return token, {int(row[0]) for row in connection.execute(_CLAIM, params)}
 
 
-def write_verdict(
-    engine: Engine, judgment_id: int, token: str, values: dict[str, Any], cache_rows: Sequence[dict[str, Any]] = ()
-) -> bool:
-    """Store a claimed judgment's verdict and the cache entries of the replies it paid for, in one transaction.
+def write_verdicts(
+    engine: Engine, verdicts: Sequence[tuple[int, str, dict[str, Any]]], cache_rows: Sequence[dict[str, Any]] = ()
+) -> list[bool]:
+    """Store claimed judgments' verdicts, and the cache entries of the replies they paid for, in one transaction.
 
-    The verdict is a compare-and-set on the claim token (False: the claim was lost, nothing written for the row);
-    the cache entries are written either way (content-addressed: an existing entry is kept)."""
-    table = _judgments()
-    statement = (
-        update(table)
-        .where(table.c.id == judgment_id, table.c.claim_token == token, table.c.status == "running")
-        .values(**values, updated_at=utcnow(), claim_token=None)
-    )
+    ``verdicts`` are (judgment id, claim token, column values). Each verdict is a compare-and-set on its claim
+    token: False for a claim that was lost (nothing written for that row). The cache entries are written either
+    way (content-addressed: an entry that exists is kept)."""
+    now = utcnow()
     with engine.begin() as connection:
         if cache_rows:
-            connection.execute(_insert_cache_rows(engine), list(cache_rows))
-        return int(connection.execute(statement).rowcount) == 1
+            unique = {row["key"]: row for row in cache_rows}
+            connection.execute(_insert_cache_rows(engine), list(unique.values()))
+        return [
+            connection.execute(
+                _verdict_update(tuple(sorted(values))),
+                {**{f"v_{k}": v for k, v in values.items()}, "jid": judgment_id, "token": token, "v_updated_at": now},
+            ).rowcount
+            == 1
+            for judgment_id, token, values in verdicts
+        ]
+
+
+@functools.lru_cache(maxsize=64)
+def _verdict_update(columns: tuple[str, ...]) -> Any:
+    """The compare-and-set UPDATE of a verdict writing ``columns`` (built once per column set)."""
+    table = _judgments()
+    # bind names differ from the column names: SQLAlchemy reserves those for its own SET parameters
+    values: dict[str, Any] = {c: bindparam(f"v_{c}", type_=table.c[c].type) for c in (*columns, "updated_at")}
+    values["claim_token"] = None
+    return (
+        update(table)
+        .where(table.c.id == bindparam("jid"), table.c.claim_token == bindparam("token"), table.c.status == "running")
+        .values(values)
+    )
 
 
 def cache_entries(engine: Engine, keys: Sequence[str]) -> dict[str, Any]:
     """The judge-cache rows of ``keys`` that exist, by key (rows with the CacheEntry column names)."""
     if not keys:
         return {}
-    table = cast(Table, CacheEntry.__table__)
     with engine.connect() as connection:
-        return {row.key: row for row in connection.execute(select(table).where(table.c.key.in_(list(set(keys)))))}
+        return {row.key: row for row in connection.execute(_CACHE_QUERY, {"keys": list(set(keys))})}
 
 
 def store_cache_rows(engine: Engine, cache_rows: Sequence[dict[str, Any]]) -> None:
@@ -253,12 +300,39 @@ def _judgments() -> Table:
 
 
 def _insert_cache_rows(engine: Engine) -> Any:
-    table = cast(Table, CacheEntry.__table__)
-    if engine.dialect.name == "postgresql":
-        return postgresql.insert(table).on_conflict_do_nothing(index_elements=[table.c.key])
-    if engine.dialect.name == "sqlite":
-        return sqlite.insert(table).on_conflict_do_nothing(index_elements=[table.c.key])
-    raise NotImplementedError(f"judge cache writes on {engine.dialect.name}")
+    try:
+        return _INSERT_CACHE[engine.dialect.name]
+    except KeyError:
+        raise NotImplementedError(f"judge cache writes on {engine.dialect.name}") from None
+
+
+def _claim_statement() -> Any:
+    table = _judgments()
+    return (
+        update(table)
+        .where(
+            table.c.id.in_(bindparam("ids", expanding=True)),
+            or_(
+                table.c.status == "pending",
+                and_(table.c.status == "running", table.c.claimed_at < bindparam("cutoff")),
+            ),
+        )
+        .values(
+            status="running", claim_token=bindparam("token"), claimed_at=bindparam("now"), updated_at=bindparam("now")
+        )
+        .returning(table.c.id)
+    )
+
+
+# the hot path's statements, built once (building a statement costs more CPU than executing a cached one)
+_CACHE_TABLE = cast(Table, CacheEntry.__table__)
+_CACHE_QUERY = select(_CACHE_TABLE).where(_CACHE_TABLE.c.key.in_(bindparam("keys", expanding=True)))
+_INSERT_CACHE = {
+    "postgresql": postgresql.insert(_CACHE_TABLE).on_conflict_do_nothing(index_elements=[_CACHE_TABLE.c.key]),
+    "sqlite": sqlite.insert(_CACHE_TABLE).on_conflict_do_nothing(index_elements=[_CACHE_TABLE.c.key]),
+}
+_CLAIM = _claim_statement()
+_TASK_QUERY = _task_query()
 
 
 def complete_judgment(session: Session, judgment_id: int, token: str, values: dict[str, Any]) -> bool:

@@ -27,14 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, update
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api import repository
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
-from judge_api.models import TERMINAL_STATUSES, Judgment, Run, RunItem, utcnow
+from judge_api.models import TERMINAL_STATUSES, Run, utcnow
+from judge_api.repository import JudgmentTask
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
 from workers.injection import scan_item
@@ -43,6 +44,7 @@ from workers.pricing import cost_usd
 from workers.prompting import render
 from workers.ratelimit import RateLimiter, limit_for
 from workers.singleflight import Lease, SingleFlight
+from workers.writer import VerdictWrite, VerdictWriter
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ class JudgeEngine:
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
+    _writer: VerdictWriter | None = field(default=None, repr=False)
 
     @property
     def db(self) -> Engine:
@@ -160,8 +163,10 @@ class JudgeEngine:
         """Ask the judge for a judgment this worker has claimed and write the verdict (compare-and-set)."""
         judgment_id = loaded.judgment.id
         paid = _Paid()
+        writer = self.verdict_writer()
         try:
-            values = loaded.settled or self._evaluate(loaded, paid if loaded.known_miss else None)
+            with writer.asking():
+                values = loaded.settled or self._evaluate(loaded, paid if loaded.known_miss else None)
         except (OperationalError, InterfaceError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             # the database or Redis went away mid-judgment: not a verdict. Hand the judgment back (if the database
             # lets us) and let the task retry (celery autoretry_for) - the sweeper re-sends it after the lease if not.
@@ -171,17 +176,24 @@ class JudgeEngine:
             log.exception("judgment %s crashed", judgment_id)
             values = {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}"[:2000]}
         try:
-            written = repository.write_verdict(self.db, judgment_id, token, values, paid.cache_rows)
+            written = writer.write(VerdictWrite(judgment_id, token, values, paid.cache_rows, paid.leases))
         except BaseException:
             self._hand_back(judgment_id, token, paid)
             raise
-        self.flight.release(paid.leases, committed=True)
-        return str(values["status"]) if written else "lost-claim"
+        return str(values["status"]) if written else "lost-claim"  # the writer has released the leases
 
     def _hand_back(self, judgment_id: int, token: str, paid: _Paid) -> None:
         self.flight.release(paid.leases, committed=False)
         with contextlib.suppress(Exception), self.sessions() as session:
             repository.release_judgment(session, judgment_id, token, {})
+
+    def verdict_writer(self) -> VerdictWriter:
+        with _POOL_LOCK:
+            if self._writer is None:
+                self._writer = VerdictWriter(
+                    self.db, self.flight, self.settings.write_linger_ms / 1000, self.settings.write_group
+                )
+            return self._writer
 
     def call_pool(self) -> ThreadPoolExecutor:
         with _POOL_LOCK:
@@ -204,19 +216,12 @@ class JudgeEngine:
         }
 
     def _load(self, judgment_ids: list[int]) -> list[Loaded]:
-        with self.sessions() as session:
-            rows = session.execute(
-                select(Judgment, RunItem.payload, Run)
-                .join(RunItem, RunItem.id == Judgment.item_pk)
-                .join(Run, Run.id == Judgment.run_id)
-                .where(Judgment.id.in_(judgment_ids))
-            ).all()
-            session.expunge_all()
-        return [Loaded(judgment, item, run) for judgment, item, run in rows]
+        return [Loaded(task) for task in repository.load_tasks(self.db, judgment_ids)]
 
     def _prepare(self, loaded: Loaded) -> Prepared | dict[str, Any]:
         """The request and cache key of a judgment, or the values of a judgment that cannot be asked."""
-        judgment, item = loaded.judgment, loaded.item
+        judgment = loaded.judgment
+        item = judgment.item
         try:
             rubric = self._rubric(judgment.rubric_id, judgment.rubric_version)
         except RubricError as exc:
@@ -264,12 +269,12 @@ class JudgeEngine:
         ready = loaded.ready or self._prepare(loaded)
         if not isinstance(ready, Prepared):
             return ready
-        judgment, run = loaded.judgment, loaded.run
+        judgment = loaded.judgment
         rubric, spec, request, key, base = ready.rubric, ready.spec, ready.request, ready.key, ready.base
         options = judgment.judge_params
         tally = _Tally()
         try:
-            reply = self._reply(run, spec, request, key, tally, paid)
+            reply = self._reply(judgment, spec, request, key, tally, paid)
         except JudgeCallError as exc:
             return {**base, **tally.values(spec, self.settings), "status": "failed", "error": str(exc)}
         if reply is None:
@@ -277,7 +282,7 @@ class JudgeEngine:
                 **base,
                 **tally.values(spec, self.settings),
                 "status": "cancelled",
-                "error": f"run budget of ${run.budget_usd} reached before this call",
+                "error": f"run budget of ${judgment.budget_usd} reached before this call",
             }
         parsed = parse_reply(reply.text, rubric, finish_reason=reply.finish_reason, structured=reply.structured)
         raw = reply.text
@@ -287,7 +292,7 @@ class JudgeEngine:
             request_again = self._reask_request(rubric, request, reply, parsed)
             try:
                 again = self._reply(
-                    run,
+                    judgment,
                     spec,
                     request_again,
                     cache_key(rubric, spec, request_again, judgment.sample_index, attempt),
@@ -297,7 +302,9 @@ class JudgeEngine:
                 parsed.error = f"{parsed.error}; re-ask {attempt} failed: {exc}"
                 break
             if again is None:
-                parsed.error = f"{parsed.error}; re-ask {attempt} not sent: run budget of ${run.budget_usd} reached"
+                parsed.error = (
+                    f"{parsed.error}; re-ask {attempt} not sent: run budget of ${judgment.budget_usd} reached"
+                )
                 break
             reply = again
             raw += f"\n\n--- re-ask {attempt} ---\n{again.text}"
@@ -336,7 +343,13 @@ class JudgeEngine:
         )
 
     def _reply(
-        self, run: Run, spec: JudgeSpec, request: JudgeRequest, key: str, tally: _Tally, paid: _Paid | None = None
+        self,
+        run: JudgmentTask,
+        spec: JudgeSpec,
+        request: JudgeRequest,
+        key: str,
+        tally: _Tally,
+        paid: _Paid | None = None,
     ) -> JudgeReply | None:
         if paid is not None:
             lease = self.flight.acquire(key, self.settings.claim_lease_s)
@@ -367,16 +380,16 @@ class JudgeEngine:
             tally.add(reply, from_cache=not computed)
         return reply
 
-    def _budget_exhausted(self, run: Run) -> bool:
+    def _budget_exhausted(self, task: JudgmentTask) -> bool:
         with self.sessions() as session:
-            spent = repository.run_spend(session, run.id)
-            if run.budget_usd is not None and spent >= run.budget_usd:
+            spent = repository.run_spend(session, task.run_id)
+            if task.budget_usd is not None and spent >= task.budget_usd:
                 session.execute(
                     update(Run)
-                    .where(Run.id == run.id, Run.budget_exhausted_at.is_(None))
+                    .where(Run.id == task.run_id, Run.budget_exhausted_at.is_(None))
                     .values(budget_exhausted_at=utcnow())
                 )
-                repository.cancel_pending(session, run.id, f"run budget of ${run.budget_usd} reached")
+                repository.cancel_pending(session, task.run_id, f"run budget of ${task.budget_usd} reached")
                 session.commit()
                 return True
         return False
@@ -410,9 +423,7 @@ class JudgeEngine:
 
 @dataclass
 class Loaded:
-    judgment: Judgment
-    item: dict[str, Any]
-    run: Run
+    judgment: JudgmentTask
     ready: Prepared | None = None
     settled: dict[str, Any] | None = None  # the values of a judgment that cannot be asked (e.g. rubric gone)
     known_miss: bool = False  # its key was just looked up in the cache and was not there
@@ -531,7 +542,7 @@ def cached_reply(entry: Any) -> JudgeReply:
     )
 
 
-def verdict_values(rubric: Rubric, judgment: Judgment, parsed: ParsedVerdict) -> dict[str, Any]:
+def verdict_values(rubric: Rubric, judgment: JudgmentTask, parsed: ParsedVerdict) -> dict[str, Any]:
     if not parsed.ok:
         return {"status": "unparseable", "error": parsed.error}
     values: dict[str, Any] = {

@@ -1,0 +1,110 @@
+"""Group commit for verdicts: judgments that called the provider finish at their own pace, one by one; writing each
+in its own transaction costs a connection checkout, a ping, the statements and a commit per judgment. The writer
+thread takes what has finished, waits up to ``DJ_WRITE_LINGER_MS`` for more (at most ``DJ_WRITE_GROUP``) while other
+judgments of this process are still being asked (it never waits when nothing else is under way, so a lone judgment
+is written at once), and writes the group in one transaction: the cache entries the group paid for, then each
+verdict as its own compare-and-set. Then it releases the group's single-flight locks in one call.
+
+The caller blocks until its group is committed (a Celery message is acknowledged only after its verdicts are
+stored). If the transaction fails, every caller of the group gets the error and hands its judgment back, exactly as
+a failed write of its own would.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+
+from judge_api import repository
+from workers.singleflight import Lease, SingleFlight
+
+log = logging.getLogger(__name__)
+_POLL_S = 0.01  # how often a lingering writer looks whether anything is still being asked
+
+
+@dataclass
+class VerdictWrite:
+    judgment_id: int
+    token: str
+    values: dict[str, Any]
+    cache_rows: Sequence[dict[str, Any]] = ()
+    leases: Sequence[Lease] = ()
+    written: Future[bool] = field(default_factory=Future)
+
+
+class VerdictWriter:
+    def __init__(self, engine: Engine, flight: SingleFlight, linger_s: float, max_group: int) -> None:
+        self.engine = engine
+        self.flight = flight
+        self.linger_s = linger_s
+        self.max_group = max_group
+        self._queue: queue.SimpleQueue[VerdictWrite] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._asking = 0  # judgments of this process between their claim and their write
+        self._asking_lock = threading.Lock()
+
+    @contextmanager
+    def asking(self) -> Iterator[None]:
+        """Around the evaluation of a claimed judgment: while any are under way, a group is worth waiting for."""
+        with self._asking_lock:
+            self._asking += 1
+        try:
+            yield
+        finally:
+            with self._asking_lock:
+                self._asking -= 1
+
+    def write(self, item: VerdictWrite) -> bool:
+        """Store the verdict (and its cache entries); True if this claim still held. Raises what the database
+        raised; the leases are then still held by the caller."""
+        self._ensure_started()
+        self._queue.put(item)
+        return item.written.result()
+
+    def _ensure_started(self) -> None:
+        with self._start_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="dj-verdict-writer", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            group = self._next_group()
+            try:
+                written = repository.write_verdicts(
+                    self.engine,
+                    [(item.judgment_id, item.token, item.values) for item in group],
+                    [row for item in group for row in item.cache_rows],
+                )
+            except BaseException as exc:  # every caller hands its judgment back and lets its task retry
+                for item in group:
+                    item.written.set_exception(exc)
+                continue
+            self.flight.release([lease for item in group for lease in item.leases], committed=True)
+            for item, ok in zip(group, written, strict=True):
+                item.written.set_result(ok)
+
+    def _next_group(self) -> list[VerdictWrite]:
+        group = [self._queue.get()]
+        deadline = time.monotonic() + self.linger_s
+        while len(group) < self.max_group:
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining > 0 and self._asking > 0:
+                    group.append(self._queue.get(timeout=min(remaining, _POLL_S)))
+                else:
+                    group.append(self._queue.get_nowait())
+            except queue.Empty:
+                if remaining <= 0 or self._asking == 0:
+                    break
+        return group
