@@ -45,6 +45,10 @@ def _survive_restore_without_broker() -> None:
 
 
 _survive_restore_without_broker()
+# the HTTP clients under the SDKs log every request at INFO: one line per provider call is noise (the judgment row
+# records the call) and costs CPU on the hot path
+for _name in ("httpx", "httpx2", "httpcore"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 app = Celery("dialogue_judge")
 app.conf.update(celery_config(get_settings()) if get_settings().resolved_redis_url() else {})
 app.conf.task_default_queue = JUDGE_QUEUE

@@ -5,9 +5,17 @@
 * ``anthropic``: ``anthropic.Anthropic``.
 
 SDK retries are off (``max_retries=0``): retries, back-off and ``Retry-After`` are ours (workers.execute), so every
-attempt is counted and the rate limiter sees it. Provider keys come from the environment or secret files
-(judge_api.secrets) and never leave the client object; error text and reply text are scrubbed of them (and of
-anything shaped like a provider key) before they are returned, so before anything is stored.
+attempt is counted and the rate limiter sees it.
+
+Requests go through the SDK client's own ``post`` (its transport, auth headers, timeouts and error classes) with a body
+built here, and the decoded reply JSON is read here: the typed ``create`` wrappers spend another 0.3-0.6 ms of CPU
+per call transforming the request and building response models, at provider rate limits of thousands of calls a
+minute a large share of the service's own cost per judgment. A reply missing what a verdict needs is a
+``malformed_response``.
+
+Provider keys come from the environment or secret files (judge_api.secrets) and never leave the client object; error
+text and reply text are scrubbed of them (and of anything shaped like a provider key) before they are returned, so
+before anything is stored.
 """
 
 from __future__ import annotations
@@ -158,7 +166,7 @@ class OpenAIJudgeClient:
             }
         started = time.perf_counter()
         try:
-            response = self._client.chat.completions.create(**kwargs)
+            data: Any = self._client.post("/chat/completions", body=kwargs, cast_to=object)
         except openai.APITimeoutError as exc:
             raise JudgeCallError("timeout", _scrub(str(exc)), True) from None
         except openai.APIConnectionError as exc:
@@ -170,10 +178,17 @@ class OpenAIJudgeClient:
         except openai.APIError as exc:
             raise JudgeCallError("api_error", _scrub(str(exc))[:500], False) from None
         latency_ms = (time.perf_counter() - started) * 1000
-        if not getattr(response, "choices", None):
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise JudgeCallError("malformed_response", "the reply has no choices", True)
-        choice = response.choices[0]
-        text = _scrub(choice.message.content or getattr(choice.message, "refusal", None) or "")
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            message = {}
+        content = message.get("content") or message.get("refusal") or ""
+        if not isinstance(content, str):
+            raise JudgeCallError("malformed_response", "the reply's message content is not text", True)
+        text = _scrub(content)
         structured = None
         if request.json_schema is not None and text:
             try:
@@ -181,12 +196,12 @@ class OpenAIJudgeClient:
                 structured = parsed if isinstance(parsed, dict) else None
             except json.JSONDecodeError:
                 structured = None
-        usage = response.usage
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         return JudgeReply(
             text=text,
-            finish_reason=choice.finish_reason,
-            input_tokens=usage.prompt_tokens if usage else 0,
-            output_tokens=usage.completion_tokens if usage else 0,
+            finish_reason=_text_or_none(choice.get("finish_reason")),
+            input_tokens=_count(usage.get("prompt_tokens")),
+            output_tokens=_count(usage.get("completion_tokens")),
             latency_ms=latency_ms,
             structured=structured,
         )
@@ -214,8 +229,7 @@ class AnthropicJudgeClient:
             "model": self.spec.model,
             "messages": messages,
             "max_tokens": request.max_tokens,
-            # the 2.x SDK dropped the typed argument; the Messages API still reads it from the body
-            "extra_body": {"temperature": request.temperature},
+            "temperature": request.temperature,
         }
         if system:
             kwargs["system"] = system
@@ -226,7 +240,7 @@ class AnthropicJudgeClient:
             kwargs["tool_choice"] = {"type": "tool", "name": request.schema_name}
         started = time.perf_counter()
         try:
-            response = self._client.messages.create(**kwargs)
+            data: Any = self._client.post("/v1/messages", body=kwargs, cast_to=object)
         except anthropic.APITimeoutError as exc:
             raise JudgeCallError("timeout", _scrub(str(exc)), True) from None
         except anthropic.APIConnectionError as exc:
@@ -238,22 +252,37 @@ class AnthropicJudgeClient:
         except anthropic.APIError as exc:
             raise JudgeCallError("api_error", _scrub(str(exc))[:500], False) from None
         latency_ms = (time.perf_counter() - started) * 1000
+        blocks = data.get("content") if isinstance(data, dict) else None
+        if not isinstance(blocks, list):
+            raise JudgeCallError("malformed_response", "the reply has no content blocks", True)
         texts: list[str] = []
         structured = None
-        for block in response.content or []:
-            if block.type == "text":
-                texts.append(block.text)
-            elif block.type == "tool_use" and isinstance(block.input, dict):
-                structured = dict(block.input)
+        for block in blocks:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and isinstance(block.get("text"), str):
+                texts.append(block["text"])
+            elif block.get("type") == "tool_use" and isinstance(block.get("input"), dict):
+                structured = dict(block["input"])
         text = _scrub("\n".join(texts) or (json.dumps(structured) if structured is not None else ""))
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         return JudgeReply(
             text=text,
-            finish_reason=response.stop_reason,
-            input_tokens=response.usage.input_tokens,
-            output_tokens=response.usage.output_tokens,
+            finish_reason=_text_or_none(data.get("stop_reason")),
+            input_tokens=_count(usage.get("input_tokens")),
+            output_tokens=_count(usage.get("output_tokens")),
             latency_ms=latency_ms,
             structured=structured,
         )
+
+
+def _count(value: Any) -> int:
+    """A token count from a reply's usage; anything that is not a whole number counts as 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 _clients: dict[str, JudgeClient] = {}
