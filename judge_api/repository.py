@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pandas as pd
-from sqlalchemy import Engine, Table, and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Table, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -252,18 +252,35 @@ def write_verdicts(
     token: False for a claim that was lost (nothing written for that row). The cache entries are written either
     way (content-addressed: an entry that exists is kept)."""
     now = utcnow()
-    with engine.begin() as connection:
-        if cache_rows:
-            unique = {row["key"]: row for row in cache_rows}
-            connection.execute(_insert_cache_rows(engine), list(unique.values()))
-        return [
-            connection.execute(
-                _verdict_update(tuple(sorted(values))),
-                {**{f"v_{k}": v for k, v in values.items()}, "jid": judgment_id, "token": token, "v_updated_at": now},
-            ).rowcount
-            == 1
-            for judgment_id, token, values in verdicts
+    params = [
+        {**{f"v_{k}": v for k, v in values.items()}, "jid": judgment_id, "token": token, "v_updated_at": now}
+        for judgment_id, token, values in verdicts
+    ]
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for (_, _, values), row in zip(verdicts, params, strict=True):
+        by_columns.setdefault(tuple(sorted(values)), []).append(row)
+    with engine.connect() as connection:  # closing without a commit rolls back
+        _insert_cache(connection, engine, cache_rows)
+        # the common case: every claim still holds, and one executemany per column set writes the group
+        if engine.dialect.supports_sane_multi_rowcount:
+            written = sum(connection.execute(_verdict_update(cols), rows).rowcount for cols, rows in by_columns.items())
+            if written == len(params):
+                connection.commit()
+                return [True] * len(params)
+            connection.rollback()  # a claim was lost: write row by row to learn which
+            _insert_cache(connection, engine, cache_rows)
+        results = [
+            connection.execute(_verdict_update(tuple(sorted(values))), row).rowcount == 1
+            for (_, _, values), row in zip(verdicts, params, strict=True)
         ]
+        connection.commit()
+        return results
+
+
+def _insert_cache(connection: Connection, engine: Engine, cache_rows: Sequence[dict[str, Any]]) -> None:
+    if cache_rows:
+        unique = {row["key"]: row for row in cache_rows}
+        connection.execute(_insert_cache_rows(engine), list(unique.values()))
 
 
 @functools.lru_cache(maxsize=64)

@@ -7,6 +7,7 @@ single. The sweeper covers what Redis itself loses (a restart without persistenc
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -95,6 +96,10 @@ def _start_sweeper(**_: Any) -> None:
     global _sweeper
     settings = get_settings()
     runtime.engine()  # migrate and build once before taking work
+    # everything loaded so far lives as long as the process: keep it out of the collector's full passes, which
+    # otherwise walk hundreds of thousands of module-level objects again and again on the hot path
+    gc.collect()
+    gc.freeze()
     _sweeper = Sweeper(settings, runtime.redis_client(settings))
     try:
         _sweeper.sweep_once()

@@ -167,3 +167,39 @@ def test_cache_survives_a_redis_flush(harness: Harness, redis_url: str) -> None:
     rerun = harness.run(**request)
     assert harness.calls() == 4
     assert all(r.cached for r in harness.rows(rerun))
+
+
+@pytest.mark.parametrize("flight_kind", ["local", "redis"])
+def test_acquire_release_hold_the_key_and_a_committed_fill_keeps_late_requests_off_the_provider(
+    flight_kind: str, request: pytest.FixtureRequest
+) -> None:
+    flight: LocalSingleFlight | RedisSingleFlight
+    if flight_kind == "redis":
+        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+        client.flushdb()
+        flight = RedisSingleFlight(client)
+    else:
+        flight = LocalSingleFlight()
+    first = flight.acquire("key-a", lease_s=60)
+    assert first is not None and flight.acquire("key-a", lease_s=60) is None  # held
+    first.filled = True
+    flight.release([first], committed=True)
+    assert flight.acquire("key-a", lease_s=60) is None  # filled a moment ago: look the cache up instead
+    # a call that failed (nothing filled) or a write that did not commit leaves no marker: the next may try
+    failed = flight.acquire("key-b", lease_s=60)
+    assert failed is not None
+    flight.release([failed], committed=True)
+    uncommitted = flight.acquire("key-b", lease_s=60)
+    assert uncommitted is not None
+    uncommitted.filled = True
+    flight.release([uncommitted], committed=False)
+    assert flight.acquire("key-b", lease_s=60) is not None
+
+
+def test_acquire_without_redis_falls_back_to_this_process() -> None:
+    flight = RedisSingleFlight(redis.Redis(port=1, socket_connect_timeout=0.2))
+    lease = flight.acquire("k", lease_s=60)
+    assert lease is not None and lease.local
+    assert flight.acquire("k", lease_s=60) is None
+    flight.release([lease], committed=False)
+    assert flight.acquire("k", lease_s=60) is not None

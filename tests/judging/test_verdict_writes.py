@@ -1,0 +1,199 @@
+"""The claim-and-write path of provider-call judgments, on SQLite and PostgreSQL: one statement claims a batch, a
+group of verdicts is written in one transaction with the cache entries it paid for, a lost claim in the group is
+found and left alone, and the group writer neither delays a lone verdict nor loses one when the database fails."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, update
+
+from judge_api import repository
+from judge_api.db import get_engine, session_scope
+from judge_api.models import CacheEntry, Judgment, utcnow
+from workers.singleflight import LocalSingleFlight
+from workers.writer import VerdictWrite, VerdictWriter
+
+from .harness import Harness, dialogue_item
+
+
+@pytest.fixture
+def db_harness(harness: Harness, db_url: str) -> Iterator[Harness]:
+    harness.monkeypatch.setenv("DATABASE_URL", db_url)
+    harness.build()
+    yield harness
+
+
+def make_run(harness: Harness, n: int) -> list[int]:
+    run_id = harness.create(
+        items=[dialogue_item(f"w{k}", {"a": f"Rex {k} <<q={50 + k}>>"}) for k in range(n)],
+        rubrics=["rsum-single"],
+        judges=[harness.judge("openai-compatible")],
+        aspects=["consistency"],
+    )
+    return harness.pending(run_id)
+
+
+def cache_row(key: str, text: str = "Rating: [[70]]") -> dict[str, Any]:
+    return {
+        "key": key,
+        "judge": "openai-compatible:sim-judge",
+        "raw_output": text,
+        "finish_reason": "stop",
+        "structured": None,
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "created_at": utcnow(),
+    }
+
+
+def done(score: float) -> dict[str, Any]:
+    return {"status": "done", "score": score, "provider_calls": 1, "attempts": 1, "raw_output": f"[[{score}]]"}
+
+
+def test_claim_many_takes_pending_and_lapsed_claims_only(db_harness: Harness) -> None:
+    ids = make_run(db_harness, 4)
+    pending, lapsed, live, finished = ids
+    with session_scope() as session:
+        session.execute(
+            update(Judgment)
+            .where(Judgment.id == lapsed)
+            .values(status="running", claim_token="old", claimed_at=utcnow().replace(year=2000))
+        )
+        session.execute(
+            update(Judgment).where(Judgment.id == live).values(status="running", claim_token="x", claimed_at=utcnow())
+        )
+        session.execute(update(Judgment).where(Judgment.id == finished).values(status="done", score=1.0))
+    token, claimed = repository.claim_many(get_engine(), ids, lease_s=600)
+    assert claimed == {pending, lapsed}
+    again_token, again = repository.claim_many(get_engine(), ids, lease_s=600)
+    assert again == set() and again_token != token
+    with session_scope() as session:
+        tokens = dict(session.execute(select(Judgment.id, Judgment.claim_token).where(Judgment.id.in_(ids))).all())
+    assert tokens[pending] == tokens[lapsed] == token and tokens[live] == "x" and tokens[finished] is None
+
+
+def test_a_group_is_written_in_one_transaction_with_its_cache_entries(db_harness: Harness) -> None:
+    ids = make_run(db_harness, 3)
+    token, claimed = repository.claim_many(get_engine(), ids, lease_s=600)
+    assert claimed == set(ids)
+    verdicts = [
+        (ids[0], token, done(61.0)),
+        (ids[1], token, done(62.0)),
+        (ids[2], token, {"status": "failed", "error": "timeout: no reply", "attempts": 5, "provider_calls": 5}),
+    ]
+    # the same key twice in a group (one request paid once, two judgments) is stored once
+    written = repository.write_verdicts(get_engine(), verdicts, [cache_row("k1"), cache_row("k2"), cache_row("k1")])
+    assert written == [True, True, True]
+    rows = {r.id: r for r in db_harness.rows(run_of(ids[0]))}
+    assert [rows[i].score for i in ids] == [61.0, 62.0, None]
+    assert [rows[i].status for i in ids] == ["done", "done", "failed"]
+    assert rows[ids[2]].error == "timeout: no reply" and all(rows[i].claim_token is None for i in ids)
+    with session_scope() as session:
+        assert session.scalar(select(func.count()).select_from(CacheEntry)) == 2
+    # an entry that exists is kept, not overwritten and not an error
+    repository.write_verdicts(get_engine(), [], [cache_row("k1", "other text")])
+    with session_scope() as session:
+        assert session.get(CacheEntry, "k1").raw_output == "Rating: [[70]]"  # type: ignore[union-attr]
+
+
+def test_a_lost_claim_in_a_group_is_found_and_the_others_are_written(db_harness: Harness) -> None:
+    ids = make_run(db_harness, 3)
+    token, _ = repository.claim_many(get_engine(), ids, lease_s=600)
+    # another worker took ids[1] over after our lease lapsed, and holds it now
+    with session_scope() as session:
+        session.execute(update(Judgment).where(Judgment.id == ids[1]).values(claim_token="theirs"))
+    written = repository.write_verdicts(
+        get_engine(), [(i, token, done(70.0 + k)) for k, i in enumerate(ids)], [cache_row("lost-group")]
+    )
+    assert written == [True, False, True]
+    rows = {r.id: r for r in db_harness.rows(run_of(ids[0]))}
+    assert rows[ids[1]].status == "running" and rows[ids[1]].claim_token == "theirs" and rows[ids[1]].score is None
+    assert rows[ids[0]].score == 70.0 and rows[ids[2]].score == 72.0
+    with session_scope() as session:
+        assert session.get(CacheEntry, "lost-group") is not None
+
+
+def run_of(judgment_id: int) -> str:
+    with session_scope() as session:
+        row = session.get(Judgment, judgment_id)
+        assert row is not None
+        return row.run_id
+
+
+class CountingFlight(LocalSingleFlight):
+    def __init__(self) -> None:
+        super().__init__()
+        self.released: list[tuple[str, bool]] = []
+
+    def release(self, leases: Any, committed: bool) -> None:
+        self.released += [(lease.key, committed) for lease in leases]
+        super().release(leases, committed)
+
+
+def test_the_writer_writes_a_lone_verdict_at_once_and_groups_concurrent_ones(
+    db_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = make_run(db_harness, 6)
+    token, _ = repository.claim_many(get_engine(), ids, lease_s=600)
+    groups: list[int] = []
+    real = repository.write_verdicts
+
+    def counting(engine: Any, verdicts: Any, cache_rows: Any = ()) -> list[bool]:
+        groups.append(len(verdicts))
+        return real(engine, verdicts, cache_rows)
+
+    monkeypatch.setattr(repository, "write_verdicts", counting)
+    flight = CountingFlight()
+    writer = VerdictWriter(get_engine(), flight, linger_s=5.0, max_group=64)
+
+    lease = flight.acquire("lone", 60)
+    assert lease is not None
+    lease.filled = True
+    started = time.monotonic()
+    assert writer.write(VerdictWrite(ids[0], token, done(50.0), [cache_row("lone")], [lease])) is True
+    assert time.monotonic() - started < 1.0  # nothing else under way: no linger
+    assert groups == [1] and flight.released == [("lone", True)]
+    assert flight.acquire("lone", 60) is None  # filled: a late identical request looks the cache up instead
+
+    # five judgments under way: the writer waits for them and writes them together
+    results: list[bool] = []
+    gate = threading.Barrier(5)
+
+    def judge(judgment_id: int) -> None:
+        with writer.asking():
+            gate.wait(5)
+            time.sleep(0.05)
+        results.append(writer.write(VerdictWrite(judgment_id, token, done(60.0))))
+
+    threads = [threading.Thread(target=judge, args=(i,)) for i in ids[1:]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results == [True] * 5
+    assert groups[1:] and sum(groups[1:]) == 5 and len(groups[1:]) < 5
+
+
+def test_a_failed_group_write_reaches_every_caller_and_keeps_their_locks(
+    db_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = make_run(db_harness, 2)
+    token, _ = repository.claim_many(get_engine(), ids, lease_s=600)
+
+    def broken(*_: Any, **__: Any) -> list[bool]:
+        raise ConnectionError("database went away")
+
+    monkeypatch.setattr(repository, "write_verdicts", broken)
+    flight = CountingFlight()
+    writer = VerdictWriter(get_engine(), flight, linger_s=0.0, max_group=64)
+    lease = flight.acquire("k", 60)
+    assert lease is not None
+    with pytest.raises(ConnectionError, match="went away"):
+        writer.write(VerdictWrite(ids[0], token, done(1.0), [cache_row("k")], [lease]))
+    assert flight.released == []  # the caller hands back its judgment and its locks (not committed)
+    assert all(r.status == "running" for r in db_harness.rows(run_of(ids[0])))
