@@ -28,6 +28,7 @@ from judge_api import repository
 from workers.singleflight import Lease, SingleFlight
 
 log = logging.getLogger(__name__)
+_IDLE_EXIT_S = 60.0  # a writer thread with nothing to write for this long ends
 _POLL_S = 0.01  # how often a lingering writer looks whether anything is still being asked
 
 
@@ -67,8 +68,8 @@ class VerdictWriter:
     def write(self, item: VerdictWrite) -> bool:
         """Store the verdict (and its cache entries); True if this claim still held. Raises what the database
         raised; the leases are then still held by the caller."""
-        self._ensure_started()
         self._queue.put(item)
+        self._ensure_started()
         return item.written.result()
 
     def _ensure_started(self) -> None:
@@ -80,6 +81,8 @@ class VerdictWriter:
     def _loop(self) -> None:
         while True:
             group = self._next_group()
+            if not group:  # idle: the thread ends (the next write starts another)
+                return
             try:
                 written = repository.write_verdicts(
                     self.engine,
@@ -90,12 +93,22 @@ class VerdictWriter:
                 for item in group:
                     item.written.set_exception(exc)
                 continue
-            self.flight.release([lease for item in group for lease in item.leases], committed=True)
+            try:
+                self.flight.release([lease for item in group for lease in item.leases], committed=True)
+            except Exception:  # the verdicts are stored; unreleased locks lapse with their lease
+                log.exception("could not release single-flight locks")
             for item, ok in zip(group, written, strict=True):
                 item.written.set_result(ok)
 
     def _next_group(self) -> list[VerdictWrite]:
-        group = [self._queue.get()]
+        try:
+            group = [self._queue.get(timeout=_IDLE_EXIT_S)]
+        except queue.Empty:
+            with self._start_lock:
+                if self._queue.empty():  # a writer that puts now finds no thread and starts one
+                    self._thread = None
+                    return []
+            group = [self._queue.get()]
         deadline = time.monotonic() + self.linger_s
         while len(group) < self.max_group:
             remaining = deadline - time.monotonic()

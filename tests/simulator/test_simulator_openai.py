@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+import httpx
 import openai
 import pydantic
 import pytest
@@ -287,3 +288,16 @@ def test_bad_request_in_openai_error_shape(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="gpt-4o", messages=[])
     assert caught.value.type == "invalid_request_error" and caught.value.param == "messages"
+
+
+def test_keep_alive_replies_are_not_held_back_by_nagle(sim: SimulatorProcess) -> None:
+    """Regression: the listening socket lacked TCP_NODELAY, so every reply on a kept-alive connection waited for
+    the client's delayed ACK (~40 ms) - a latency no script asked for."""
+    sim.set_script({"latency": 0.0})
+    with httpx.Client(base_url=sim.base_url) as client:
+        client.get("/models")
+        started = time.perf_counter()
+        for _ in range(10):
+            client.get("/models")
+        per_request = (time.perf_counter() - started) / 10
+    assert per_request < 0.02

@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # accepted connections inherit it: without it a keep-alive client waits ~40 ms per reply (Nagle meets the
+    # client's delayed ACK), which is not what a provider's latency looks like
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((args.host, args.port))
     config = uvicorn.Config(
         create_app(script, log_size=args.log_size),
