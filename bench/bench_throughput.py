@@ -169,6 +169,16 @@ def cpu_split(proc: psutil.Process) -> tuple[float, float]:
     return user, system
 
 
+def wakeup_cost_us(n: int = 2000) -> float:
+    """CPU microseconds one blocked thread spends per wake-up on this machine (a 1 ms sleep, n times). The
+    service's CPU per judgment is mostly Python work plus a few dozen such wake-ups (sockets, locks, timers), and
+    virtual machines differ in this cost by an order of magnitude, so it is printed to read the figures against."""
+    started = time.process_time()
+    for _ in range(n):
+        time.sleep(0.001)
+    return (time.process_time() - started) / n * 1e6
+
+
 def idle_cpu(service: LiveService, seconds: float) -> float:
     """CPU seconds per second the idle service burns (polling, heartbeats, the sweeper), summed over processes."""
     procs = service_processes(service)
@@ -361,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         f"dialogue-judge throughput benchmark   ({os.cpu_count()} CPUs, load avg "
         f"{', '.join(f'{x:.1f}' for x in os.getloadavg())})"
     )
+    wakeup_us = wakeup_cost_us()
+    print(f"  machine: a thread wake-up costs {wakeup_us:.0f} us of CPU (sleep 1 ms; typically 5-20 us on bare metal)")
     print(
         f"  L = {args.latency} s/call, R = {args.rpm} calls/min, {args.workers} workers x {args.concurrency} "
         f"threads = {concurrency} concurrent calls, database {args.database}"
@@ -369,7 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         f"  ideal = min(R/60, concurrency/L) = min({args.rpm / 60:.2f}, {concurrency / args.latency:.2f}) "
         f"= {ideal:.2f} judgments/s"
     )
-    results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "ideal": ideal}
+    results: dict[str, Any] = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "ideal": ideal,
+        "wakeup_cpu_us": round(wakeup_us, 1),
+    }
     redis_server = PrivateRedis(workdir)
     profilers: list[subprocess.Popen[bytes]] = []
     try:

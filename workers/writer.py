@@ -1,9 +1,9 @@
 """Group commit for verdicts: judgments that called the provider finish at their own pace, one by one; writing each
 in its own transaction costs a connection checkout, a ping, the statements and a commit per judgment. The writer
-thread takes what has finished, waits up to ``DJ_WRITE_LINGER_MS`` for more (at most ``DJ_WRITE_GROUP``) while other
-judgments of this process are still being asked (it never waits when nothing else is under way, so a lone judgment
-is written at once), and writes the group in one transaction: the cache entries the group paid for, then each
-verdict as its own compare-and-set. Then it releases the group's single-flight locks in one call.
+thread takes what has finished, sleeps ``DJ_WRITE_LINGER_MS`` while other judgments of this process are still being
+asked (never when nothing else is under way, so a lone judgment is written at once), takes what arrived meanwhile
+(at most ``DJ_WRITE_GROUP``) and writes the group in one transaction: the cache entries the group paid for, then the
+verdicts, each a compare-and-set on its claim token. Then it releases the group's single-flight locks in one call.
 
 The caller blocks until its group is committed (a Celery message is acknowledged only after its verdicts are
 stored). If the transaction fails, every caller of the group gets the error and hands its judgment back, exactly as
@@ -29,7 +29,6 @@ from workers.singleflight import Lease, SingleFlight
 
 log = logging.getLogger(__name__)
 _IDLE_EXIT_S = 60.0  # a writer thread with nothing to write for this long ends
-_POLL_S = 0.01  # how often a lingering writer looks whether anything is still being asked
 
 
 @dataclass
@@ -109,15 +108,12 @@ class VerdictWriter:
                     self._thread = None
                     return []
             group = [self._queue.get()]
-        deadline = time.monotonic() + self.linger_s
+        if self._asking > 0 and self.linger_s > 0:
+            # sleep through the linger instead of waking for every verdict that arrives: one wake-up per group
+            time.sleep(self.linger_s)
         while len(group) < self.max_group:
-            remaining = deadline - time.monotonic()
             try:
-                if remaining > 0 and self._asking > 0:
-                    group.append(self._queue.get(timeout=min(remaining, _POLL_S)))
-                else:
-                    group.append(self._queue.get_nowait())
+                group.append(self._queue.get_nowait())
             except queue.Empty:
-                if remaining <= 0 or self._asking == 0:
-                    break
+                break
         return group
