@@ -243,6 +243,24 @@ def claim_many(engine: Engine, judgment_ids: Sequence[int], lease_s: float) -> t
         return token, {int(row[0]) for row in connection.execute(_CLAIM, params)}
 
 
+def renew_claims(engine: Engine, held: dict[int, str]) -> int:
+    """Move the claim time of judgments this worker still holds (id -> claim token) to now; returns how many."""
+    table = _judgments()
+    now = utcnow()
+    by_token: dict[str, list[int]] = {}
+    for judgment_id, token in held.items():
+        by_token.setdefault(token, []).append(judgment_id)
+    renewed = 0
+    with engine.begin() as connection:
+        for token, ids in by_token.items():
+            renewed += connection.execute(
+                update(table)
+                .where(table.c.id.in_(ids), table.c.claim_token == token, table.c.status == "running")
+                .values(claimed_at=now)
+            ).rowcount
+    return renewed
+
+
 def write_verdicts(
     engine: Engine, verdicts: Sequence[tuple[int, str, dict[str, Any]]], cache_rows: Sequence[dict[str, Any]] = ()
 ) -> list[bool]:

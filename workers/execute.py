@@ -39,6 +39,7 @@ from judge_api.repository import JudgmentTask
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
 from workers.injection import scan_item
+from workers.leases import LeaseKeeper
 from workers.parsing import ParsedVerdict, parse_reply
 from workers.pricing import cost_usd
 from workers.prompting import render
@@ -68,6 +69,7 @@ class JudgeEngine:
     rng: random.Random = field(default_factory=random.Random)
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
     _writer: VerdictWriter | None = field(default=None, repr=False)
+    _leases: LeaseKeeper | None = field(default=None, repr=False)
 
     @property
     def db(self) -> Engine:
@@ -117,6 +119,7 @@ class JudgeEngine:
             self.db, [loaded.judgment.id for loaded in to_claim], self.settings.claim_lease_s
         )
         mine = [loaded for loaded in to_claim if loaded.judgment.id in claimed]
+        self.lease_keeper().hold([loaded.judgment.id for loaded in mine], token)
         for loaded in to_claim:
             if loaded.judgment.id not in claimed:
                 result.record(loaded.judgment.id, "skipped")
@@ -162,6 +165,13 @@ class JudgeEngine:
     def _judge_claimed(self, loaded: Loaded, token: str) -> str:
         """Ask the judge for a judgment this worker has claimed and write the verdict (compare-and-set)."""
         judgment_id = loaded.judgment.id
+        try:
+            return self._ask_and_write(loaded, token)
+        finally:
+            self.lease_keeper().drop(judgment_id)
+
+    def _ask_and_write(self, loaded: Loaded, token: str) -> str:
+        judgment_id = loaded.judgment.id
         paid = _Paid()
         writer = self.verdict_writer()
         try:
@@ -186,6 +196,12 @@ class JudgeEngine:
         self.flight.release(paid.leases, committed=False)
         with contextlib.suppress(Exception), self.sessions() as session:
             repository.release_judgment(session, judgment_id, token, {})
+
+    def lease_keeper(self) -> LeaseKeeper:
+        with _POOL_LOCK:
+            if self._leases is None:
+                self._leases = LeaseKeeper(self.db, self.settings.claim_lease_s)
+            return self._leases
 
     def verdict_writer(self) -> VerdictWriter:
         with _POOL_LOCK:

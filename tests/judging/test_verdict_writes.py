@@ -197,3 +197,23 @@ def test_a_failed_group_write_reaches_every_caller_and_keeps_their_locks(
         writer.write(VerdictWrite(ids[0], token, done(1.0), [cache_row("k")], [lease]))
     assert flight.released == []  # the caller hands back its judgment and its locks (not committed)
     assert all(r.status == "running" for r in db_harness.rows(run_of(ids[0])))
+
+
+def test_held_claims_are_renewed_so_a_long_wait_for_a_provider_slot_is_not_taken_over(db_harness: Harness) -> None:
+    """A batch claims all its misses at once; under a low rate limit the last may wait past the lease. The keeper
+    renews what this process holds, so another worker cannot take it over; once dropped, the claim lapses again."""
+    from workers.leases import LeaseKeeper
+
+    ids = make_run(db_harness, 2)
+    lease_s = 0.6
+    token, claimed = repository.claim_many(get_engine(), ids, lease_s=lease_s)
+    assert claimed == set(ids)
+    keeper = LeaseKeeper(get_engine(), lease_s)
+    keeper.hold([ids[0]], token)  # ids[1] is not held: it stands for a worker that died
+    time.sleep(lease_s * 2)
+    _, taken = repository.claim_many(get_engine(), ids, lease_s=lease_s)
+    assert taken == {ids[1]}
+    keeper.drop(ids[0])
+    time.sleep(lease_s * 1.5)
+    _, taken = repository.claim_many(get_engine(), ids, lease_s=lease_s)
+    assert ids[0] in taken
