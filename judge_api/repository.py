@@ -325,9 +325,8 @@ def cache_entries(engine: Engine, keys: Sequence[str]) -> dict[str, Any]:
 
 def store_cache_rows(engine: Engine, cache_rows: Sequence[dict[str, Any]]) -> None:
     """Write judge-cache entries; an entry that exists already is kept (the same key is the same request)."""
-    if cache_rows:
-        with engine.begin() as connection:
-            connection.execute(_insert_cache_rows(engine), list(cache_rows))
+    with engine.begin() as connection:
+        _insert_cache(connection, engine, cache_rows)
 
 
 def _judgments() -> Table:
@@ -338,7 +337,9 @@ def _insert_cache_rows(engine: Engine) -> Any:
     try:
         return _INSERT_CACHE[engine.dialect.name]
     except KeyError:
-        raise NotImplementedError(f"judge cache writes on {engine.dialect.name}") from None
+        raise RuntimeError(
+            f"DATABASE_URL names a {engine.dialect.name} database; dialogue-judge runs on SQLite or PostgreSQL"
+        ) from None
 
 
 def _claim_statement() -> Any:
