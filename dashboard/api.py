@@ -118,6 +118,12 @@ def rubrics(conn: Conn) -> list[dict[str, Any]]:
     return list(data) if isinstance(data, list) else []
 
 
+@st.cache_data(ttl=3600, max_entries=64, show_spinner=False)
+def rubric_version(conn: Conn, rubric_id: str, version: str) -> dict[str, Any]:
+    """One rubric version's config and template text (a version never changes: cached long)."""
+    return _dict(_get(conn, f"/v1/rubrics/{rubric_id}/versions/{version}"), "the rubric version")
+
+
 # -- report ----------------------------------------------------------------------------------------------
 @st.cache_data(ttl=300, max_entries=32, show_spinner="Computing the report…")
 def report(conn: Conn, run_id: str, n_boot: int, version: str, ratings_rev: int = 0) -> dict[str, Any]:

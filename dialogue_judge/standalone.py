@@ -156,9 +156,12 @@ class InProcessRunner:
         """Plan and store a run (all its judgments pending); raises ``judge_api.planning.PlanError``."""
         from judge_api.rubrics import get_registry
 
-        planned = plan_run(request, get_registry(), self.settings.max_judgments_per_run)
+        registry = get_registry()
+        planned = plan_run(request, registry, self.settings.max_judgments_per_run)
         with self.session() as session:
-            run = repository.create_run(session, request, planned)
+            run = repository.create_run(
+                session, request, planned, rubrics=[registry.get(r) for r in sorted(set(request.rubrics))]
+            )
             return run.id
 
     def pending_ids(self, run_id: str, item_ids: Sequence[str] | None = None) -> list[int]:

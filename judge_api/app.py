@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
-from fastapi import BackgroundTasks, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import BackgroundTasks, Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
@@ -43,6 +43,7 @@ from judge_api.schemas import (
     JudgmentOut,
     Page,
     RubricOut,
+    RubricVersionOut,
     RunCreate,
     RunCreated,
     RunSummary,
@@ -56,6 +57,10 @@ def field_error(loc: list[str | int], message: str, status_code: int = 422) -> H
     return HTTPException(status_code, detail=[{"loc": ["body", *loc], "msg": message, "type": "value_error"}])
 
 
+RUBRIC_ID_PATH = Path(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$", description="a rubric id, as GET /v1/rubrics lists")
+RUBRIC_VERSION_PATH = Path(
+    pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="a rubric version (the rubric_version of a judgment)"
+)
 HUMAN_PREFIX = Query(
     None, max_length=100, description="only human raters whose id starts with this (MT-Bench: 'expert_')"
 )
@@ -442,6 +447,53 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for r in get_registry().all()
         ]
 
+    @app.get("/v1/rubrics/{rubric_id}/versions", response_model=list[RubricVersionOut], tags=["rubrics"])
+    def rubric_versions(
+        rubric_id: str = RUBRIC_ID_PATH,
+        _: Principal = Depends(require("read")),
+        session: Session = Depends(get_session),
+    ) -> list[RubricVersionOut]:
+        """Every version of a rubric: the stored ones (runs were planned with them, oldest first) and the folders'
+        current one."""
+        registry = get_registry()
+        current = registry.get(rubric_id) if rubric_id in registry else None
+        versions = [
+            RubricVersionOut(
+                id=rubric_id,
+                version=snapshot.version,
+                current=current is not None and current.version == snapshot.version,
+                stored_at=snapshot.created_at,
+                content=snapshot.content,
+            )
+            for snapshot in repository.rubric_versions(session, rubric_id)
+        ]
+        if current is not None and not any(v.current for v in versions):
+            versions.append(
+                RubricVersionOut(
+                    id=rubric_id,
+                    version=current.version,
+                    current=True,
+                    stored_at=None,
+                    content=repository.rubric_content(current),
+                )
+            )
+        if not versions:
+            raise HTTPException(404, f"rubric {rubric_id!r} not found (GET /v1/rubrics lists them)")
+        return versions
+
+    @app.get("/v1/rubrics/{rubric_id}/versions/{version}", response_model=RubricVersionOut, tags=["rubrics"])
+    def rubric_version(
+        rubric_id: str = RUBRIC_ID_PATH,
+        version: str = RUBRIC_VERSION_PATH,
+        principal: Principal = Depends(require("read")),
+        session: Session = Depends(get_session),
+    ) -> RubricVersionOut:
+        """One version of a rubric, e.g. the ``rubric_version`` of a judgment: the prompt it was asked with."""
+        for found in rubric_versions(rubric_id, principal, session):
+            if found.version == version:
+                return found
+        raise HTTPException(404, f"rubric {rubric_id!r} has no version {version!r}")
+
     # -- runs -----------------------------------------------------------------------------------------------
 
     def _create(request: RunCreate, principal: Principal, background: BackgroundTasks, session: Session) -> RunCreated:
@@ -491,15 +543,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                 f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
                             )
         check_storable(request)
+        registry = get_registry()
         try:
-            planned = plan_run(request, get_registry(), settings.max_judgments_per_run)
+            planned = plan_run(request, registry, settings.max_judgments_per_run)
         except PlanError as exc:
             parts = exc.field.replace("]", "").split("[")
             loc: list[str | int] = [int(p) if p.isdigit() else p for p in parts]
             raise field_error(loc, exc.message) from None
         ensure_project_row(principal.project_id)
         try:
-            run = repository.create_run(session, request, planned, principal.project_id)
+            run = repository.create_run(
+                session, request, planned, principal.project_id, [registry.get(r) for r in sorted(set(request.rubrics))]
+            )
             mark_run_enqueued(session, run.id)
             session.commit()
         except Exception:

@@ -166,3 +166,16 @@ class CacheEntry(Base):
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class RubricSnapshot(Base):
+    """A rubric exactly as a run was planned with it (config and template text), by id and version: a run in
+    flight finishes with the prompts it started with when the rubric folder is edited, and an old judgment's
+    prompt can still be shown."""
+
+    __tablename__ = "rubric_snapshots"
+
+    rubric_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[str] = mapped_column(String(32), primary_key=True)
+    content: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

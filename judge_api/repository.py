@@ -25,11 +25,13 @@ from judge_api.models import (
     HumanRating,
     Judgment,
     Project,
+    RubricSnapshot,
     Run,
     RunItem,
     utcnow,
 )
 from judge_api.planning import PlannedJudgment, run_config
+from judge_api.rubrics import Rubric
 from judge_api.schemas import HumanRatingIn, JudgmentOut, RunCounts, RunCreate, RunSummary
 
 DEFAULT_PROJECT = "default"
@@ -53,9 +55,16 @@ def create_run(
     request: RunCreate,
     planned: Sequence[PlannedJudgment],
     project_id: str = DEFAULT_PROJECT,
+    rubrics: Sequence[Rubric] = (),
 ) -> Run:
-    """Store the run, its items and its pending judgments in the caller's transaction."""
+    """Store the run, its items, its pending judgments and a snapshot of every rubric version it was planned with
+    (``rubrics``: the very objects the plan came from) in the caller's transaction."""
+    versions = {(r.id, r.version) for r in rubrics}
+    unsnapshotted = sorted({(p.rubric_id, p.rubric_version) for p in planned} - versions)
+    if unsnapshotted:
+        raise ValueError(f"create_run: no rubric given for the planned {unsnapshotted}")
     ensure_project(session, project_id)
+    store_rubric_snapshots(session, rubrics)
     run = Run(
         id=new_run_id(),
         project_id=project_id,
@@ -120,6 +129,42 @@ def create_run(
     for start in range(0, len(rows), 5000):
         session.execute(insert(Judgment), rows[start : start + 5000])
     return run
+
+
+def store_rubric_snapshots(session: Session, rubrics: Iterable[Rubric]) -> None:
+    """Keep each rubric version (config and template text) in the caller's transaction; a version stored already is
+    kept (the version is the hash of the rubric's files)."""
+    rows = {
+        (r.id, r.version): {
+            "rubric_id": r.id,
+            "version": r.version,
+            "content": rubric_content(r),
+            "created_at": utcnow(),
+        }
+        for r in rubrics
+    }
+    if rows:
+        session.execute(
+            _insert_ignoring(session.get_bind(), _SNAPSHOT_TABLE, ["rubric_id", "version"]), list(rows.values())
+        )
+
+
+def rubric_content(rubric: Rubric) -> dict[str, Any]:
+    return rubric.model_dump(mode="json", exclude={"folder"})
+
+
+def rubric_snapshot(session: Session, rubric_id: str, version: str) -> Rubric | None:
+    """The rubric version a run was planned with, as stored when the run was created (None: not stored)."""
+    content = session.scalar(
+        select(RubricSnapshot.content).where(RubricSnapshot.rubric_id == rubric_id, RubricSnapshot.version == version)
+    )
+    return Rubric.model_validate(content) if content is not None else None
+
+
+def rubric_versions(session: Session, rubric_id: str) -> list[RubricSnapshot]:
+    """The stored versions of a rubric, oldest first."""
+    query = select(RubricSnapshot).where(RubricSnapshot.rubric_id == rubric_id)
+    return list(session.scalars(query.order_by(RubricSnapshot.created_at, RubricSnapshot.version)))
 
 
 def item_pks_for(session: Session, run_id: str) -> dict[str, int]:
@@ -337,9 +382,23 @@ def _insert_cache_rows(engine: Engine) -> Any:
     try:
         return _INSERT_CACHE[engine.dialect.name]
     except KeyError:
-        raise RuntimeError(
-            f"DATABASE_URL names a {engine.dialect.name} database; dialogue-judge runs on SQLite or PostgreSQL"
-        ) from None
+        raise _unsupported(engine) from None
+
+
+def _insert_ignoring(bind: Any, table: Table, keys: list[str]) -> Any:
+    """INSERT that keeps the existing row on a key conflict."""
+    index = [table.c[k] for k in keys]
+    if bind.dialect.name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=index)
+    if bind.dialect.name == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=index)
+    raise _unsupported(bind)
+
+
+def _unsupported(bind: Any) -> RuntimeError:
+    return RuntimeError(
+        f"DATABASE_URL names a {bind.dialect.name} database; dialogue-judge runs on SQLite or PostgreSQL"
+    )
 
 
 def _claim_statement() -> Any:
@@ -363,6 +422,7 @@ def _claim_statement() -> Any:
 # the hot path's statements, built once (building a statement costs more CPU than executing a cached one)
 _CACHE_TABLE = cast(Table, CacheEntry.__table__)
 _CACHE_QUERY = select(_CACHE_TABLE).where(_CACHE_TABLE.c.key.in_(bindparam("keys", expanding=True)))
+_SNAPSHOT_TABLE = cast(Table, RubricSnapshot.__table__)
 _INSERT_CACHE = {
     "postgresql": postgresql.insert(_CACHE_TABLE).on_conflict_do_nothing(index_elements=[_CACHE_TABLE.c.key]),
     "sqlite": sqlite.insert(_CACHE_TABLE).on_conflict_do_nothing(index_elements=[_CACHE_TABLE.c.key]),

@@ -70,6 +70,7 @@ class JudgeEngine:
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
     _writer: VerdictWriter | None = field(default=None, repr=False)
     _leases: LeaseKeeper | None = field(default=None, repr=False)
+    _snapshots: dict[tuple[str, str], Rubric] = field(default_factory=dict, repr=False)
 
     @property
     def db(self) -> Engine:
@@ -242,12 +243,6 @@ class JudgeEngine:
             rubric = self._rubric(judgment.rubric_id, judgment.rubric_version)
         except RubricError as exc:
             return {"status": "failed", "error": str(exc)}
-        if rubric.version != judgment.rubric_version:
-            return {
-                "status": "failed",
-                "error": f"rubric {rubric.id} changed since the run was planned "
-                f"(run has {judgment.rubric_version}, now {rubric.version}); re-submit the run",
-            }
         spec = parse_judge(judgment.judge)
         systems = [judgment.system_a] + ([judgment.system_b] if judgment.system_b else [])
         candidates = item["candidates"]
@@ -333,12 +328,30 @@ class JudgeEngine:
         }
 
     def _rubric(self, rubric_id: str, version: str) -> Rubric:
-        """The rubric the judgment was planned with; the folders are re-read once when it is unknown or changed
-        (a rubric added or edited after this worker started)."""
+        """The rubric version the judgment was planned with: from the folders when they still hold it (re-read
+        once when it is unknown or changed: a rubric added or edited after this worker started), else the snapshot
+        stored with the run, so a run in flight keeps its prompts when the rubric is edited."""
         if rubric_id in self.registry and self.registry.get(rubric_id).version == version:
             return self.registry.get(rubric_id)
+        snapshot = self._snapshots.get((rubric_id, version))
+        if snapshot is not None:
+            return snapshot
         self.registry = RubricRegistry(self.settings.rubric_dirs())
-        return self.registry.get(rubric_id)
+        if rubric_id in self.registry and self.registry.get(rubric_id).version == version:
+            return self.registry.get(rubric_id)
+        with self.sessions() as session:
+            snapshot = repository.rubric_snapshot(session, rubric_id, version)
+        if snapshot is None:
+            try:
+                now = f"the folders have version {self.registry.get(rubric_id).version}"
+            except RubricError as exc:
+                now = str(exc)
+            raise RubricError(
+                f"rubric {rubric_id!r} version {version} is not stored and the folders no longer hold it ({now}); "
+                "re-submit the run"
+            )
+        self._snapshots[(rubric_id, version)] = snapshot
+        return snapshot
 
     def _reask_request(
         self, rubric: Rubric, request: JudgeRequest, reply: JudgeReply, parsed: ParsedVerdict

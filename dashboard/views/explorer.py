@@ -113,6 +113,32 @@ def verdicts(judgments: pd.DataFrame) -> None:
                     st.write(row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)")
 
 
+def judge_prompts(judgments: pd.DataFrame) -> None:
+    """The prompt templates these judgments were asked with: each rubric version as the run stored it."""
+    if judgments.empty or "rubric_version" not in judgments:
+        return
+    used = judgments[["rubric_id", "rubric_version"]].drop_duplicates().sort_values(["rubric_id", "rubric_version"])
+    st.subheader("Judge prompts")
+    for rubric_id, version in used.itertuples(index=False):
+        with st.expander(f"{rubric_id} · version {version}"):
+            if version == "external":
+                st.caption("Imported judgments: made outside dialogue-judge, so their prompt is not stored.")
+                continue
+            found = widgets.guard(
+                api.rubric_version, state.conn(), str(rubric_id), str(version), what="this rubric version", quiet=True
+            )
+            if not found:
+                continue
+            content = found.get("content") or {}
+            templates = content.get("templates") or {}
+            if not found.get("current"):
+                st.caption("An earlier version of this rubric: the rubric folder has changed since.")
+            for message in content.get("messages") or []:
+                text = templates.get(message.get("template")) if message.get("template") else message.get("text")
+                st.markdown(f"**{message.get('role')}** ({message.get('template') or 'inline'})")
+                st.code(text or "", language="jinja2")
+
+
 def item_view(run: dict[str, Any], item_id: str) -> None:
     conn, run_id = state.conn(), str(run["id"])
     item = widgets.guard(api.get_item, conn, run_id, item_id, what=f"item {item_id}")
@@ -136,6 +162,7 @@ def item_view(run: dict[str, Any], item_id: str) -> None:
         widgets.chart(charts.score_means_chart(bars, aspects).properties(height=220), key="ex_item_chart")
     candidates(item, judgments)
     verdicts(judgments)
+    judge_prompts(judgments)
     ratings = widgets.guard(api.ratings, conn, run_id, state.ratings_rev(), what="the human ratings")
     if ratings is not None and not ratings.empty:
         mine = ratings[ratings["item_id"].astype(str) == item_id]

@@ -735,7 +735,37 @@ RATING_CASES = [
     ),
 ]
 
-ALL_CASES = RUN_CASES + JSONL_CASES + READ_CASES + RATING_CASES
+RUBRIC_CASES = [
+    Case(
+        "rubric id with spaces",
+        "GET",
+        "/v1/rubrics/Not A Rubric/versions",
+        422,
+        ["path", "rubric_id"],
+        "should match pattern",
+    ),
+    Case("rubric id too long", "GET", f"/v1/rubrics/{'r' * 65}/versions", 422, ["path", "rubric_id"], "pattern"),
+    Case("unknown rubric", "GET", "/v1/rubrics/no-such-rubric/versions", 404, None, "not found"),
+    Case(
+        "rubric version too long",
+        "GET",
+        f"/v1/rubrics/rsum-single/versions/{'0' * 33}",
+        422,
+        ["path", "version"],
+        "should match pattern",
+    ),
+    Case(
+        "rubric version with a slash-like character",
+        "GET",
+        "/v1/rubrics/rsum-single/versions/v1%3Bdrop",
+        422,
+        ["path", "version"],
+        "pattern",
+    ),
+    Case("unknown rubric version", "GET", "/v1/rubrics/rsum-single/versions/abc", 404, None, "has no version 'abc'"),
+]
+
+ALL_CASES = RUN_CASES + JSONL_CASES + READ_CASES + RATING_CASES + RUBRIC_CASES
 
 
 def test_every_endpoint_has_a_bad_input_case() -> None:
@@ -748,6 +778,11 @@ def test_every_endpoint_has_a_bad_input_case() -> None:
         if c.path.startswith("/v1/runs/nope")
     }
     covered.add(("GET", "/v1/runs/{run_id}"))  # the unknown-run cases above
+    for case in RUBRIC_CASES:
+        parts = case.path.split("/")
+        covered.add(
+            (case.method, "/".join([*parts[:3], "{rubric_id}", *(["versions", "{version}"][: len(parts) - 4])]))
+        )
     missing = []
     for route in create_app().routes:
         path = getattr(route, "path", "")

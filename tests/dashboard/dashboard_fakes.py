@@ -230,6 +230,20 @@ class FakeApi:
         q = {k: v[-1] for k, v in query.items()}
         if path == "/v1/rubrics":
             return httpx.Response(200, json=RUBRICS)
+        version = re.fullmatch(r"/v1/rubrics/([^/]+)/versions/([^/]+)", path)
+        if version:
+            rubric_id, wanted = version.groups()
+            if wanted != "v1" or rubric_id not in {r["id"] for r in RUBRICS}:
+                return httpx.Response(404, json={"detail": f"rubric {rubric_id!r} has no version {wanted!r}"})
+            content = {
+                "id": rubric_id,
+                "messages": [{"role": "system", "text": "You are an impartial judge."},
+                             {"role": "user", "template": "prompt.j2"}],
+                "templates": {"prompt.j2": f"Rate the {rubric_id} response: {{{{ response }}}}"},
+            }  # fmt: skip
+            return httpx.Response(
+                200, json={"id": rubric_id, "version": wanted, "current": False, "stored_at": None, "content": content}
+            )
         if path == "/v1/runs" and request.method == "GET":
             items = [r["summary"] for r in self.runs.values()]
             offset, limit = int(q.get("offset", 0)), int(q.get("limit", 50))

@@ -218,6 +218,18 @@ def test_explorer_filters_go_to_the_api_and_render_the_item(fake_api: FakeApi) -
 
 
 @pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_explorer_shows_the_prompts_each_rubric_version_asked(fake_api: FakeApi) -> None:
+    at = open_page("explorer")
+    labels = [e.label for e in at.expander]
+    assert "rsum-single · version v1" in labels and "rsum-pairwise · version v1" in labels
+    assert "GET /v1/rubrics/rsum-single/versions/v1" in fake_api.requests
+    codes = [str(c.value) for c in at.code]
+    assert "You are an impartial judge." in codes
+    assert "Rate the rsum-pairwise response: {{ response }}" in codes
+    assert "the rubric folder has changed since" in texts(at, "caption")
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
 def test_explorer_score_filter_and_unknown_item(fake_api: FakeApi) -> None:
     at = open_page("explorer")
     at.toggle(key="ex_score_on").set_value(True).run()

@@ -39,7 +39,8 @@ def test_sweeper_waits_for_a_drained_queue_and_always_resends_dead_claims(
         }
     )
     with session_scope() as session:
-        run = repository.create_run(session, request, planning.plan_run(request, get_registry(), 100))
+        planned = planning.plan_run(request, get_registry(), 100)
+        run = repository.create_run(session, request, planned, rubrics=[get_registry().get("rsum-single")])
         ids = repository.pending_judgment_ids(session, run.id)
         old = utcnow() - timedelta(seconds=600)
         session.execute(update(Judgment).where(Judgment.id.in_(ids[:3])).values(enqueued_at=old))

@@ -81,9 +81,10 @@ class Harness:
     def create(self, **request: Any) -> str:
         assert self.engine is not None  # building the first engine migrates the database
         req = RunCreate.model_validate(request)
-        planned = planning.plan_run(req, get_registry(), 1_000_000)
+        registry = get_registry()
+        planned = planning.plan_run(req, registry, 1_000_000)
         with session_scope() as session:
-            return repository.create_run(session, req, planned).id
+            return repository.create_run(session, req, planned, rubrics=[registry.get(r) for r in req.rubrics]).id
 
     def pending(self, run_id: str) -> list[int]:
         with session_scope() as session:
