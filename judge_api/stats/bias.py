@@ -172,7 +172,7 @@ def score_distribution_use(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]
         idx = np.clip(np.round(x - lo).astype(np.int64), 0, points - 1)
         hist = np.bincount(idx, minlength=points)
         p = hist[hist > 0] / x.size
-        entropy = float(-(p * np.log(p)).sum() / np.log(points)) if points > 1 else None
+        entropy = float(-(p * np.log(p)).sum() / np.log(points)) + 0.0 if points > 1 else None  # + 0.0: no "-0.000"
         q1, q3 = np.quantile(x, [0.25, 0.75])
         out[str(j)] = {
             "n": int(x.size),

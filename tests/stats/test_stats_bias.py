@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -114,6 +116,9 @@ def test_score_distribution_use() -> None:
     assert use["iqr"] == pytest.approx(np.quantile([7, 7, 8, 8, 8, 9], 0.75) - np.quantile([7, 7, 8, 8, 8, 9], 0.25))
     uniform = B.score_distribution_use(single_rows(list(range(1, 11))))["openai:gpt-4o"]
     assert uniform["entropy_norm"] == pytest.approx(1.0) and uniform["distinct_fraction"] == 1.0
+    # one score used throughout: entropy 0, printed "0.000", not "-0.000" (the demo's smoke judge does this)
+    constant = B.score_distribution_use(single_rows([1, 1, 1]))["openai:gpt-4o"]["entropy_norm"]
+    assert constant == 0.0 and math.copysign(1.0, constant) == 1.0 and f"{constant:.3f}" == "0.000"
 
 
 def test_score_length_correlation() -> None:
