@@ -152,6 +152,15 @@ class Stack:
             time.sleep(0.2)
         raise RuntimeError(f"{name} did not become ready within {timeout:.0f}s (log: {child.log_path})")
 
+    def queue_in_the_worker(self) -> None:
+        """One llama.cpp process answers one request at a time: keep two calls in flight (one answered, the next
+        ready) and queue the rest in the worker, where waiting costs nothing, instead of in the server, where it
+        inflates every call's latency towards the timeout. A task batch would otherwise send a call per judgment
+        at once through the call pool."""
+        self.extra_env.setdefault("DJ_JUDGE_TIMEOUT", "600")
+        self.worker_concurrency = min(self.worker_concurrency, 2)
+        self.extra_env.setdefault("DJ_CALL_CONCURRENCY", str(self.worker_concurrency))
+
     def start(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         if not self.redis_url:
@@ -177,9 +186,7 @@ class Stack:
             self.redis_url = f"redis://127.0.0.1:{port}/0"
             self._wait("redis", lambda: port_open("127.0.0.1", port), 20)
         if self.start_local_judge:
-            # one llama.cpp process answers one request at a time: queue in the worker, not in the server
-            self.extra_env.setdefault("DJ_JUDGE_TIMEOUT", "600")
-            self.worker_concurrency = min(self.worker_concurrency, 2)
+            self.queue_in_the_worker()
             if port_open("127.0.0.1", self.local_judge_port):
                 raise RuntimeError(f"port {self.local_judge_port} is taken; set --local-judge-port")
             self._spawn("local-judge", server_command("127.0.0.1", self.local_judge_port))

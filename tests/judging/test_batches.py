@@ -4,10 +4,12 @@ hits are settled in one bulk write, and every judgment is still written exactly 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import update
 
+from dialogue_judge.stack import Stack
 from judge_api.db import session_scope
 from judge_api.models import Judgment
 
@@ -73,3 +75,21 @@ def test_a_finished_judgment_in_a_batch_is_left_alone(harness: Harness) -> None:
     outcomes = engine.judge_many(ids)
     assert outcomes == {"skipped": 1, "done": 1}
     assert harness.rows(run_id)[0].score == 77.0
+
+
+def test_the_embedded_local_judge_gets_two_calls_in_flight_not_a_batch(harness: Harness, tmp_path: Path) -> None:
+    """llama.cpp answers one request at a time: the embedded stack queues calls in the worker (DJ_CALL_CONCURRENCY)
+    rather than sending a batch's worth at once and letting each call's latency grow towards the timeout."""
+    stack = Stack(tmp_path / "home", worker_concurrency=8, start_local_judge=True)
+    stack.queue_in_the_worker()
+    assert stack.worker_concurrency == 2 and stack.extra_env["DJ_JUDGE_TIMEOUT"] == "600"
+    harness.sim.set_script({"latency": 0.2})
+    capped = harness.build(DJ_CALL_CONCURRENCY=stack.extra_env["DJ_CALL_CONCURRENCY"])
+    assert capped.judge_many(harness.pending(harness.create(**request(harness)))) == {"done": 12}
+    assert harness.sim.stats()["max_in_flight"] == 2
+
+    harness.sim.reset()  # the default pool sends the whole batch at once
+    uncapped = harness.build(DJ_CALL_CONCURRENCY="32")
+    other = {**request(harness), "aspects": ["coherence"]}
+    assert uncapped.judge_many(harness.pending(harness.create(**other))) == {"done": 12}
+    assert harness.sim.stats()["max_in_flight"] > 2
