@@ -14,6 +14,7 @@ from typing import Any
 import redis
 from celery import Celery, signals
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual as kombu_virtual
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from judge_api.config import get_settings
@@ -25,27 +26,71 @@ from workers.sweeper import Sweeper
 log = logging.getLogger(__name__)
 
 
-def _survive_restore_without_broker() -> None:
-    """kombu (5.x): when Redis goes away, closing the worker's channel tries to put its unacknowledged messages
-    back through the connection that is already gone, raises AttributeError and kills the worker. Those messages
-    come back anyway (the visibility timeout, or the sweeper once Redis is up again), so the worker logs it and
-    stays alive to reconnect."""
-    original = kombu_redis.QoS.restore_unacked
-    if getattr(original, "_dj_tolerant", False):
-        return
+def _broker_gone(qos: Any, exc: BaseException) -> bool:
+    """The error says the channel's connection is closed or Redis cannot be reached (not a bug to let through)."""
+    if isinstance(exc, redis.exceptions.ConnectionError | OSError):
+        return True
+    transport = getattr(qos.channel, "connection", None)  # None once the channel is closed
+    return isinstance(exc, AttributeError) and (transport is None or getattr(transport, "client", None) is None)
 
-    def restore_unacked(self: Any, client: Any = None) -> Any:
+
+def _survive_broker_loss() -> None:
+    """kombu (5.x) on a Redis outage or restart:
+
+    - closing the worker's channel tries to put its unacknowledged messages back through the connection that is
+      already gone, raises AttributeError and kills the worker;
+    - a task that was running across the reconnect is acknowledged through its old, closed channel, which raises
+      AttributeError inside the consumer loop: Celery calls it unrecoverable and the worker stops consuming for
+      good (the sweeper's re-sent messages then wait for a consumer that never comes).
+
+    Both are bookkeeping for messages of a channel that no longer exists: they come back anyway (the visibility
+    timeout, or the sweeper once Redis is up again) and the claim's compare-and-set makes a second delivery a
+    no-op. So the worker logs it, drops the message from its own books (freeing the prefetch slot) and keeps
+    consuming."""
+    qos_class = kombu_redis.QoS
+    if getattr(qos_class.ack, "_dj_tolerant", False):
+        return
+    restore_unacked, ack, reject = qos_class.restore_unacked, qos_class.ack, qos_class.reject
+    forget = kombu_virtual.QoS.ack  # the in-process part of an ack: no Redis call
+
+    def tolerant_restore_unacked(self: Any, client: Any = None) -> Any:
         try:
-            return original(self, client)
+            return restore_unacked(self, client)
         except (AttributeError, redis.exceptions.ConnectionError, OSError) as exc:
+            if not _broker_gone(self, exc):
+                raise
             log.warning("could not restore unacknowledged messages while Redis is down (%r); the sweeper will", exc)
             return None
 
-    restore_unacked._dj_tolerant = True  # type: ignore[attr-defined]
-    kombu_redis.QoS.restore_unacked = restore_unacked  # type: ignore[method-assign]
+    def tolerant_ack(self: Any, delivery_tag: Any) -> None:
+        try:
+            ack(self, delivery_tag)
+        except (AttributeError, redis.exceptions.ConnectionError, OSError) as exc:
+            if not _broker_gone(self, exc):
+                raise
+            log.warning("message %s: its channel is gone (%r); acknowledged locally only", delivery_tag, exc)
+            forget(self, delivery_tag)
+
+    def tolerant_reject(self: Any, delivery_tag: Any, requeue: bool = False) -> None:
+        try:
+            reject(self, delivery_tag, requeue=requeue)
+        except (AttributeError, redis.exceptions.ConnectionError, OSError) as exc:
+            if not _broker_gone(self, exc):
+                raise
+            log.warning("message %s: its channel is gone (%r); rejected locally only", delivery_tag, exc)
+            forget(self, delivery_tag)
+
+    methods: dict[str, Any] = {
+        "restore_unacked": tolerant_restore_unacked,
+        "ack": tolerant_ack,
+        "reject": tolerant_reject,
+    }
+    for name, method in methods.items():
+        method._dj_tolerant = True
+        setattr(qos_class, name, method)
 
 
-_survive_restore_without_broker()
+_survive_broker_loss()
 # the HTTP clients under the SDKs log every request at INFO: one line per provider call is noise (the judgment row
 # records the call) and costs CPU on the hot path
 for _name in ("httpx", "httpx2", "httpcore"):

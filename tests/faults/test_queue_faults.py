@@ -88,3 +88,5 @@ def test_redis_restart_mid_run(
     assert set(verdict.by_status) <= {"done", "failed"}
     failed = [r for r in verdict.rows if r["status"] == "failed"]
     assert not failed, [r["error"] for r in failed]
+    # the worker kept consuming through the restart (kombu's errors on the old channel are survived, not fatal)
+    assert "Unrecoverable error" not in (tmp_path / "svc" / "worker1.log").read_text(errors="replace")
