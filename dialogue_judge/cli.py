@@ -253,22 +253,10 @@ def worker(
     """Run a Celery worker (configured by REDIS_URL and DATABASE_URL)."""
     if not os.environ.get("REDIS_URL"):
         raise fail("REDIS_URL is not set (use 'dialogue-judge up' for the embedded stack)")
+    from dialogue_judge.stack import worker_args
     from workers.celery_app import app as celery_app
 
-    argv = [
-        "worker",
-        "--pool",
-        pool,
-        "--concurrency",
-        str(concurrency),
-        "-Q",
-        "judgments",
-        "--loglevel",
-        "INFO",
-    ]
-    if name:
-        argv += ["-n", name]
-    celery_app.worker_main(argv)
+    celery_app.worker_main(worker_args(concurrency, pool, name))
 
 
 # -- runs ----------------------------------------------------------------------------------------------------

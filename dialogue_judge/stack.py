@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from judge_api.queue import JUDGE_QUEUE
 from workers.local_judge import server_command
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -58,27 +59,25 @@ def api_command(port: int, host: str = "127.0.0.1") -> list[str]:
     ]
 
 
-def worker_command(concurrency: int, name: str, pool: str = "threads", *extra: str) -> list[str]:
-    """A Celery worker process consuming the judgments queue."""
+def worker_args(concurrency: int, pool: str = "threads", name: str | None = None) -> list[str]:
+    """The Celery ``worker`` arguments of a judgments consumer (``dialogue-judge worker`` and the harnesses)."""
     return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "workers.celery_app",
         "worker",
         "--pool",
         pool,
         "--concurrency",
         str(concurrency),
         "-Q",
-        "judgments",
-        "-n",
-        name,
+        JUDGE_QUEUE,
+        *(["-n", name] if name else []),
         "--loglevel",
         "INFO",
-        *extra,
     ]
+
+
+def worker_command(concurrency: int, name: str, pool: str = "threads", *extra: str) -> list[str]:
+    """A Celery worker process consuming the judgments queue."""
+    return [sys.executable, "-m", "celery", "-A", "workers.celery_app", *worker_args(concurrency, pool, name), *extra]
 
 
 @dataclass
