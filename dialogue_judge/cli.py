@@ -361,7 +361,7 @@ def requeue(
     """Re-enqueue judgments still pending in the database (after a Redis restart). Uses DATABASE_URL/REDIS_URL."""
     from judge_api.config import get_settings
     from judge_api.migrate import upgrade
-    from workers.sweeper import requeue_stale
+    from judge_api.sweeper import requeue_stale
 
     settings = get_settings()
     if not settings.resolved_redis_url():

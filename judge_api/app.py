@@ -37,6 +37,7 @@ from judge_api.deps import get_session
 from judge_api.migrate import upgrade
 from judge_api.models import Judgment, utcnow
 from judge_api.planning import PlanError, plan_run
+from judge_api.queue import redis_client
 from judge_api.rubrics import get_registry
 from judge_api.schemas import (
     HumanRatingsIn,
@@ -49,6 +50,7 @@ from judge_api.schemas import (
     RunSummary,
 )
 from judge_api.secrets import install_log_scrubber, known_secrets, scrub
+from judge_api.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
 
@@ -334,13 +336,9 @@ def scrub_judgment(judgment: JudgmentOut) -> JudgmentOut:
     )
 
 
-def _start_sweeper(settings: Settings) -> Any:
+def _start_sweeper(settings: Settings) -> Sweeper | None:
+    """The API's own sweeper re-sends judgments whose publishing failed, also when no worker is up yet."""
     if settings.resolved_redis_url() is None:
-        return None
-    try:
-        from workers.runtime import redis_client  # optional: the API can run without the workers package
-        from workers.sweeper import Sweeper
-    except ImportError:
         return None
     sweeper = Sweeper(settings, redis_client(settings))
     sweeper.start()

@@ -1,7 +1,7 @@
 """Enqueue judgments by Celery task name (the API does not import the workers package).
 
 The database is the source of truth: a judgment that could not be enqueued (Redis down) stays ``pending`` and the
-sweeper or ``dialogue-judge requeue`` sends it again later.
+sweeper (:mod:`judge_api.sweeper`) or ``dialogue-judge requeue`` sends it again later.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import redis
 from celery import Celery
 
 from judge_api.config import Settings
@@ -75,3 +76,12 @@ def enqueue(settings: Settings, judgment_ids: Sequence[int]) -> int:
             else:
                 app.send_task(JUDGE_BATCH_TASK, args=[chunk], queue=JUDGE_QUEUE, producer=prod)
     return len(ids)
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    """A client of the broker's Redis, for what goes past Celery: the sweeper's lock and queue length, and the
+    workers' shared rate limits and single-flight."""
+    url = settings.resolved_redis_url()
+    if url is None:
+        raise RuntimeError("REDIS_URL is not set")
+    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, retry_on_timeout=True)

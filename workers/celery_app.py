@@ -19,9 +19,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from judge_api.config import get_settings
 from judge_api.db import reset_engines
-from judge_api.queue import JUDGE_BATCH_TASK, JUDGE_QUEUE, JUDGE_TASK, celery_config
+from judge_api.queue import JUDGE_BATCH_TASK, JUDGE_QUEUE, JUDGE_TASK, celery_config, redis_client
+from judge_api.sweeper import Sweeper
 from workers import runtime
-from workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _start_sweeper(**_: Any) -> None:
     # otherwise walk hundreds of thousands of module-level objects again and again on the hot path
     gc.collect()
     gc.freeze()
-    _sweeper = Sweeper(settings, runtime.redis_client(settings))
+    _sweeper = Sweeper(settings, redis_client(settings))
     try:
         _sweeper.sweep_once()
     except Exception as exc:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 
-import redis
 from sqlalchemy.orm import sessionmaker
 
 from judge_api.config import Settings, get_settings
 from judge_api.db import engine_for
 from judge_api.migrate import upgrade
+from judge_api.queue import redis_client
 from judge_api.rubrics import get_registry
 from workers.execute import JudgeEngine
 from workers.ratelimit import LocalRateLimiter, RedisRateLimiter
@@ -17,13 +17,6 @@ from workers.singleflight import LocalSingleFlight, RedisSingleFlight
 
 _engine: JudgeEngine | None = None
 _lock = threading.Lock()
-
-
-def redis_client(settings: Settings) -> redis.Redis:
-    url = settings.resolved_redis_url()
-    if url is None:
-        raise RuntimeError("REDIS_URL is not set")
-    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, retry_on_timeout=True)
 
 
 def build_engine(settings: Settings | None = None, *, standalone: bool = False) -> JudgeEngine:

@@ -166,7 +166,7 @@ def test_a_submitted_run_is_enqueued_once(
 
     from judge_api import queue
     from judge_api.config import get_settings
-    from workers.sweeper import requeue_stale
+    from judge_api.sweeper import requeue_stale
 
     real_enqueue = queue.enqueue
     swept: list[int] = []

@@ -17,7 +17,7 @@ from judge_api.migrate import upgrade
 from judge_api.models import Judgment, utcnow
 from judge_api.rubrics import get_registry
 from judge_api.schemas import RunCreate
-from workers.sweeper import Sweeper
+from judge_api.sweeper import Sweeper
 
 
 def test_sweeper_waits_for_a_drained_queue_and_always_resends_dead_claims(

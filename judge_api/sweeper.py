@@ -1,6 +1,7 @@
 """Re-enqueue work the queue lost: judgments pending but not recently enqueued, and judgments whose worker died
-holding the claim. Runs in every worker (one at a time, under a Redis lock) and on demand (``dialogue-judge
-requeue``). A Redis restart (new server run id) triggers an immediate full re-enqueue of pending work.
+holding the claim. Runs in every worker and API process (one at a time, under a Redis lock) and on demand
+(``dialogue-judge requeue``). A Redis restart (new server run id) triggers an immediate full re-enqueue of pending
+work. It needs only the database and the broker, so it lives in ``judge_api`` beside the queue code.
 """
 
 from __future__ import annotations
