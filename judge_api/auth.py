@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -106,23 +105,3 @@ def authenticate(session: Session, header: str | None, client_host: str | None =
     if row.revoked_at is not None:
         raise _unauthorized(f"this API key was revoked on {row.revoked_at:%Y-%m-%d %H:%M} UTC")
     return Principal(row.project_id, frozenset(row.scopes), row.id)
-
-
-def require(scope: str) -> Callable[..., Principal]:
-    """A route dependency: the caller's Principal, or 401 (no / bad key) / 403 (key without ``scope``)."""
-    from judge_api.deps import get_session
-
-    def dependency(request: Request, session: Session = Depends(get_session)) -> Principal:
-        client_host = request.client.host if request.client else None
-        principal = authenticate(session, request.headers.get("authorization"), client_host)
-        if scope not in principal.scopes and "admin" not in principal.scopes:
-            has = ", ".join(sorted(principal.scopes)) or "none"
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN,
-                f"this API key lacks the '{scope}' scope needed here (it has: {has}); "
-                f"create a key with --scope {scope}",
-            )
-        request.state.principal = principal
-        return principal
-
-    return dependency

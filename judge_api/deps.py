@@ -1,12 +1,25 @@
-"""FastAPI dependencies shared by the routes."""
+"""What the routes share: the app's settings, a database session, the caller's Principal with a scope check, the
+run-or-404 lookup and the submit rate limit.
+
+``create_app`` keeps the settings and the rate limiter it built on ``app.state``; the dependencies below hand them to
+the routes, so two apps in one process (tests, ``--workers``) each keep their own.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy.orm import Session
 
+from judge_api import repository
+from judge_api.auth import Principal, authenticate
+from judge_api.config import Settings
 from judge_api.db import session_factory
+from judge_api.models import Run
+from judge_api.submit_limit import SubmitRateLimit
+
+MAX_OFFSET = 1_000_000_000  # beyond any real table; larger values overflow SQLite's integers
 
 
 def get_session() -> Iterator[Session]:
@@ -15,3 +28,46 @@ def get_session() -> Iterator[Session]:
         yield session
     finally:
         session.close()
+
+
+def app_settings(request: Request) -> Settings:
+    """The settings ``create_app`` was built with."""
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def submit_limit(request: Request) -> SubmitRateLimit:
+    """The app's submit rate limit (shared by every API process through Redis when REDIS_URL is set)."""
+    limit: SubmitRateLimit = request.app.state.submit_limit
+    return limit
+
+
+def require(scope: str) -> Callable[..., Principal]:
+    """A route dependency: the caller's Principal, or 401 (no / bad key) / 403 (key without ``scope``)."""
+
+    def dependency(request: Request, session: Session = Depends(get_session)) -> Principal:
+        client_host = request.client.host if request.client else None
+        principal = authenticate(session, request.headers.get("authorization"), client_host)
+        if scope not in principal.scopes and "admin" not in principal.scopes:
+            has = ", ".join(sorted(principal.scopes)) or "none"
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"this API key lacks the '{scope}' scope needed here (it has: {has}); "
+                f"create a key with --scope {scope}",
+            )
+        request.state.principal = principal
+        return principal
+
+    return dependency
+
+
+def run_or_404(session: Session, run_id: str, principal: Principal) -> Run:
+    """The caller's run, or 404 (another project's run is 404 too, so ids do not leak).
+
+    Called inside the route rather than declared as a dependency: dependencies run before the query and body are
+    validated, and a malformed request must still answer 422 whether or not the run exists.
+    """
+    run = repository.get_run(session, run_id, principal.project_id)
+    if run is None:
+        raise HTTPException(404, f"run {run_id!r} not found")
+    return run

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
@@ -46,6 +47,25 @@ def run_body(n_items: int = 2, **overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
+
+
+def served_routes(app: FastAPI) -> list[tuple[str, str]]:
+    """(method, path) of every route the app serves, those of its included routers too (HEAD and OPTIONS left out).
+
+    Since FastAPI 0.137 an included router is one node of ``app.routes`` (no path, no methods), and
+    ``fastapi.routing.iter_route_contexts`` flattens the tree; before, ``app.routes`` was flat already."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:
+        routes: list[Any] = list(app.routes)
+    else:
+        routes = list(iter_route_contexts(app.routes))
+    served = []
+    for route in routes:
+        path = getattr(route, "path", None) or ""
+        for method in sorted((getattr(route, "methods", None) or set()) - {"HEAD", "OPTIONS"}):
+            served.append((method, path))
+    return served
 
 
 def counts(database_url: str) -> dict[str, int]:

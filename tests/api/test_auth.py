@@ -4,21 +4,18 @@ open-on-loopback-only embedded default."""
 from __future__ import annotations
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import create_engine, text
 
 from judge_api.auth import hash_key, is_loopback
 
-from .conftest import Api, ApiFactory, item, run_body
+from .conftest import Api, ApiFactory, item, run_body, served_routes
 
 
 def v1_routes(api: Api) -> list[tuple[str, str]]:
-    routes = []
-    for route in api.client.app.routes:  # type: ignore[attr-defined]
-        path = getattr(route, "path", "")
-        if path.startswith("/v1"):
-            for method in sorted(getattr(route, "methods", set()) - {"HEAD", "OPTIONS"}):
-                routes.append((method, path))
-    return routes
+    app = api.client.app
+    assert isinstance(app, FastAPI)
+    return [(method, path) for method, path in served_routes(app) if path.startswith("/v1")]
 
 
 def fill(path: str, run_id: str) -> str:

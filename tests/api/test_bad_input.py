@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import JUDGE, Api, ApiFactory, item, run_body
+from .conftest import JUDGE, Api, ApiFactory, item, run_body, served_routes
 
 RUN = "{run}"  # replaced by the id of a stored run
 
@@ -783,12 +783,12 @@ def test_every_endpoint_has_a_bad_input_case() -> None:
         covered.add(
             (case.method, "/".join([*parts[:3], "{rubric_id}", *(["versions", "{version}"][: len(parts) - 4])]))
         )
+    routes = served_routes(create_app())
+    assert ("POST", "/v1/runs") in routes  # the enumeration reaches into the routers (else this test checks nothing)
     missing = []
-    for route in create_app().routes:
-        path = getattr(route, "path", "")
-        for method in getattr(route, "methods", set()) - {"HEAD", "OPTIONS"}:
-            if path.startswith("/v1") and path != "/v1/rubrics" and (method, path) not in covered:
-                missing.append((method, path))
+    for method, path in routes:
+        if path.startswith("/v1") and path != "/v1/rubrics" and (method, path) not in covered:
+            missing.append((method, path))
     assert not missing, f"endpoints without a bad-input case: {missing}"  # GET /v1/rubrics takes no input
 
 

@@ -1,0 +1,20 @@
+"""One ``APIRouter`` per resource; ``judge_api.app.create_app`` includes them in the order of ``ROUTERS``.
+
+A route lives in the module named after its resource: ``POST /v1/runs`` in ``runs.py``, ``GET
+/v1/runs/{id}/report`` in ``reports.py``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from judge_api.routers import health, judgments, ratings, reports, rubrics, runs
+
+ROUTERS: tuple[APIRouter, ...] = (
+    health.router,
+    rubrics.router,
+    runs.router,
+    judgments.router,
+    reports.router,
+    ratings.router,
+)

@@ -1,0 +1,53 @@
+"""Human ratings of a run's items: ``POST /v1/runs/{id}/human-ratings`` (insert or update) and ``GET`` them back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.orm import Session
+
+from judge_api import repository
+from judge_api.auth import Principal
+from judge_api.deps import get_session, require, run_or_404
+from judge_api.errors import field_error
+from judge_api.guards import check_storable
+from judge_api.schemas import HumanRatingsIn
+
+router = APIRouter(tags=["reports"])
+
+
+@router.post("/v1/runs/{run_id}/human-ratings", status_code=201)
+def add_ratings(
+    run_id: str,
+    body: HumanRatingsIn,
+    principal: Principal = Depends(require("submit")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    run_or_404(session, run_id, principal)
+    known = repository.run_item_keys(session, run_id)
+    for index, rating in enumerate(body.ratings):
+        if rating.item_id not in known:
+            raise field_error(["ratings", index, "item_id"], f"item {rating.item_id!r} is not in run {run_id}")
+    check_storable(body)
+    try:
+        created, updated = repository.upsert_ratings(session, run_id, body.ratings)
+        session.commit()
+    except sa_exc.IntegrityError:
+        session.rollback()  # a concurrent request stored the same ratings first: nothing of ours was kept
+        raise HTTPException(
+            409, "these ratings were written concurrently by another request; nothing was stored, send them again"
+        ) from None
+    return {"run_id": run_id, "created": created, "updated": updated}
+
+
+@router.get("/v1/runs/{run_id}/human-ratings")
+def get_ratings(
+    run_id: str, principal: Principal = Depends(require("read")), session: Session = Depends(get_session)
+) -> dict[str, Any]:
+    run_or_404(session, run_id, principal)
+    frame = repository.ratings_frame(session, run_id)
+    records = json.loads(frame.to_json(orient="records"))
+    return {"run_id": run_id, "total": len(records), "items": records}

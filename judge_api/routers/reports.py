@@ -1,0 +1,59 @@
+"""A run's statistics: ``GET /v1/runs/{id}/report`` (scores, confidence intervals, agreement) and ``.../agreement``
+(judges against the human ratings)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from sqlalchemy.orm import Session
+
+from judge_api import repository
+from judge_api.auth import Principal
+from judge_api.deps import get_session, require, run_or_404
+
+router = APIRouter(tags=["reports"])
+
+HUMAN_PREFIX = Query(
+    None, max_length=100, description="only human raters whose id starts with this (MT-Bench: 'expert_')"
+)
+MAX_SEED = 2**32 - 1
+
+
+@router.get("/v1/runs/{run_id}/report")
+def report(
+    run_id: str,
+    n_boot: int = Query(1000, ge=0, le=20000),
+    seed: int = Query(0, ge=0, le=MAX_SEED),
+    human_prefix: str | None = HUMAN_PREFIX,
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    run = run_or_404(session, run_id, principal)
+    from judge_api.stats.report import build_report
+
+    judgments = repository.judgments_frame(session, run_id)
+    ratings = repository.ratings_frame(session, run_id)
+    result = build_report(
+        judgments, ratings if len(ratings) else None, n_boot=n_boot, seed=seed, human_prefix=human_prefix
+    )
+    summary = repository.summarize_runs(session, [run])[0]
+    return {"run": json.loads(summary.model_dump_json()), **result}
+
+
+@router.get("/v1/runs/{run_id}/agreement")
+def agreement(
+    run_id: str,
+    human_prefix: str | None = HUMAN_PREFIX,
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    run_or_404(session, run_id, principal)
+    from judge_api.stats.report import build_report
+
+    ratings = repository.ratings_frame(session, run_id)
+    if not len(ratings):
+        raise HTTPException(409, "this run has no human ratings yet: POST /v1/runs/{id}/human-ratings first")
+    result = build_report(repository.judgments_frame(session, run_id), ratings, n_boot=200, human_prefix=human_prefix)
+    return {"run_id": run_id, "n_ratings": len(ratings), "agreement": result.get("agreement")}

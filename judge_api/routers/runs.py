@@ -1,0 +1,226 @@
+"""Runs: submit (``POST /v1/runs``, ``POST /v1/runs/jsonl``), list, read one and retry its failed judgments.
+
+request -> validated model (schemas) -> limits and storability checks -> plan (planning) -> stored rows in one
+transaction (repository) -> tasks, published after the response (queue). Nothing is stored half-way.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Query, Request
+from pydantic import ValidationError
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.orm import Session
+
+from judge_api import queue, repository
+from judge_api.auth import Principal
+from judge_api.config import Settings
+from judge_api.db import get_engine, session_scope
+from judge_api.deps import MAX_OFFSET, app_settings, get_session, require, run_or_404, submit_limit
+from judge_api.errors import field_error
+from judge_api.guards import check_storable
+from judge_api.planning import PlanError, plan_run
+from judge_api.rubrics import get_registry
+from judge_api.schemas import Page, RunCreate, RunCreated, RunSummary
+from judge_api.submit_limit import SubmitRateLimit
+
+router = APIRouter(tags=["runs"])
+
+_known_projects: set[tuple[str, str]] = set()  # (database, project) known to exist
+
+
+def ensure_project_row(project_id: str) -> None:
+    """Create the project row in a transaction of its own, tolerating a concurrent creator.
+
+    Two first submissions racing to insert the same project would otherwise make one of them fail on the primary
+    key (a 500) - the submission transaction then finds the row and never inserts it.
+    """
+    known = (str(get_engine().url), project_id)
+    if known in _known_projects:
+        return
+    try:
+        with session_scope() as session:
+            repository.ensure_project(session, project_id)
+    except sa_exc.IntegrityError:
+        pass  # created by a concurrent request: exactly what we wanted
+    _known_projects.add(known)
+
+
+def check_run_limits(request: RunCreate, settings: Settings) -> None:
+    """422 naming the field when a run is larger than the server accepts (DJ_MAX_ITEMS, DJ_MAX_TURNS,
+    DJ_MAX_CHARS_PER_TURN)."""
+    if len(request.items) > settings.max_items_per_run:
+        raise field_error(
+            ["items"],
+            f"{len(request.items)} items exceed the limit of {settings.max_items_per_run} per run (DJ_MAX_ITEMS)",
+        )
+    for index, item in enumerate(request.items):
+        if len(item.dialogue) > settings.max_turns_per_item:
+            raise field_error(
+                ["items", index, "dialogue"],
+                f"{len(item.dialogue)} turns exceed the limit of {settings.max_turns_per_item}",
+            )
+        for turn_index, turn in enumerate(item.dialogue):
+            if len(turn.text) > settings.max_chars_per_turn:
+                raise field_error(
+                    ["items", index, "dialogue", turn_index, "text"],
+                    f"turn of {len(turn.text)} characters exceeds the limit of "
+                    f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
+                )
+        for system, response in item.candidates.items():
+            if len(response) > settings.max_chars_per_turn:
+                raise field_error(
+                    ["items", index, "candidates", system],
+                    f"response of {len(response)} characters exceeds the limit of "
+                    f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
+                )
+        if item.persona is not None:
+            for side in ("user", "bot"):
+                for line_index, line in enumerate(getattr(item.persona, side)):
+                    if len(line) > settings.max_chars_per_turn:
+                        raise field_error(
+                            ["items", index, "persona", side, line_index],
+                            f"persona line of {len(line)} characters exceeds the limit of "
+                            f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
+                        )
+
+
+def _create(
+    request: RunCreate,
+    principal: Principal,
+    background: BackgroundTasks,
+    session: Session,
+    settings: Settings,
+    rate_limit: SubmitRateLimit,
+) -> RunCreated:
+    who = principal.key_id or "anonymous"
+    reservation = rate_limit.reserve(who, settings.runs_per_minute)
+    try:
+        return _create_reserved(request, principal, background, session, settings)
+    except BaseException:
+        rate_limit.release(who, reservation)  # a rejected or failed submission does not count
+        raise
+
+
+def _create_reserved(
+    request: RunCreate, principal: Principal, background: BackgroundTasks, session: Session, settings: Settings
+) -> RunCreated:
+    check_run_limits(request, settings)
+    check_storable(request)
+    registry = get_registry()
+    try:
+        planned = plan_run(request, registry, settings.max_judgments_per_run)
+    except PlanError as exc:
+        parts = exc.field.replace("]", "").split("[")
+        loc: list[str | int] = [int(p) if p.isdigit() else p for p in parts]
+        raise field_error(loc, exc.message) from None
+    ensure_project_row(principal.project_id)
+    try:
+        run = repository.create_run(
+            session, request, planned, principal.project_id, [registry.get(r) for r in sorted(set(request.rubrics))]
+        )
+        queue.mark_run_enqueued(session, run.id)
+        session.commit()
+    except Exception:
+        session.rollback()
+        raise
+    background.add_task(queue.enqueue_run, settings, run.id)
+    return RunCreated(
+        id=run.id, status="queued", n_items=run.n_items, n_judgments=run.n_judgments, url=f"/v1/runs/{run.id}"
+    )
+
+
+@router.post("/v1/runs", status_code=202, response_model=RunCreated)
+def create_run(
+    request: RunCreate,
+    background: BackgroundTasks,
+    principal: Principal = Depends(require("submit")),
+    session: Session = Depends(get_session),
+    settings: Settings = Depends(app_settings),
+    rate_limit: SubmitRateLimit = Depends(submit_limit),
+) -> RunCreated:
+    return _create(request, principal, background, session, settings, rate_limit)
+
+
+@router.post("/v1/runs/jsonl", status_code=202, response_model=RunCreated)
+async def create_run_jsonl(
+    request: Request,
+    background: BackgroundTasks,
+    rubric: list[str] = Query(...),
+    judge: list[str] = Query(...),
+    mode: list[Literal["single", "pairwise"]] = Query(default=["single"]),
+    name: str | None = None,
+    baseline: str | None = None,
+    orders: Literal["both", "random"] = "both",
+    principal: Principal = Depends(require("submit")),
+    session: Session = Depends(get_session),
+    settings: Settings = Depends(app_settings),
+    rate_limit: SubmitRateLimit = Depends(submit_limit),
+) -> RunCreated:
+    """Items as JSON Lines in the body (one item per line); the run's settings as query parameters."""
+    body = (await request.body()).decode("utf-8", errors="replace")
+    items: list[Any] = []
+    for number, line in enumerate(body.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise field_error(["items", f"line {number}"], f"not valid JSON: {exc.msg}") from None
+    try:
+        run_request = RunCreate(
+            name=name,
+            items=items,
+            rubrics=rubric,
+            judges=judge,
+            mode=mode,
+            pairing="baseline" if baseline else "all",
+            baseline=baseline,
+            orders=orders,
+        )
+    except ValidationError as exc:
+        raise HTTPException(
+            422, detail=[{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        ) from None
+    return _create(run_request, principal, background, session, settings, rate_limit)
+
+
+@router.get("/v1/runs", response_model=Page[RunSummary])
+def list_runs(
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
+    limit: int = Query(50, ge=1, le=500),
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
+) -> Page[RunSummary]:
+    total, runs = repository.list_runs(session, principal.project_id, offset, limit)
+    summaries = repository.summarize_runs(session, runs)
+    session.commit()
+    return Page[RunSummary](total=total, offset=offset, limit=limit, items=summaries)
+
+
+@router.get("/v1/runs/{run_id}", response_model=RunSummary)
+def get_run(
+    run_id: str, principal: Principal = Depends(require("read")), session: Session = Depends(get_session)
+) -> RunSummary:
+    run = run_or_404(session, run_id, principal)
+    summary = repository.summarize_runs(session, [run])[0]
+    session.commit()
+    return summary
+
+
+@router.post("/v1/runs/{run_id}/retry")
+def retry_run(
+    run_id: str,
+    background: BackgroundTasks,
+    principal: Principal = Depends(require("submit")),
+    session: Session = Depends(get_session),
+    settings: Settings = Depends(app_settings),
+) -> dict[str, Any]:
+    run_or_404(session, run_id, principal)
+    count = repository.retry_failed(session, run_id)
+    queue.mark_run_enqueued(session, run_id)
+    session.commit()
+    background.add_task(queue.enqueue_run, settings, run_id)
+    return {"run_id": run_id, "requeued": count}
