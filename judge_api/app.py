@@ -20,12 +20,11 @@ from judge_api.config import Settings, get_settings
 from judge_api.errors import install_exception_handlers
 from judge_api.middleware import BodySizeLimit, InputGuard
 from judge_api.migrate import upgrade
-from judge_api.queue import redis_client
 from judge_api.routers import ROUTERS
 from judge_api.rubrics import get_registry
 from judge_api.secrets import install_log_scrubber
 from judge_api.submit_limit import SubmitRateLimit
-from judge_api.sweeper import Sweeper
+from judge_api.sweeper import Sweeper, redis_client
 
 log = logging.getLogger(__name__)
 

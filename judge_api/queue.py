@@ -8,17 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from contextlib import suppress
 
-import redis
 from celery import Celery
-from sqlalchemy import update
-from sqlalchemy.orm import Session
 
-from judge_api import repository
 from judge_api.config import Settings
-from judge_api.db import session_scope
-from judge_api.models import Judgment, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -82,40 +75,3 @@ def enqueue(settings: Settings, judgment_ids: Sequence[int]) -> int:
             else:
                 app.send_task(JUDGE_BATCH_TASK, args=[chunk], queue=JUDGE_QUEUE, producer=prod)
     return len(ids)
-
-
-def redis_client(settings: Settings) -> redis.Redis:
-    """A client of the broker's Redis, for what goes past Celery: the sweeper's lock and queue length, and the
-    workers' shared rate limits and single-flight."""
-    url = settings.resolved_redis_url()
-    if url is None:
-        raise RuntimeError("REDIS_URL is not set")
-    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, retry_on_timeout=True)
-
-
-def mark_run_enqueued(session: Session, run_id: str) -> None:
-    """Stamp the run's pending judgments as enqueued, in the transaction that stores (or retries) them.
-
-    A pending judgment with no ``enqueued_at`` is stale to the sweepers at once, so without the stamp a sweep that
-    lands while :func:`enqueue_run` is still publishing re-sends the whole run (10,000 duplicate tasks for a
-    10,000-judgment run in the benchmark). If the API dies before publishing, the sweepers send the run after
-    DJ_REQUEUE_AFTER; if publishing fails, :func:`enqueue_run` clears the stamp so they send it at their next round.
-    """
-    session.execute(
-        update(Judgment).where(Judgment.run_id == run_id, Judgment.status == "pending").values(enqueued_at=utcnow())
-    )
-
-
-def enqueue_run(settings: Settings, run_id: str) -> None:
-    """Publish a stored run's pending judgments (a background task of the submitting request)."""
-    ids: list[int] = []
-    try:
-        with session_scope() as session:
-            ids = repository.pending_judgment_ids(session, run_id)
-        enqueue(settings, ids)
-    except Exception as exc:  # Redis down: the judgments stay pending and the sweeper sends them later
-        log.warning("could not enqueue run %s now (%s); the sweeper will retry", run_id, exc)
-        with suppress(Exception), session_scope() as session:
-            session.execute(
-                update(Judgment).where(Judgment.run_id == run_id, Judgment.status == "pending").values(enqueued_at=None)
-            )

@@ -19,8 +19,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from judge_api.config import get_settings
 from judge_api.db import reset_engines
-from judge_api.queue import JUDGE_BATCH_TASK, JUDGE_QUEUE, JUDGE_TASK, celery_config, redis_client
-from judge_api.sweeper import Sweeper
+from judge_api.queue import JUDGE_BATCH_TASK, JUDGE_QUEUE, JUDGE_TASK, celery_config
+from judge_api.sweeper import Sweeper, redis_client
 from workers import runtime
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from sqlalchemy.orm import sessionmaker
 from judge_api.config import Settings, get_settings
 from judge_api.db import engine_for
 from judge_api.migrate import upgrade
-from judge_api.queue import redis_client
 from judge_api.rubrics import get_registry
+from judge_api.sweeper import redis_client
 from workers.execute import JudgeEngine
 from workers.ratelimit import LocalRateLimiter, RedisRateLimiter
 from workers.singleflight import LocalSingleFlight, RedisSingleFlight

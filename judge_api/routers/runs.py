@@ -1,7 +1,7 @@
 """Runs: submit (``POST /v1/runs``, ``POST /v1/runs/jsonl``), list, read one and retry its failed judgments.
 
 request -> validated model (schemas) -> limits and storability checks -> plan (planning) -> stored rows in one
-transaction (repository) -> tasks, published after the response (queue). Nothing is stored half-way.
+transaction (repository) -> tasks, published after the response (sweeper.enqueue_run). Nothing is stored half-way.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from judge_api import queue, repository
+from judge_api import repository, sweeper
 from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import get_engine, session_scope
@@ -121,12 +121,12 @@ def _create_reserved(
         run = repository.create_run(
             session, request, planned, principal.project_id, [registry.get(r) for r in sorted(set(request.rubrics))]
         )
-        queue.mark_run_enqueued(session, run.id)
+        sweeper.mark_run_enqueued(session, run.id)
         session.commit()
     except Exception:
         session.rollback()
         raise
-    background.add_task(queue.enqueue_run, settings, run.id)
+    background.add_task(sweeper.enqueue_run, settings, run.id)
     return RunCreated(
         id=run.id, status="queued", n_items=run.n_items, n_judgments=run.n_judgments, url=f"/v1/runs/{run.id}"
     )
@@ -220,7 +220,7 @@ def retry_run(
 ) -> dict[str, Any]:
     run_or_404(session, run_id, principal)
     count = repository.retry_failed(session, run_id)
-    queue.mark_run_enqueued(session, run_id)
+    sweeper.mark_run_enqueued(session, run_id)
     session.commit()
-    background.add_task(queue.enqueue_run, settings, run_id)
+    background.add_task(sweeper.enqueue_run, settings, run_id)
     return {"run_id": run_id, "requeued": count}
