@@ -2,8 +2,9 @@
 the routers and the lifespan (migrate, load rubrics, start the sweeper).
 
 Where things live: a route in ``judge_api/routers/<resource>.py``, what routes share in ``deps.py``, request guards in
-``middleware.py`` and ``guards.py``, error bodies in ``errors.py``, enqueueing in ``queue.py``. ``judge_api`` imports
-nothing from ``workers``, ``dashboard`` or ``dialogue_judge``.
+``middleware.py`` and ``guards.py``, error bodies in ``errors.py``, the submit rate limit in ``submit_limit.py``,
+publishing a stored run and the sweeper in ``sweeper.py`` (over the broker code in ``queue.py``). ``judge_api``
+imports nothing from ``workers``, ``dashboard`` or ``dialogue_judge`` (tests/api/test_layout.py checks).
 """
 
 from __future__ import annotations
