@@ -9,4 +9,4 @@ from workers.local_judge import model_path
 
 model = llama_cpp.Llama(model_path=str(model_path()), n_ctx=2048, n_threads=2, verbose=False, chat_format="chatml")
 reply = model.create_chat_completion(messages=[{"role": "user", "content": "Say hi"}], max_tokens=4, temperature=0.0)
-raise SystemExit(0 if reply["choices"] else 1)
+raise SystemExit(0 if isinstance(reply, dict) and reply.get("choices") else 1)

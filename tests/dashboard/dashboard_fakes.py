@@ -180,7 +180,7 @@ def summary(run_id: str, rows: list[dict[str, Any]], name: str) -> dict[str, Any
     }  # fmt: skip
 
 
-RUBRICS = [
+RUBRICS: list[dict[str, Any]] = [
     {"id": "rsum-single", "version": "v1", "kind": "single", "description": "", "origin": None,
      "aspects": list(ASPECTS), "scale": [1, 100], "parser": "bracket_score", "structured_output": False},
     {"id": "rsum-pairwise", "version": "v1", "kind": "pairwise", "description": "", "origin": None,
