@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from dialogue_judge.stack import free_port  # noqa: E402
 from dialogue_judge.testing import LiveService  # noqa: E402
-from workers.simulator.process import SimulatorProcess  # noqa: E402
+from judge_simulator.process import SimulatorProcess  # noqa: E402
 
 PG_ADMIN = os.environ.get("DJ_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 TERMINAL = ("done", "failed", "unparseable", "cancelled")

@@ -394,6 +394,16 @@ def rubrics() -> None:
         raise typer.Exit(2)
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+def simulator(ctx: typer.Context) -> None:
+    """Run the loopback judge simulator (OpenAI and Anthropic wire formats, scripted verdicts, latency and faults).
+
+    Arguments go to `python -m judge_simulator` (`--host`, `--port`, `--script FILE`, `--seed`, `--help`)."""
+    from judge_simulator.__main__ import main as simulator_main
+
+    raise typer.Exit(simulator_main(list(ctx.args)))
+
+
 @app.command("import-ratings")
 def import_ratings(
     run_id: str,

@@ -17,7 +17,7 @@ from judge_api.config import reset_settings_cache
 from judge_api.db import reset_engines
 from judge_api.rubrics import get_registry
 
-pytest_plugins = ["workers.simulator.pytest_fixtures"]
+pytest_plugins = ["judge_simulator.pytest_fixtures"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"

@@ -20,7 +20,7 @@ import pytest
 
 from dialogue_judge.stack import free_port
 from dialogue_judge.testing import LiveService
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from dialogue_judge.stack import free_port
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 pytestmark = [pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[2]

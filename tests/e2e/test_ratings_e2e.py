@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dialogue_judge.testing import LiveService
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 pytestmark = [pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dialogue_judge.testing import LiveService, OwnRedis
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 from .conftest import make_items, scores_for, single_run, verify_exactly_once
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dialogue_judge.testing import LiveService, OwnRedis
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 from .conftest import (
     make_items,

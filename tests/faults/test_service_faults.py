@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from dialogue_judge.testing import LiveService, OwnRedis
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 from .conftest import (
     make_items,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from dialogue_judge.cli import app
 from dialogue_judge.testing import LiveService, OwnRedis
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 from .planting import judge_for, plant
 

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dialogue_judge.cli import app
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 from .planting import Planted, judge_for, plant
 

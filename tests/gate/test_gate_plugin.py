@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 from .planting import judge_for, plant
 

@@ -12,7 +12,7 @@ from dialogue_judge.gate import GateConfig, run_gate
 from dialogue_judge.gate_inputs import GateInputError, Side, load_side, merge_sides
 from dialogue_judge.standalone import EARLY_STOP, InProcessRunner, LookContext, run_in_process, seeded_order
 from judge_api.schemas import RunCreate
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 from .planting import context, judge_for, plant
 

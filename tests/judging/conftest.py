@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from judge_api.db import reset_engines
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 from .harness import ANTHROPIC_KEY, OPENAI_KEY, Harness
 

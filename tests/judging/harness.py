@@ -20,9 +20,9 @@ from judge_api.db import session_scope
 from judge_api.models import Judgment, Run
 from judge_api.rubrics import get_registry
 from judge_api.schemas import RunCreate, RunSummary
+from judge_simulator.process import SimulatorProcess
 from workers.execute import JudgeEngine
 from workers.runtime import build_engine
-from workers.simulator.process import SimulatorProcess
 
 ANTHROPIC_KEY = "sk-ant-test-anthropic-0000"
 OPENAI_KEY = "sk-test-openai-0000"

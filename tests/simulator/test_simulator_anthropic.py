@@ -10,7 +10,7 @@ import anthropic
 import httpx
 import pytest
 
-from workers.simulator import SimulatorProcess
+from judge_simulator import SimulatorProcess
 
 SYSTEM = "You are an impartial judge. Rate the response on 1-100, strictly in this format: [[rating]]."
 FASTCHAT_SYSTEM = 'Output "[[A]]" if assistant A is better, "[[B]]" if assistant B is better, "[[C]]" for a tie.'

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from workers.simulator.behaviour import (
+from judge_simulator.behaviour import (
     JudgeRequest,
     approx_tokens,
     judge,
@@ -19,9 +19,9 @@ from workers.simulator.behaviour import (
     render,
     select_rule,
 )
-from workers.simulator.faults import FaultEngine, LatencySampler, RateLimiter
-from workers.simulator.script import FALLBACK_RULE, Latency, Provider, Rule, Script
-from workers.simulator.structured import fill_schema
+from judge_simulator.faults import FaultEngine, LatencySampler, RateLimiter
+from judge_simulator.script import FALLBACK_RULE, Latency, Provider, Rule, Script
+from judge_simulator.structured import fill_schema
 
 RSUM_SINGLE = (
     "You are an impartial judge.\nConversation Context:user: hi Personality:user: likes tea "

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from workers.simulator import SimulatorError, SimulatorProcess
+from judge_simulator import SimulatorError, SimulatorProcess
 
 PROMPT = "Rate it as [[score]].\nResponse: ok <<q=61>>"
 
@@ -152,7 +152,7 @@ def test_cli_rejects_a_bad_script(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"faults": [{"kind": "nope"}]}', encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "workers.simulator", "--port", "0", "--script", str(bad)],
+        [sys.executable, "-m", "judge_simulator", "--port", "0", "--script", str(bad)],
         capture_output=True,
         text=True,
         timeout=30,

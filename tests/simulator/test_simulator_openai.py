@@ -11,7 +11,7 @@ import openai
 import pydantic
 import pytest
 
-from workers.simulator import SimulatorProcess
+from judge_simulator import SimulatorProcess
 
 SINGLE = (
     "You are an impartial judge.\nConversation Context:user: hi Personality:user: likes tea "

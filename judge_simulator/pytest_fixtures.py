@@ -2,7 +2,7 @@
 
 Register them from ``tests/conftest.py`` with::
 
-    pytest_plugins = ["workers.simulator.pytest_fixtures"]
+    pytest_plugins = ["judge_simulator.pytest_fixtures"]
 
 * ``judge_simulator`` (session scope): one :class:`SimulatorProcess` with the default script for
   the whole test session (starting a subprocess per test would cost ~0.5 s each).

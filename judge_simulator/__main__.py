@@ -1,4 +1,4 @@
-"""CLI: ``python -m workers.simulator --host 127.0.0.1 --port 0 [--script FILE]``.
+"""CLI: ``python -m judge_simulator --host 127.0.0.1 --port 0 [--script FILE]``.
 
 Binds the socket itself (so ``--port 0`` picks a free port), serves the app with a single
 uvicorn worker, and prints ``SIMULATOR_URL=http://HOST:PORT`` on stdout (flushed) once uvicorn
@@ -20,7 +20,7 @@ from .script import Script
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workers.simulator", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m judge_simulator", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free port (default)")
     parser.add_argument("--script", metavar="FILE", help="behaviour script, .json or .yaml/.yml")

@@ -38,7 +38,7 @@ class SimulatorError(RuntimeError):
 
 
 class SimulatorProcess:
-    """Start ``python -m workers.simulator`` on a free loopback port and control it over HTTP.
+    """Start ``python -m judge_simulator`` on a free loopback port and control it over HTTP.
 
     ``script`` may be a :class:`Script`, a dict (validated here, before spawning), a path to a
     JSON/YAML script file, or None for the default script. ``root_url`` is
@@ -80,7 +80,7 @@ class SimulatorProcess:
         cmd = [
             sys.executable,
             "-m",
-            "workers.simulator",
+            "judge_simulator",
             "--host",
             self.host,
             "--port",

@@ -1,8 +1,8 @@
 """Loopback LLM-judge simulator speaking the OpenAI Chat Completions and Anthropic Messages wire
 formats, with a scripted, seeded behaviour (verdicts, latency, faults, rate limits).
 
-Run it with ``python -m workers.simulator --port 0`` or, from Python, with
-:class:`~workers.simulator.process.SimulatorProcess`. See ``script.py`` for the behaviour script.
+Run it with ``python -m judge_simulator --port 0`` or, from Python, with
+:class:`~judge_simulator.process.SimulatorProcess`. See ``script.py`` for the behaviour script.
 """
 
 from .app import create_app
