@@ -1,5 +1,5 @@
-"""``dialogue_judge.standalone``: in-process judging on SQLite (no Redis), batches with looks, early-stop
-cancellation, the persistent database as judge cache; and the gate's input handling."""
+"""``dialogue_judge.gate.standalone``: in-process judging on SQLite (no Redis), batches with looks, early-stop
+cancellation, the persistent database as judge cache; and the gate run from Python on in-memory sides and run ids."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dialogue_judge.gate import GateConfig, run_gate
-from dialogue_judge.gate_inputs import GateInputError, Side, load_side, merge_sides
-from dialogue_judge.standalone import EARLY_STOP, InProcessRunner, LookContext, run_in_process, seeded_order
+from dialogue_judge.gate.inputs import GateInputError, Side, load_side
+from dialogue_judge.gate.standalone import EARLY_STOP, InProcessRunner, LookContext, run_in_process, seeded_order
 from judge_api.schemas import RunCreate
 from judge_simulator.process import SimulatorProcess
 
@@ -82,38 +82,6 @@ def test_runner_leaves_the_process_settings_alone(sim: SimulatorProcess, tmp_pat
         run_id = run_in_process(request(sim, 3), runner=runner, progress=False)
         assert runner.summary(run_id) is not None
     assert get_settings().resolved_database_url() == before
-
-
-# -- inputs --------------------------------------------------------------------------------------------------------
-
-
-def test_responses_files_merge_with_the_shared_items(tmp_path: Path) -> None:
-    data = plant(tmp_path, 5, 0.0)
-    merged = merge_sides(
-        load_side(data.baseline, "baseline"),
-        load_side(data.responses, "candidate"),
-        {json.loads(line)["id"]: json.loads(line) for line in data.items.read_text().splitlines()},
-    )
-    assert [m["id"] for m in merged] == [f"item-{i:03d}" for i in range(5)]
-    assert set(merged[0]["candidates"]) == {"baseline", "candidate"}
-    assert merged[0]["dialogue"] == context(0)["dialogue"]
-
-
-def test_differing_contexts_are_rejected(tmp_path: Path) -> None:
-    data = plant(tmp_path, 3, 0.0)
-    lines = [json.loads(line) for line in data.candidate.read_text().splitlines()]
-    lines[1]["dialogue"][0]["text"] = "Something else entirely."
-    data.candidate.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with pytest.raises(GateInputError, match=r"1 item\(s\) have a different dialogue context .* \(item-001\)"):
-        merge_sides(load_side(data.baseline, "baseline"), load_side(data.candidate, "candidate"))
-
-
-def test_multi_system_items_need_a_system_name(tmp_path: Path) -> None:
-    path = tmp_path / "both.jsonl"
-    path.write_text(json.dumps({**context(0), "candidates": {"old": "a", "new": "b"}}) + "\n")
-    with pytest.raises(GateInputError, match=r"has 2 candidates .* --baseline-system"):
-        load_side(path, "baseline")
-    assert load_side(path, "baseline", "new").responses == {"item-000": "b"}
 
 
 def test_in_memory_sides_and_the_gate_from_python(sim: SimulatorProcess, tmp_path: Path) -> None:

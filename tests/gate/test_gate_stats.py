@@ -1,7 +1,7 @@
 """The gate's decision procedure on synthetic score arrays: measured error rates, early stopping, the intervals.
 
-The rates are *measured* over seeded repetitions of the pure procedure (``gate_stats.sequential_decision``) and
-printed (``pytest tests/gate/test_gate_stats.py -s``)."""
+The rates are *measured* over seeded repetitions of the pure procedure
+(``dialogue_judge.gate.stats.sequential_decision``) and printed (``pytest tests/gate/test_gate_stats.py -s``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from dialogue_judge import gate_stats as gs
+from dialogue_judge.gate import stats as gs
 
 ALPHA = 0.05
 TOLERANCE = 0.02

@@ -1,13 +1,24 @@
-"""The gate's reports: a Markdown summary (pull-request comment, ``$GITHUB_STEP_SUMMARY``) and JUnit XML (one test
-case per aspect). The JSON report is ``GateResult.to_dict()``."""
+"""The gate's reports: a Markdown summary (pull-request comment, ``$GITHUB_STEP_SUMMARY``), JUnit XML (one test
+case per aspect) and the JSON report, the number formatting the headline shares with them, and ``write_outputs``
+(the ``--markdown`` / ``--junit`` / ``--json`` files).
+
+Only renders: it reads a finished ``GateResult`` and imports no other gate module at run time.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import xml.etree.ElementTree as ET
-from typing import TYPE_CHECKING
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
-    from dialogue_judge.gate import AspectReport, GateResult
+    from dialogue_judge.gate.result import AspectReport, GateResult
 
 ICONS = {"pass": "✅", "regression": "❌", "undecided": "⚠️", "error": "⚠️"}
 TITLES = {"pass": "no regression", "regression": "regression", "undecided": "undecided", "error": "could not run"}
@@ -19,6 +30,44 @@ VERDICTS = {
 }
 
 
+# -- formatting shared by the headline and the reports -----------------------------------------------------------
+
+
+def fmt_num(value: float | None, digits: int = 2) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def fmt_p(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 0.001:
+        return f"{value:.3f}"
+    return f"{value:.1e}"
+
+
+def fmt_level(level: float | None) -> str:
+    if level is None:
+        return ""
+    text = f"{100 * level:.2f}".rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def describe(report: AspectReport, mode: str) -> str:
+    """``mean drop 14.60 points, 98.75% CI [11.20, 18.00]`` / ``loss rate 0.920, 98.75% CI [0.800, 0.970]``."""
+    digits = 2 if mode == "single" else 3
+    what = "mean drop" if mode == "single" else "loss rate"
+    unit = " points" if mode == "single" else ""
+    ci = ""
+    if report.ci_low is not None and report.ci_high is not None:
+        ci = f", {fmt_level(report.ci_level)} CI [{fmt_num(report.ci_low, digits)}, {fmt_num(report.ci_high, digits)}]"
+    return f"{what} {fmt_num(report.estimate, digits)}{unit}{ci}"
+
+
+# -- Markdown ------------------------------------------------------------------------------------------------------
+
+
 def _cell(text: object) -> str:
     return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
 
@@ -28,8 +77,6 @@ def _code(text: object) -> str:
 
 
 def _aspect_row(report: AspectReport, result: GateResult) -> list[str]:
-    from dialogue_judge.gate import fmt_level, fmt_num, fmt_p
-
     digits = 2 if result.mode == "single" else 3
     ci = "n/a"
     if report.ci_low is not None and report.ci_high is not None:
@@ -62,8 +109,6 @@ def _aspect_row(report: AspectReport, result: GateResult) -> list[str]:
 
 
 def to_markdown(result: GateResult) -> str:
-    from dialogue_judge.gate import fmt_num
-
     lines = [
         f"## {ICONS[result.status]} dialogue-judge gate: {TITLES[result.status]}",
         "",
@@ -186,10 +231,11 @@ def to_markdown(result: GateResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- JUnit XML -----------------------------------------------------------------------------------------------------
+
+
 def to_junit(result: GateResult) -> str:
     """JUnit XML: one ``testcase`` per aspect (a ``gate`` case when the gate could not get that far)."""
-    from dialogue_judge.gate import describe
-
     suite = ET.Element("testsuite", name="dialogue-judge gate", time=f"{result.duration_s:.3f}")
     failures = errors = skipped = 0
     if not result.aspects:  # the gate failed before it knew its aspects (bad input, unknown rubric ...)
@@ -241,3 +287,63 @@ def to_junit(result: GateResult) -> str:
     root.append(suite)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+# -- JSON ----------------------------------------------------------------------------------------------------------
+
+
+def to_json_dict(result: GateResult) -> dict[str, Any]:
+    """The JSON report: every field of the result plus ``exit_code``; NaN and infinities become ``null``."""
+    data = asdict(result)
+    data["exit_code"] = result.exit_code
+    jsonable: dict[str, Any] = _jsonable(data)
+    return jsonable
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+# -- files -----------------------------------------------------------------------------------------------------------
+
+
+def write_outputs(
+    result: GateResult,
+    *,
+    markdown: Path | None = None,
+    junit: Path | None = None,
+    json_path: Path | None = None,
+    step_summary: bool = True,
+) -> list[str]:
+    """Write the requested report files (and append to ``$GITHUB_STEP_SUMMARY``); returns error messages."""
+    problems = []
+    text = to_markdown(result)
+    targets: list[tuple[Path, str, str]] = []
+    if markdown is not None:
+        targets.append((markdown, text, "w"))
+    if junit is not None:
+        targets.append((junit, to_junit(result), "w"))
+    if json_path is not None:
+        targets.append((json_path, json.dumps(to_json_dict(result), indent=2, allow_nan=False) + "\n", "w"))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary and summary:
+        targets.append((Path(summary), text + "\n", "a"))
+    for path, content, mode in targets:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open(mode, encoding="utf-8") as handle:
+                handle.write(content)
+        except OSError as exc:
+            problems.append(f"could not write {path}: {exc}")
+    return problems

@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import sys
 import tempfile
 import threading
 from collections import Counter
@@ -33,6 +32,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from dialogue_judge.gate.progress import progress_bar
 from judge_api import repository
 from judge_api.config import Settings
 from judge_api.db import make_engine, session_scope
@@ -299,24 +299,6 @@ class LookContext:
         return self.runner.judgments(self.run_id)
 
 
-def _progress(enabled: bool | None) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=False,
-        disable=not enabled,
-    )
-
-
 def run_in_process(
     request: RunCreate,
     *,
@@ -348,7 +330,7 @@ def run_in_process(
         total = len(active.pending_ids(run_id))
         failures = 0
         reason: str | None = None
-        with _progress(progress) as bar:
+        with progress_bar(progress) as bar:
             task = bar.add_task(f"judging {run_id}", total=total, detail="")
             counts: Counter[str] = Counter()
 

@@ -1,0 +1,72 @@
+"""What the gate is asked to do: ``GateConfig`` (the ``dialogue-judge gate`` options and the ``assert_consistent``
+arguments map onto its fields), its defaults, and ``check_config``, which turns a value out of range into
+``GateInputError`` (exit 2) before anything is read or judged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dialogue_judge.gate.inputs import GateInputError
+
+DEFAULT_RUBRIC = {"single": "rsum-single", "pairwise": "rsum-pairwise"}
+DEFAULT_MAX_LOSS_RATE = 0.6
+DEFAULT_MAX_FAILED = 0.10
+
+
+@dataclass
+class GateConfig:
+    """Everything the gate needs; the CLI options and ``assert_consistent`` arguments map onto these fields."""
+
+    baseline: Any
+    candidate: Any
+    judge: str
+    items: Any = None
+    rubric: str | None = None
+    aspects: list[str] | None = None
+    mode: str = "single"
+    max_drop: float | None = None
+    max_loss_rate: float = DEFAULT_MAX_LOSS_RATE
+    alpha: float = 0.05
+    budget_usd: float | None = None
+    seed: int = 0
+    batch: int | None = None
+    sequential: bool = True
+    workers: int = 8
+    api: str | None = None
+    api_key: str | None = None
+    cache: bool = True
+    database: str | Path | None = None
+    """Standalone database (= judge cache); default ``standalone.default_cache_db()``."""
+    max_failed: float = DEFAULT_MAX_FAILED
+    baseline_system: str | None = None
+    candidate_system: str | None = None
+    name: str | None = None
+    worst: int = 5
+    progress: bool | None = None
+    timeout_s: float = 3600.0
+    temperature: float = 0.0
+    structured_output: bool = False
+    reask: int = 0
+    max_tokens: int = 512
+
+
+def check_config(config: GateConfig) -> None:
+    """Raise ``GateInputError`` naming the option and the reason when a value is out of range."""
+    if config.mode not in ("single", "pairwise"):
+        raise GateInputError(f"--mode must be single or pairwise (got {config.mode!r})")
+    if not 0 < config.alpha < 1:
+        raise GateInputError(f"--alpha must lie strictly between 0 and 1 (got {config.alpha})")
+    if config.mode == "pairwise" and not 0 < config.max_loss_rate < 1:
+        raise GateInputError(f"--max-loss-rate must lie strictly between 0 and 1 (got {config.max_loss_rate})")
+    if not 0 <= config.max_failed <= 1:
+        raise GateInputError(f"--max-failed must lie between 0 and 1 (got {config.max_failed})")
+    if config.batch is not None and config.batch < 1:
+        raise GateInputError("--batch must be at least 1")
+    if config.budget_usd is not None and config.budget_usd <= 0:
+        raise GateInputError("--budget must be positive")
+    if config.workers < 1:
+        raise GateInputError("--workers must be at least 1")
+    if not config.judge:
+        raise GateInputError("--judge is required (e.g. openai:gpt-4o)")

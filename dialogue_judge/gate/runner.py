@@ -1,0 +1,274 @@
+"""The gate's loop: ``run_gate`` checks the config, reads both sides (``inputs``), builds one two-system request,
+has a backend (``backends``) judge it batch by batch while ``GateDecider`` (``decision``) watches each look, and
+returns a ``GateResult``; ``run_cli`` is what ``dialogue-judge gate`` does with it (reports, exit code).
+
+When both sides are run ids and those runs already hold single-mode verdicts for the rubric, judge and aspects, the
+gate pairs them per item and runs the fixed-sample test at the full alpha without calling the judge.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dialogue_judge.gate import stats as gs
+from dialogue_judge.gate.backends import ApiBackend, Backend, LocalBackend
+from dialogue_judge.gate.config import DEFAULT_RUBRIC, GateConfig, check_config
+from dialogue_judge.gate.decision import GateDecider, Look, conclude
+from dialogue_judge.gate.inputs import (
+    BASELINE,
+    CANDIDATE,
+    GateInputError,
+    Side,
+    is_run_id,
+    load_items,
+    load_side,
+    merge_sides,
+    side_from_records,
+    validate_items,
+)
+from dialogue_judge.gate.reports import write_outputs
+from dialogue_judge.gate.result import CallStats, GateResult
+
+
+def _side(spec: Any, label: str, system: str | None, backend: Backend) -> Side:
+    if is_run_id(spec):
+        items = backend.run_items(spec)
+        chosen = system or _only_system(items, spec, label)
+        side = side_from_records(items, f"{label} run {spec}", chosen)
+        side.run_id, side.system = spec, chosen
+        return side
+    return load_side(spec, label, system)
+
+
+def _only_system(items: list[dict[str, Any]], run_id: str, label: str) -> str:
+    systems = sorted({s for item in items for s in item.get("candidates", {})})
+    if len(systems) != 1:
+        raise GateInputError(
+            f"{label} run {run_id} has the systems {', '.join(systems)}; name one with --{label}-system"
+        )
+    return systems[0]
+
+
+def _reuse_rows(
+    backend: Backend, baseline: Side, candidate: Side, judge_key: str, rubric: str, aspects: list[str]
+) -> list[dict[str, Any]] | None:
+    """Existing single-mode verdicts of both runs, relabelled baseline/candidate; None when incomplete."""
+    assert baseline.run_id and candidate.run_id
+    out: list[dict[str, Any]] = []
+    for side, run_id, label in ((baseline, baseline.run_id, BASELINE), (candidate, candidate.run_id, CANDIDATE)):
+        rows = [
+            dict(r)
+            for r in backend.run_judgments(run_id)
+            if r["mode"] == "single"
+            and r["judge"] == judge_key
+            and r["rubric_id"] == rubric
+            and r["aspect"] in aspects
+            and r["system_a"] == side.system
+        ]
+        if {(r["item_id"], r["aspect"]) for r in rows} != {(i, a) for i in side.responses for a in aspects}:
+            return None
+        for row in rows:
+            row["system_a"] = label
+        out.extend(rows)
+    return out
+
+
+def run_gate(config: GateConfig) -> GateResult:
+    """Run the gate; never raises for bad input or judge trouble (those give ``status == "error"``)."""
+    started = time.monotonic()
+    result = GateResult(
+        status="error",
+        headline="",
+        mode=config.mode,
+        alpha=config.alpha,
+        sequential=config.sequential,
+        seed=config.seed,
+        judge=config.judge,
+        baseline=_label(config.baseline),
+        candidate=_label(config.candidate),
+        backend="api" if config.api else "standalone",
+        budget_usd=config.budget_usd,
+    )
+    backend: Backend | None = None
+    try:
+        check_config(config)
+        backend = ApiBackend(config) if config.api else LocalBackend(config)
+        _run(config, backend, result)
+    except GateInputError as exc:
+        result.status, result.headline = "error", f"ERROR: {exc}"
+    except Exception as exc:  # never a silent pass: anything unexpected is exit 2 with the reason
+        result.status, result.headline = "error", f"ERROR: the gate could not run: {type(exc).__name__}: {exc}"
+    finally:
+        if backend is not None:
+            backend.close()
+    result.duration_s = round(time.monotonic() - started, 3)
+    return result
+
+
+def _label(spec: Any) -> str:
+    if isinstance(spec, (str, Path)):
+        return str(spec)
+    return "<in-memory responses>"
+
+
+def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
+    from judge_api.judges import JudgeSpecError, parse_judge
+    from judge_api.planning import PlanError
+    from judge_api.schemas import JudgeOptions, RunCreate
+
+    try:
+        judge_key = parse_judge(config.judge).key
+    except JudgeSpecError as exc:
+        raise GateInputError(str(exc)) from None
+    result.judge = judge_key
+    rubric = backend.rubric(config.rubric or DEFAULT_RUBRIC[config.mode])
+    result.rubric = rubric.id
+    if rubric.kind != config.mode:
+        raise GateInputError(
+            f"rubric {rubric.id!r} is a {rubric.kind} rubric; use --mode {rubric.kind} or a {config.mode} rubric"
+        )
+    aspects = list(
+        dict.fromkeys(config.aspects or (["consistency"] if "consistency" in rubric.aspects else rubric.aspects))
+    )
+    unknown = [a for a in aspects if a not in rubric.aspects]
+    if unknown:
+        raise GateInputError(
+            f"rubric {rubric.id!r} has no aspect {', '.join(map(repr, unknown))} (has: {', '.join(rubric.aspects)})"
+        )
+    if config.mode == "single":
+        low, high = rubric.scale or (1.0, 100.0)
+        scale = gs.Scale("single", float(low), float(high))
+        threshold = config.max_drop if config.max_drop is not None else gs.default_max_drop(low, high)
+        result.threshold_name = "max_drop"
+    else:
+        scale = gs.Scale("pairwise")
+        threshold = config.max_loss_rate
+        result.threshold_name = "max_loss_rate"
+    result.threshold = threshold
+
+    baseline = _side(config.baseline, "baseline", config.baseline_system, backend)
+    candidate = _side(config.candidate, "candidate", config.candidate_system, backend)
+    items = load_items(config.items) if config.items is not None else None
+    merged = merge_sides(baseline, candidate, items)
+    responses = {m["id"]: dict(m["candidates"]) for m in merged}
+    result.n_items = len(merged)
+
+    reused = None
+    if config.mode == "single" and baseline.run_id and candidate.run_id:
+        reused = _reuse_rows(backend, baseline, candidate, judge_key, rubric.id, aspects)
+        if reused is None:
+            result.notes.append(
+                "the runs hold no complete single-mode verdicts for this rubric, judge and aspect: "
+                "their responses were judged anew"
+            )
+
+    order_ids = sorted(responses)
+    if reused is not None:
+        from dialogue_judge.gate.standalone import seeded_order
+
+        decider = GateDecider(
+            mode=config.mode,
+            aspects=aspects,
+            threshold=threshold,
+            alpha=config.alpha,
+            scale=scale,
+            sequential=False,
+            max_failed=config.max_failed,
+        )
+        decider.look(Look(reused, seeded_order(order_ids, config.seed), 1, 1, True))
+        asked, _, _ = decider.counts(reused)
+        result.sequential = False
+        result.calls = CallStats(
+            planned=len(reused),
+            judged=asked,
+            run_ids=[baseline.run_id or "", candidate.run_id or ""],
+            looks_done=1,
+            looks_planned=1,
+            items_judged=len(order_ids),
+            reused=True,
+        )
+        result.notes.append("verdicts reused from the two runs: no judge call; fixed-sample test at the full alpha")
+        conclude(result, decider, responses, config.worst)
+        return
+
+    validated = validate_items(merged)
+    try:
+        request = RunCreate(
+            name=config.name or f"gate: {result.candidate} vs {result.baseline}"[:200],
+            items=validated,
+            rubrics=[rubric.id],
+            judges=[config.judge],
+            mode=[config.mode],  # type: ignore[list-item]  # checked in check_config
+            aspects=aspects,
+            pairing="baseline" if config.mode == "pairwise" else "all",
+            baseline=BASELINE if config.mode == "pairwise" else None,
+            orders="both",
+            options=JudgeOptions(
+                temperature=config.temperature,
+                max_tokens=config.max_tokens,
+                structured_output=config.structured_output,
+                reask=config.reask,
+            ),
+            budget_usd=config.budget_usd,
+            meta={"gate": {"baseline": result.baseline, "candidate": result.candidate, "seed": config.seed}},
+        )
+    except Exception as exc:
+        raise GateInputError(f"the request is not valid: {exc}") from None
+    looks = gs.look_schedule(len(validated), config.batch, sequential=config.sequential)
+    decider = GateDecider(
+        mode=config.mode,
+        aspects=aspects,
+        threshold=threshold,
+        alpha=config.alpha,
+        scale=scale,
+        sequential=config.sequential,
+        max_failed=config.max_failed,
+    )
+    per_item = 2 * len(aspects)  # two systems (single) or two presentation orders (pairwise) per aspect
+    abort_after = math.floor(config.max_failed * per_item * len(validated))
+    try:
+        result.calls = backend.judge(request, looks, decider.look, abort_after)
+    except PlanError as exc:
+        raise GateInputError(f"{exc.field}: {exc.message}") from None
+    conclude(result, decider, responses, config.worst)
+    if result.calls.saved:
+        share = 100.0 * result.calls.saved / max(result.calls.planned, 1)
+        result.notes.append(
+            f"the early stop saved {result.calls.saved} of {result.calls.planned} judge calls ({share:.0f}%)"
+        )
+
+
+# -- command-line helpers -------------------------------------------------------------------------------------------
+
+
+def run_cli(
+    config: GateConfig,
+    *,
+    markdown: Path | None = None,
+    junit: Path | None = None,
+    json_path: Path | None = None,
+    echo: Callable[[str], None] = print,
+    echo_err: Callable[[str], None] | None = None,
+) -> int:
+    """What ``dialogue-judge gate`` does: run, write the reports, print the Markdown summary; the exit code."""
+    result = run_gate(config)
+    problems = write_outputs(result, markdown=markdown, junit=junit, json_path=json_path)
+    echo(result.markdown())
+    err = echo_err or (lambda text: print(text, file=sys.stderr))
+    for problem in problems:
+        err(f"warning: {problem}")
+    err(result.headline)
+    return result.exit_code
+
+
+def parse_aspects(values: Sequence[str] | None) -> list[str] | None:
+    """``--aspect a --aspect b`` or ``--aspect a,b``."""
+    if not values:
+        return None
+    out = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    return out or None
