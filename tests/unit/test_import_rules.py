@@ -52,3 +52,19 @@ def test_the_scan_sees_lazy_imports(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("def f():\n    from workers.execute import x\n    import dashboard.app\n", encoding="utf-8")
     assert imported_top_packages(source) == {"workers", "dashboard"}
+
+
+def test_statistics_are_pure() -> None:
+    """judge_api/stats works on DataFrames only: no storage, API, worker or settings import."""
+    offenders: dict[str, list[str]] = {}
+    for source in sorted((REPO_ROOT / "judge_api" / "stats").rglob("*.py")):
+        modules: set[str] = set()
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module)
+            elif isinstance(node, ast.Import):
+                modules.update(alias.name for alias in node.names)
+        bad = sorted(m for m in modules if m.split(".")[0] in OWN_PACKAGES and not m.startswith("judge_api.stats"))
+        if bad:
+            offenders[str(source.relative_to(REPO_ROOT))] = bad
+    assert offenders == {}
