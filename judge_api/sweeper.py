@@ -20,10 +20,11 @@ import redis
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from judge_api import queue, repository
+from judge_api import queue
 from judge_api.config import Settings
 from judge_api.db import session_scope
 from judge_api.models import Judgment, utcnow
+from judge_api.repository import claims
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def enqueue_run(settings: Settings, run_id: str) -> None:
     ids: list[int] = []
     try:
         with session_scope() as session:
-            ids = repository.pending_judgment_ids(session, run_id)
+            ids = claims.pending_judgment_ids(session, run_id)
         queue.enqueue(settings, ids)
     except Exception as exc:  # Redis down: the judgments stay pending and the sweeper sends them later
         log.warning("could not enqueue run %s now (%s); the sweeper will retry", run_id, exc)
@@ -71,15 +72,15 @@ def requeue_stale(settings: Settings, *, everything_pending: bool = False, queue
     (``everything_pending``) all of them are re-sent at once."""
     with session_scope() as session:
         if everything_pending:
-            ids = repository.stale_judgment_ids(session, 0.0, settings.claim_lease_s)
+            ids = claims.stale_judgment_ids(session, 0.0, settings.claim_lease_s)
         else:
-            ids = repository.stale_judgment_ids(
+            ids = claims.stale_judgment_ids(
                 session, settings.requeue_after_s, settings.claim_lease_s, include_pending=queue_drained
             )
         if not ids:
             return 0
         sent = queue.enqueue(settings, ids)
-        repository.mark_enqueued(session, ids)
+        claims.mark_enqueued(session, ids)
     log.info("re-enqueued %d judgments", sent)
     return sent
 

@@ -35,7 +35,8 @@ from judge_api import repository
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
 from judge_api.models import TERMINAL_STATUSES, Run, utcnow
-from judge_api.repository import JudgmentTask
+from judge_api.repository import cache, claims
+from judge_api.repository.claims import JudgmentTask
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
 from workers.injection import scan_item
@@ -116,7 +117,7 @@ class JudgeEngine:
             to_claim += self._settle_cache_hits(prepared, result)
         if not to_claim:
             return result
-        token, claimed = repository.claim_many(
+        token, claimed = claims.claim_many(
             self.db, [loaded.judgment.id for loaded in to_claim], self.settings.claim_lease_s
         )
         mine = [loaded for loaded in to_claim if loaded.judgment.id in claimed]
@@ -142,7 +143,7 @@ class JudgeEngine:
 
     def _settle_cache_hits(self, prepared: list[Loaded], result: _BatchResult) -> list[Loaded]:
         """Write the verdicts of cached judgments in one statement; return the rest (misses, re-asks to make)."""
-        entries = repository.cache_entries(self.db, [loaded.ready.key for loaded in prepared if loaded.ready])
+        entries = cache.cache_entries(self.db, [loaded.ready.key for loaded in prepared if loaded.ready])
         rest: list[Loaded] = []
         writes: list[dict[str, Any]] = []
         for loaded in prepared:
@@ -155,7 +156,7 @@ class JudgeEngine:
             else:
                 writes.append({"jid": loaded.judgment.id, **values})
         if writes:
-            written = repository.complete_pending_many(self.sessions, writes)
+            written = claims.complete_pending_many(self.sessions, writes)
             result.counts["cached"] += written
             if written < len(writes):
                 result.counts["skipped"] += len(writes) - written
@@ -196,7 +197,7 @@ class JudgeEngine:
     def _hand_back(self, judgment_id: int, token: str, paid: _Paid) -> None:
         self.flight.release(paid.leases, committed=False)
         with contextlib.suppress(Exception), self.sessions() as session:
-            repository.release_judgment(session, judgment_id, token, {})
+            claims.release_judgment(session, judgment_id, token, {})
 
     def lease_keeper(self) -> LeaseKeeper:
         with _POOL_LOCK:
@@ -233,7 +234,7 @@ class JudgeEngine:
         }
 
     def _load(self, judgment_ids: list[int]) -> list[Loaded]:
-        return [Loaded(task) for task in repository.load_tasks(self.db, judgment_ids)]
+        return [Loaded(task) for task in claims.load_tasks(self.db, judgment_ids)]
 
     def _prepare(self, loaded: Loaded) -> Prepared | dict[str, Any]:
         """The request and cache key of a judgment, or the values of a judgment that cannot be asked."""
@@ -394,14 +395,14 @@ class JudgeEngine:
             # another worker holds the key, or has just filled it: look it up (or wait for it) below
 
         def lookup() -> JudgeReply | None:
-            entry = repository.cache_entries(self.db, [key]).get(key)
+            entry = cache.cache_entries(self.db, [key]).get(key)
             return cached_reply(entry) if entry is not None else None
 
         def compute() -> JudgeReply | None:
             if run.budget_usd is not None and self._budget_exhausted(run):
                 return None
             fresh = self._call_with_retries(spec, request, tally)
-            repository.store_cache_rows(self.db, [cache_row(key, spec, fresh)])
+            cache.store_cache_rows(self.db, [cache_row(key, spec, fresh)])
             return fresh
 
         reply, computed = self.flight.run(key, lookup, compute, lease_s=self.settings.claim_lease_s)
@@ -411,7 +412,7 @@ class JudgeEngine:
 
     def _budget_exhausted(self, task: JudgmentTask) -> bool:
         with self.sessions() as session:
-            spent = repository.run_spend(session, task.run_id)
+            spent = claims.run_spend(session, task.run_id)
             if task.budget_usd is not None and spent >= task.budget_usd:
                 session.execute(
                     update(Run)

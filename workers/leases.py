@@ -15,7 +15,7 @@ import time
 
 from sqlalchemy import Engine
 
-from judge_api import repository
+from judge_api.repository import claims
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class LeaseKeeper:
         if not held:
             return 0
         try:
-            return repository.renew_claims(self.engine, held)
+            return claims.renew_claims(self.engine, held)
         except Exception as exc:  # the database is away: the claims may lapse, which recovery handles
             log.warning("could not renew %d claims: %s", len(held), exc)
             return 0

@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from judge_api import repository
+from judge_api.repository import claims
 from workers.singleflight import Lease, SingleFlight
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class VerdictWriter:
             if not group:  # idle: the thread ends (the next write starts another)
                 return
             try:
-                written = repository.write_verdicts(
+                written = claims.write_verdicts(
                     self.engine,
                     [(item.judgment_id, item.token, item.values) for item in group],
                     [row for item in group for row in item.cache_rows],

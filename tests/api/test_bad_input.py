@@ -850,19 +850,19 @@ def test_too_many_judgments_names_items_and_stores_nothing(api_factory: ApiFacto
 
 def test_a_failing_insert_rolls_back_the_whole_run(api_factory: ApiFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """If storing fails half-way (here: the judgments insert), the run and its items are not kept either."""
-    from judge_api import repository
+    from judge_api.repository import runs as run_store
 
     api = api_factory()
     api.submit()  # the project row exists already (it is created on its own, idempotently, on first use)
     before = api.row_counts()
-    real_insert = repository.insert
+    real_insert = run_store.insert
 
     def exploding_insert(table: Any) -> Any:
         if getattr(table, "__tablename__", "") == "judgments":
             raise RuntimeError("disk full")
         return real_insert(table)
 
-    monkeypatch.setattr(repository, "insert", exploding_insert)
+    monkeypatch.setattr(run_store, "insert", exploding_insert)
     response = api.client.post("/v1/runs", json=run_body())
     assert response.status_code == 500
     assert api.row_counts() == before

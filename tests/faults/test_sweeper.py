@@ -15,6 +15,7 @@ from judge_api.config import get_settings, reset_settings_cache
 from judge_api.db import session_scope
 from judge_api.migrate import upgrade
 from judge_api.models import Judgment, utcnow
+from judge_api.repository import claims
 from judge_api.rubrics import get_registry
 from judge_api.schemas import RunCreate
 from judge_api.sweeper import Sweeper
@@ -41,7 +42,7 @@ def test_sweeper_waits_for_a_drained_queue_and_always_resends_dead_claims(
     with session_scope() as session:
         planned = planning.plan_run(request, get_registry(), 100)
         run = repository.create_run(session, request, planned, rubrics=[get_registry().get("rsum-single")])
-        ids = repository.pending_judgment_ids(session, run.id)
+        ids = claims.pending_judgment_ids(session, run.id)
         old = utcnow() - timedelta(seconds=600)
         session.execute(update(Judgment).where(Judgment.id.in_(ids[:3])).values(enqueued_at=old))
         session.execute(

@@ -18,6 +18,7 @@ from judge_api import planning, repository
 from judge_api.config import reset_settings_cache
 from judge_api.db import session_scope
 from judge_api.models import Judgment, Run
+from judge_api.repository import claims
 from judge_api.rubrics import get_registry
 from judge_api.schemas import RunCreate, RunSummary
 from judge_simulator.process import SimulatorProcess
@@ -88,7 +89,7 @@ class Harness:
 
     def pending(self, run_id: str) -> list[int]:
         with session_scope() as session:
-            return repository.pending_judgment_ids(session, run_id)
+            return claims.pending_judgment_ids(session, run_id)
 
     def judge_all(self, run_id: str, threads: int = 1, engine: JudgeEngine | None = None) -> list[str]:
         engine = engine or self.engine

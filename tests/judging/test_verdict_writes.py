@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from judge_api import repository
 from judge_api.db import get_engine, session_scope
 from judge_api.models import CacheEntry, Judgment, utcnow
+from judge_api.repository import claims
 from workers.singleflight import LocalSingleFlight
 from workers.writer import VerdictWrite, VerdictWriter
 
@@ -68,9 +68,9 @@ def test_claim_many_takes_pending_and_lapsed_claims_only(db_harness: Harness) ->
             update(Judgment).where(Judgment.id == live).values(status="running", claim_token="x", claimed_at=utcnow())
         )
         session.execute(update(Judgment).where(Judgment.id == finished).values(status="done", score=1.0))
-    token, claimed = repository.claim_many(get_engine(), ids, lease_s=600)
+    token, claimed = claims.claim_many(get_engine(), ids, lease_s=600)
     assert claimed == {pending, lapsed}
-    again_token, again = repository.claim_many(get_engine(), ids, lease_s=600)
+    again_token, again = claims.claim_many(get_engine(), ids, lease_s=600)
     assert again == set() and again_token != token
     with session_scope() as session:
         tokens = dict(session.execute(select(Judgment.id, Judgment.claim_token).where(Judgment.id.in_(ids))).all())
@@ -79,7 +79,7 @@ def test_claim_many_takes_pending_and_lapsed_claims_only(db_harness: Harness) ->
 
 def test_a_group_is_written_in_one_transaction_with_its_cache_entries(db_harness: Harness) -> None:
     ids = make_run(db_harness, 3)
-    token, claimed = repository.claim_many(get_engine(), ids, lease_s=600)
+    token, claimed = claims.claim_many(get_engine(), ids, lease_s=600)
     assert claimed == set(ids)
     verdicts = [
         (ids[0], token, done(61.0)),
@@ -87,7 +87,7 @@ def test_a_group_is_written_in_one_transaction_with_its_cache_entries(db_harness
         (ids[2], token, {"status": "failed", "error": "timeout: no reply", "attempts": 5, "provider_calls": 5}),
     ]
     # the same key twice in a group (one request paid once, two judgments) is stored once
-    written = repository.write_verdicts(get_engine(), verdicts, [cache_row("k1"), cache_row("k2"), cache_row("k1")])
+    written = claims.write_verdicts(get_engine(), verdicts, [cache_row("k1"), cache_row("k2"), cache_row("k1")])
     assert written == [True, True, True]
     rows = {r.id: r for r in db_harness.rows(run_of(ids[0]))}
     assert [rows[i].score for i in ids] == [61.0, 62.0, None]
@@ -96,18 +96,18 @@ def test_a_group_is_written_in_one_transaction_with_its_cache_entries(db_harness
     with session_scope() as session:
         assert session.scalar(select(func.count()).select_from(CacheEntry)) == 2
     # an entry that exists is kept, not overwritten and not an error
-    repository.write_verdicts(get_engine(), [], [cache_row("k1", "other text")])
+    claims.write_verdicts(get_engine(), [], [cache_row("k1", "other text")])
     with session_scope() as session:
         assert session.get(CacheEntry, "k1").raw_output == "Rating: [[70]]"  # type: ignore[union-attr]
 
 
 def test_a_lost_claim_in_a_group_is_found_and_the_others_are_written(db_harness: Harness) -> None:
     ids = make_run(db_harness, 3)
-    token, _ = repository.claim_many(get_engine(), ids, lease_s=600)
+    token, _ = claims.claim_many(get_engine(), ids, lease_s=600)
     # another worker took ids[1] over after our lease lapsed, and holds it now
     with session_scope() as session:
         session.execute(update(Judgment).where(Judgment.id == ids[1]).values(claim_token="theirs"))
-    written = repository.write_verdicts(
+    written = claims.write_verdicts(
         get_engine(), [(i, token, done(70.0 + k)) for k, i in enumerate(ids)], [cache_row("lost-group")]
     )
     assert written == [True, False, True]
@@ -139,15 +139,15 @@ def test_the_writer_writes_a_lone_verdict_at_once_and_groups_concurrent_ones(
     db_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ids = make_run(db_harness, 6)
-    token, _ = repository.claim_many(get_engine(), ids, lease_s=600)
+    token, _ = claims.claim_many(get_engine(), ids, lease_s=600)
     groups: list[int] = []
-    real = repository.write_verdicts
+    real = claims.write_verdicts
 
     def counting(engine: Any, verdicts: Any, cache_rows: Any = ()) -> list[bool]:
         groups.append(len(verdicts))
         return real(engine, verdicts, cache_rows)
 
-    monkeypatch.setattr(repository, "write_verdicts", counting)
+    monkeypatch.setattr(claims, "write_verdicts", counting)
     flight = CountingFlight()
     writer = VerdictWriter(get_engine(), flight, linger_s=5.0, max_group=64)
 
@@ -183,12 +183,12 @@ def test_a_failed_group_write_reaches_every_caller_and_keeps_their_locks(
     db_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ids = make_run(db_harness, 2)
-    token, _ = repository.claim_many(get_engine(), ids, lease_s=600)
+    token, _ = claims.claim_many(get_engine(), ids, lease_s=600)
 
     def broken(*_: Any, **__: Any) -> list[bool]:
         raise ConnectionError("database went away")
 
-    monkeypatch.setattr(repository, "write_verdicts", broken)
+    monkeypatch.setattr(claims, "write_verdicts", broken)
     flight = CountingFlight()
     writer = VerdictWriter(get_engine(), flight, linger_s=0.0, max_group=64)
     lease = flight.acquire("k", 60)
@@ -206,14 +206,14 @@ def test_held_claims_are_renewed_so_a_long_wait_for_a_provider_slot_is_not_taken
 
     ids = make_run(db_harness, 2)
     lease_s = 0.6
-    token, claimed = repository.claim_many(get_engine(), ids, lease_s=lease_s)
+    token, claimed = claims.claim_many(get_engine(), ids, lease_s=lease_s)
     assert claimed == set(ids)
     keeper = LeaseKeeper(get_engine(), lease_s)
     keeper.hold([ids[0]], token)  # ids[1] is not held: it stands for a worker that died
     time.sleep(lease_s * 2)
-    _, taken = repository.claim_many(get_engine(), ids, lease_s=lease_s)
+    _, taken = claims.claim_many(get_engine(), ids, lease_s=lease_s)
     assert taken == {ids[1]}
     keeper.drop(ids[0])
     time.sleep(lease_s * 1.5)
-    _, taken = repository.claim_many(get_engine(), ids, lease_s=lease_s)
+    _, taken = claims.claim_many(get_engine(), ids, lease_s=lease_s)
     assert ids[0] in taken

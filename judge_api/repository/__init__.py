@@ -1,0 +1,68 @@
+"""Storage: every read and write of runs, items, judgments, the judge cache and human ratings goes through here.
+
+Split by who uses it:
+
+- ``runs``, ``projects``, ``rubric_snapshots``, ``ratings``, ``frames``: the API's (and the CLI's) reads and writes.
+  Their names are re-exported here, so routes call ``repository.create_run`` and the like.
+- ``claims``: the workers' claim/write path. Workers import it directly (``from judge_api.repository import claims``).
+- ``cache``: the judge cache, used by the workers' batch path and the verdict writer.
+- ``sql``: dialect helpers the modules share.
+
+Writes that belong together happen in one transaction (a run, its items and its judgments are stored together or
+not at all). A verdict write is a compare-and-set on the claim token, so a redelivered or duplicated task can never
+write a second verdict.
+"""
+
+from judge_api.repository.frames import JUDGMENT_FRAME_COLUMNS, RATING_FRAME_COLUMNS, judgments_frame, ratings_frame
+from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
+from judge_api.repository.ratings import upsert_ratings
+from judge_api.repository.rubric_snapshots import (
+    rubric_content,
+    rubric_snapshot,
+    rubric_versions,
+    store_rubric_snapshots,
+)
+from judge_api.repository.runs import (
+    JUDGMENT_FILTERS,
+    cancel_pending,
+    create_run,
+    get_items,
+    get_run,
+    item_pks_for,
+    judgment_out,
+    list_judgments,
+    list_runs,
+    new_run_id,
+    retry_failed,
+    run_counts,
+    run_item_keys,
+    summarize_runs,
+)
+
+__all__ = [
+    "DEFAULT_PROJECT",
+    "JUDGMENT_FILTERS",
+    "JUDGMENT_FRAME_COLUMNS",
+    "RATING_FRAME_COLUMNS",
+    "cancel_pending",
+    "create_run",
+    "ensure_project",
+    "get_items",
+    "get_run",
+    "item_pks_for",
+    "judgment_out",
+    "judgments_frame",
+    "list_judgments",
+    "list_runs",
+    "new_run_id",
+    "ratings_frame",
+    "retry_failed",
+    "rubric_content",
+    "rubric_snapshot",
+    "rubric_versions",
+    "run_counts",
+    "run_item_keys",
+    "store_rubric_snapshots",
+    "summarize_runs",
+    "upsert_ratings",
+]

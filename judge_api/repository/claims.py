@@ -1,0 +1,308 @@
+"""The workers' claim/write path: pending and stale work, claims (compare-and-set tokens with a lease), and verdict
+writes. A verdict is written only by the holder of the judgment's claim, so a redelivered task never writes twice."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, cast
+
+from sqlalchemy import Engine, Table, and_, bindparam, func, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from judge_api.models import (
+    Judgment,
+    Run,
+    RunItem,
+    utcnow,
+)
+from judge_api.repository.cache import insert_entries
+
+
+def pending_judgment_ids(session: Session, run_id: str | None = None) -> list[int]:
+    query = select(Judgment.id).where(Judgment.status == "pending")
+    if run_id is not None:
+        query = query.where(Judgment.run_id == run_id)
+    return list(session.scalars(query.order_by(Judgment.id)))
+
+
+def mark_enqueued(session: Session, ids: Iterable[int]) -> None:
+    ids = list(ids)
+    now = utcnow()
+    for start in range(0, len(ids), 5000):
+        session.execute(update(Judgment).where(Judgment.id.in_(ids[start : start + 5000])).values(enqueued_at=now))
+
+
+def stale_judgment_ids(
+    session: Session,
+    requeue_after_s: float,
+    lease_s: float,
+    limit: int = 50_000,
+    *,
+    include_pending: bool = True,
+) -> list[int]:
+    """Running judgments whose worker's lease ran out and, with ``include_pending``, pending ones that were never
+    enqueued or not recently."""
+    now = utcnow()
+    stale_enqueue = now - timedelta(seconds=requeue_after_s)
+    stale_claim = now - timedelta(seconds=lease_s)
+    lost_claims = and_(
+        Judgment.status == "running",
+        Judgment.claimed_at < stale_claim,
+        # not re-sent since the claim (or long ago): one message per lost claim, not one per sweep
+        or_(
+            Judgment.enqueued_at.is_(None),
+            Judgment.enqueued_at <= Judgment.claimed_at,
+            Judgment.enqueued_at < stale_enqueue,
+        ),
+    )
+    never_sent = and_(Judgment.status == "pending", Judgment.enqueued_at.is_(None))
+    not_recently_sent = and_(Judgment.status == "pending", Judgment.enqueued_at < stale_enqueue)
+    condition = or_(lost_claims, never_sent, not_recently_sent) if include_pending else or_(lost_claims, never_sent)
+    query = select(Judgment.id).where(condition).order_by(Judgment.id).limit(limit)
+    return list(session.scalars(query))
+
+
+def claim_judgment(session: Session, judgment_id: int, lease_s: float) -> str | None:
+    """Take a judgment for this worker; None if it is finished or another live worker holds it."""
+    token = uuid.uuid4().hex
+    now = utcnow()
+    result = session.execute(
+        update(Judgment)
+        .where(
+            Judgment.id == judgment_id,
+            or_(
+                Judgment.status == "pending",
+                and_(Judgment.status == "running", Judgment.claimed_at < now - timedelta(seconds=lease_s)),
+            ),
+        )
+        .values(status="running", claim_token=token, claimed_at=now, updated_at=now)
+    )
+    session.commit()
+    return token if result.rowcount == 1 else None  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgmentTask:
+    """What a worker needs of a stored judgment to ask its judge: the row's plan, its item, its run's budget."""
+
+    id: int
+    run_id: str
+    status: str
+    rubric_id: str
+    rubric_version: str
+    aspect: str
+    judge: str
+    judge_params: dict[str, Any]
+    system_a: str
+    system_b: str | None
+    order: str | None
+    sample_index: int
+    item: dict[str, Any]
+    budget_usd: float | None
+
+
+def _task_query() -> Any:
+    judgments, items, runs = _judgments(), cast(Table, RunItem.__table__), cast(Table, Run.__table__)
+    columns = [judgments.c[name] for name in JudgmentTask.__slots__ if name in judgments.c]
+    return (
+        select(*columns, items.c.payload.label("item"), runs.c.budget_usd)
+        .join_from(judgments, items, items.c.id == judgments.c.item_pk)
+        .join(runs, runs.c.id == judgments.c.run_id)
+        .where(judgments.c.id.in_(bindparam("ids", expanding=True)))
+    )
+
+
+def load_tasks(engine: Engine, judgment_ids: Sequence[int]) -> list[JudgmentTask]:
+    """The judgments of ``judgment_ids`` that exist, with their items and run budgets, in one query."""
+    if not judgment_ids:
+        return []
+    with engine.connect() as connection:
+        rows = connection.execute(_TASK_QUERY, {"ids": list(judgment_ids)}).mappings().all()
+    return [JudgmentTask(**row) for row in rows]
+
+
+def claim_many(engine: Engine, judgment_ids: Sequence[int], lease_s: float) -> tuple[str, set[int]]:
+    """Take every judgment of ``judgment_ids`` that is pending (or whose claim has lapsed) in one statement.
+
+    Returns the claim token (one per call) and the ids taken; the others are finished or held by a live worker."""
+    token = uuid.uuid4().hex
+    if not judgment_ids:
+        return token, set()
+    now = utcnow()
+    params = {"ids": list(judgment_ids), "token": token, "now": now, "cutoff": now - timedelta(seconds=lease_s)}
+    with engine.begin() as connection:
+        return token, {int(row[0]) for row in connection.execute(_CLAIM, params)}
+
+
+def renew_claims(engine: Engine, held: dict[int, str]) -> int:
+    """Move the claim time of judgments this worker still holds (id -> claim token) to now; returns how many."""
+    table = _judgments()
+    now = utcnow()
+    by_token: dict[str, list[int]] = {}
+    for judgment_id, token in held.items():
+        by_token.setdefault(token, []).append(judgment_id)
+    renewed = 0
+    with engine.begin() as connection:
+        for token, ids in by_token.items():
+            renewed += connection.execute(
+                update(table)
+                .where(table.c.id.in_(ids), table.c.claim_token == token, table.c.status == "running")
+                .values(claimed_at=now)
+            ).rowcount
+    return renewed
+
+
+def write_verdicts(
+    engine: Engine, verdicts: Sequence[tuple[int, str, dict[str, Any]]], cache_rows: Sequence[dict[str, Any]] = ()
+) -> list[bool]:
+    """Store claimed judgments' verdicts, and the cache entries of the replies they paid for, in one transaction.
+
+    ``verdicts`` are (judgment id, claim token, column values). Each verdict is a compare-and-set on its claim
+    token: False for a claim that was lost (nothing written for that row). The cache entries are written either
+    way (content-addressed: an entry that exists is kept)."""
+    now = utcnow()
+    params = [
+        {**{f"v_{k}": v for k, v in values.items()}, "jid": judgment_id, "token": token, "v_updated_at": now}
+        for judgment_id, token, values in verdicts
+    ]
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for (_, _, values), row in zip(verdicts, params, strict=True):
+        by_columns.setdefault(tuple(sorted(values)), []).append(row)
+    with engine.connect() as connection:  # closing without a commit rolls back
+        insert_entries(connection, engine, cache_rows)
+        # the common case: every claim still holds, and one executemany per column set writes the group
+        if engine.dialect.supports_sane_multi_rowcount:
+            written = sum(connection.execute(_verdict_update(cols), rows).rowcount for cols, rows in by_columns.items())
+            if written == len(params):
+                connection.commit()
+                return [True] * len(params)
+            connection.rollback()  # a claim was lost: write row by row to learn which
+            insert_entries(connection, engine, cache_rows)
+        results = [
+            connection.execute(_verdict_update(tuple(sorted(values))), row).rowcount == 1
+            for (_, _, values), row in zip(verdicts, params, strict=True)
+        ]
+        connection.commit()
+        return results
+
+
+@functools.lru_cache(maxsize=64)
+def _verdict_update(columns: tuple[str, ...]) -> Any:
+    """The compare-and-set UPDATE of a verdict writing ``columns`` (built once per column set)."""
+    table = _judgments()
+    # bind names differ from the column names: SQLAlchemy reserves those for its own SET parameters
+    values: dict[str, Any] = {c: bindparam(f"v_{c}", type_=table.c[c].type) for c in (*columns, "updated_at")}
+    values["claim_token"] = None
+    return (
+        update(table)
+        .where(table.c.id == bindparam("jid"), table.c.claim_token == bindparam("token"), table.c.status == "running")
+        .values(values)
+    )
+
+
+def _judgments() -> Table:
+    return cast(Table, Judgment.__table__)
+
+
+def _claim_statement() -> Any:
+    table = _judgments()
+    return (
+        update(table)
+        .where(
+            table.c.id.in_(bindparam("ids", expanding=True)),
+            or_(
+                table.c.status == "pending",
+                and_(table.c.status == "running", table.c.claimed_at < bindparam("cutoff")),
+            ),
+        )
+        .values(
+            status="running", claim_token=bindparam("token"), claimed_at=bindparam("now"), updated_at=bindparam("now")
+        )
+        .returning(table.c.id)
+    )
+
+
+_CLAIM = _claim_statement()
+
+
+_TASK_QUERY = _task_query()
+
+
+def complete_judgment(session: Session, judgment_id: int, token: str, values: dict[str, Any]) -> bool:
+    """Write the verdict if this worker still holds the claim. Exactly one writer ever succeeds."""
+    values = {**values, "updated_at": utcnow(), "claim_token": None}
+    result = session.execute(
+        update(Judgment)
+        .where(Judgment.id == judgment_id, Judgment.claim_token == token, Judgment.status == "running")
+        .values(**values)
+    )
+    session.commit()
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+VERDICT_COLUMNS = (
+    "status",
+    "error",
+    "explanation",
+    "details",
+    "score",
+    "verdict",
+    "preference",
+    "outcome",
+    "raw_output",
+    "prompt_hash",
+    "injection_flags",
+    "attempts",
+    "provider_calls",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "cost_usd",
+    "cached",
+)
+
+
+def complete_pending_many(sessions: sessionmaker[Session], writes: Sequence[dict[str, Any]]) -> int:
+    """Write verdicts that needed no provider call (cache hits) straight onto pending rows, in one statement.
+
+    The ``status = 'pending'`` condition is the compare-and-set: a row another worker claimed or finished is left
+    alone, so each judgment is still written once. Returns how many rows were written."""
+    if not writes:
+        return 0
+    now = utcnow()
+    defaults: dict[str, Any] = {
+        "attempts": 0,
+        "provider_calls": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": 0.0,
+        "cached": False,
+        "injection_flags": [],
+    }
+    params = []
+    for write in writes:
+        row = {f"v_{c}": write.get(c) if write.get(c) is not None else defaults.get(c) for c in VERDICT_COLUMNS}
+        params.append({"jid": write["jid"], "v_updated_at": now, **row})
+    table = cast(Table, Judgment.__table__)
+    # bind names differ from the column names: SQLAlchemy reserves those for its own SET parameters
+    values = {c: bindparam(f"v_{c}", type_=table.c[c].type) for c in (*VERDICT_COLUMNS, "updated_at")}
+    statement = update(table).where(table.c.id == bindparam("jid"), table.c.status == "pending").values(values)
+    with sessions() as session:
+        result = session.execute(statement, params)
+        session.commit()
+    return int(result.rowcount) if result.rowcount is not None and result.rowcount >= 0 else len(params)  # type: ignore[attr-defined]
+
+
+def release_judgment(session: Session, judgment_id: int, token: str, values: dict[str, Any]) -> bool:
+    """Hand a claimed judgment back as pending (e.g. the worker is shutting down)."""
+    return complete_judgment(session, judgment_id, token, {**values, "status": "pending", "claimed_at": None})
+
+
+def run_spend(session: Session, run_id: str) -> float:
+    return float(
+        session.scalar(select(func.coalesce(func.sum(Judgment.cost_usd), 0.0)).where(Judgment.run_id == run_id)) or 0.0
+    )

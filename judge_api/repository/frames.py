@@ -1,0 +1,117 @@
+"""Report frames: a run's judgments and human ratings as the DataFrames of docs/data-contract.md."""
+
+from __future__ import annotations
+
+import pandas as pd
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from judge_api.models import (
+    HumanRating,
+    Judgment,
+)
+
+JUDGMENT_FRAME_COLUMNS = [
+    "judgment_id",
+    "run_id",
+    "item_id",
+    "mode",
+    "system_a",
+    "system_b",
+    "aspect",
+    "judge",
+    "rubric_id",
+    "rubric_version",
+    "order",
+    "sample_index",
+    "status",
+    "score",
+    "preference",
+    "outcome",
+    "len_a",
+    "len_b",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "cost_usd",
+    "cached",
+]
+
+
+def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
+    """The run's judgments as the statistics library's frame (docs/data-contract.md)."""
+    cols = [
+        Judgment.id,
+        Judgment.run_id,
+        Judgment.item_key,
+        Judgment.mode,
+        Judgment.system_a,
+        Judgment.system_b,
+        Judgment.aspect,
+        Judgment.judge,
+        Judgment.rubric_id,
+        Judgment.rubric_version,
+        Judgment.order,
+        Judgment.sample_index,
+        Judgment.status,
+        Judgment.score,
+        Judgment.preference,
+        Judgment.outcome,
+        Judgment.len_a,
+        Judgment.len_b,
+        Judgment.input_tokens,
+        Judgment.output_tokens,
+        Judgment.latency_ms,
+        Judgment.cost_usd,
+        Judgment.cached,
+    ]
+    rows = session.execute(select(*cols).where(Judgment.run_id == run_id).order_by(Judgment.id)).all()
+    frame = pd.DataFrame(rows, columns=JUDGMENT_FRAME_COLUMNS)
+    scales = {}
+    from judge_api.rubrics import get_registry
+
+    registry = get_registry()
+    for rubric_id in frame["rubric_id"].unique():
+        scale = registry.get(rubric_id).scale if rubric_id in registry else None
+        scales[rubric_id] = scale or (float("nan"), float("nan"))
+    frame["scale_min"] = frame["rubric_id"].map(lambda r: scales[r][0]).astype(float)
+    frame["scale_max"] = frame["rubric_id"].map(lambda r: scales[r][1]).astype(float)
+    frame["score"] = frame["score"].astype(float)
+    frame["preference"] = frame["preference"].astype(float)
+    return frame
+
+
+RATING_FRAME_COLUMNS = [
+    "item_id",
+    "system",
+    "system_b",
+    "aspect",
+    "rater",
+    "kind",
+    "value",
+    "scale_min",
+    "scale_max",
+    "turn",
+    "tie_inconsistent",
+]
+
+
+def ratings_frame(session: Session, run_id: str) -> pd.DataFrame:
+    rows = session.scalars(select(HumanRating).where(HumanRating.run_id == run_id).order_by(HumanRating.id))
+    records = [
+        {
+            "item_id": r.item_key,
+            "system": r.system,
+            "system_b": r.system_b or None,
+            "aspect": r.aspect,
+            "rater": r.rater,
+            "kind": r.kind,
+            "value": r.value,
+            "scale_min": r.scale_min,
+            "scale_max": r.scale_max,
+            "turn": (r.meta or {}).get("turn"),
+            "tie_inconsistent": bool((r.meta or {}).get("tie_inconsistent", False)),
+        }
+        for r in rows
+    ]
+    return pd.DataFrame(records, columns=RATING_FRAME_COLUMNS)

@@ -1,0 +1,310 @@
+"""The API's reads and writes of runs: creation (run, items, pending judgments and rubric snapshots in one
+transaction), listing and summaries, judgments and items as the API returns them, retry and cancel."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import case, func, insert, or_, select, update
+from sqlalchemy.orm import Session
+
+from judge_api.models import (
+    TERMINAL_STATUSES,
+    Judgment,
+    Run,
+    RunItem,
+    utcnow,
+)
+from judge_api.planning import PlannedJudgment, run_config
+from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
+from judge_api.repository.rubric_snapshots import store_rubric_snapshots
+from judge_api.rubrics import Rubric
+from judge_api.schemas import JudgmentOut, RunCounts, RunCreate, RunSummary
+
+
+def new_run_id() -> str:
+    return "run_" + uuid.uuid4().hex[:16]
+
+
+def create_run(
+    session: Session,
+    request: RunCreate,
+    planned: Sequence[PlannedJudgment],
+    project_id: str = DEFAULT_PROJECT,
+    rubrics: Sequence[Rubric] = (),
+) -> Run:
+    """Store the run, its items, its pending judgments and a snapshot of every rubric version it was planned with
+    (``rubrics``: the very objects the plan came from) in the caller's transaction."""
+    versions = {(r.id, r.version) for r in rubrics}
+    unsnapshotted = sorted({(p.rubric_id, p.rubric_version) for p in planned} - versions)
+    if unsnapshotted:
+        raise ValueError(f"create_run: no rubric given for the planned {unsnapshotted}")
+    ensure_project(session, project_id)
+    store_rubric_snapshots(session, rubrics)
+    run = Run(
+        id=new_run_id(),
+        project_id=project_id,
+        name=request.name,
+        config=run_config(request),
+        n_items=len(request.items),
+        n_judgments=len(planned),
+        budget_usd=request.budget_usd,
+    )
+    session.add(run)
+    session.flush()
+    item_rows = [
+        {"run_id": run.id, "item_key": item.id, "payload": item.model_dump(mode="json")} for item in request.items
+    ]
+    session.execute(insert(RunItem), item_rows)
+    item_pks = item_pks_for(session, run.id)
+    candidates = {item.id: item.candidates for item in request.items}
+    judge_params = request.options.model_dump(mode="json")
+    if request.outcome_map:
+        judge_params["outcome_map"] = dict(request.outcome_map)
+    now = utcnow()
+    rows: list[dict[str, Any]] = []
+    for p in planned:
+        texts = candidates[p.item_id]
+        row: dict[str, Any] = {
+            "dedup_key": p.dedup_key(run.id),
+            "run_id": run.id,
+            "item_pk": item_pks[p.item_id],
+            "item_key": p.item_id,
+            "mode": p.mode,
+            "system_a": p.system_a,
+            "system_b": p.system_b,
+            "order": p.order,
+            "rubric_id": p.rubric_id,
+            "rubric_version": p.rubric_version,
+            "aspect": p.aspect,
+            "judge": p.judge,
+            "judge_params": judge_params,
+            "sample_index": p.sample_index,
+            "status": "pending",
+            "len_a": len(texts[p.system_a]),
+            "len_b": len(texts[p.system_b]) if p.system_b else None,
+            "injection_flags": [],
+            "created_at": now,
+            "updated_at": now,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cost_usd": 0.0,
+            "attempts": 0,
+            "provider_calls": 0,
+            "cached": False,
+        }
+        if p.identical:
+            row.update(
+                status="done",
+                verdict="identical",
+                preference=0.0,
+                outcome="tie",
+                explanation="The two responses are identical: a tie without a judge call.",
+            )
+        rows.append(row)
+    for start in range(0, len(rows), 5000):
+        session.execute(insert(Judgment), rows[start : start + 5000])
+    return run
+
+
+def item_pks_for(session: Session, run_id: str) -> dict[str, int]:
+    rows = session.execute(select(RunItem.item_key, RunItem.id).where(RunItem.run_id == run_id))
+    return {key: pk for key, pk in rows}
+
+
+def retry_failed(session: Session, run_id: str) -> int:
+    result = session.execute(
+        update(Judgment)
+        .where(Judgment.run_id == run_id, Judgment.status.in_(("failed", "cancelled")))
+        .values(status="pending", error=None, attempts=0, enqueued_at=None, updated_at=utcnow())
+    )
+    run = session.get(Run, run_id)
+    if run is not None:
+        run.finished_at = None
+        run.budget_exhausted_at = None
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def cancel_pending(session: Session, run_id: str, reason: str) -> int:
+    result = session.execute(
+        update(Judgment)
+        .where(Judgment.run_id == run_id, Judgment.status == "pending")
+        .values(status="cancelled", error=reason, updated_at=utcnow())
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def get_run(session: Session, run_id: str, project_id: str | None = None) -> Run | None:
+    run = session.get(Run, run_id)
+    if run is None or (project_id is not None and run.project_id != project_id):
+        return None
+    return run
+
+
+def list_runs(session: Session, project_id: str | None, offset: int, limit: int) -> tuple[int, list[Run]]:
+    query = select(Run)
+    count = select(func.count(Run.id))
+    if project_id is not None:
+        query = query.where(Run.project_id == project_id)
+        count = count.where(Run.project_id == project_id)
+    total = int(session.scalar(count) or 0)
+    runs = list(session.scalars(query.order_by(Run.created_at.desc(), Run.id).offset(offset).limit(limit)))
+    return total, runs
+
+
+def run_counts(session: Session, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per run: judgments by status, token/cost totals, provider calls and cache hits (one query)."""
+    if not run_ids:
+        return {}
+    rows = session.execute(
+        select(
+            Judgment.run_id,
+            Judgment.status,
+            func.count(Judgment.id),
+            func.coalesce(func.sum(Judgment.cost_usd), 0.0),
+            func.coalesce(func.sum(Judgment.input_tokens), 0),
+            func.coalesce(func.sum(Judgment.output_tokens), 0),
+            func.coalesce(func.sum(Judgment.provider_calls), 0),
+            func.coalesce(func.sum(case((Judgment.cached.is_(True), 1), else_=0)), 0),
+        )
+        .where(Judgment.run_id.in_(list(run_ids)))
+        .group_by(Judgment.run_id, Judgment.status)
+    ).all()
+    out: dict[str, dict[str, Any]] = {
+        rid: {"counts": {}, "cost": 0.0, "in": 0, "out": 0, "calls": 0, "cached": 0} for rid in run_ids
+    }
+    for run_id, status, n, cost, tin, tout, calls, cached in rows:
+        entry = out[run_id]
+        entry["counts"][status] = int(n)
+        entry["cost"] += float(cost)
+        entry["in"] += int(tin)
+        entry["out"] += int(tout)
+        entry["calls"] += int(calls)
+        entry["cached"] += int(cached)
+    return out
+
+
+def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
+    stats = run_counts(session, [r.id for r in runs])
+    summaries = []
+    for run in runs:
+        entry = stats[run.id]
+        counts = RunCounts(**entry["counts"])
+        total = run.n_judgments or 1
+        terminal = sum(entry["counts"].get(s, 0) for s in TERMINAL_STATUSES)
+        if terminal >= run.n_judgments:
+            status = "budget_exhausted" if run.budget_exhausted_at else "done"
+        elif counts.running or terminal:
+            status = "running"
+        else:
+            status = "queued"
+        message = None
+        if run.budget_exhausted_at:
+            message = f"budget of ${run.budget_usd:.4f} reached: {counts.cancelled} judgments were not scheduled"
+        if terminal >= run.n_judgments and run.finished_at is None:
+            run.finished_at = utcnow()
+        config = run.config
+        summaries.append(
+            RunSummary(
+                id=run.id,
+                name=run.name,
+                status=status,
+                created_at=run.created_at,
+                finished_at=run.finished_at,
+                rubrics=config["rubrics"],
+                judges=config["judges"],
+                mode=config["mode"],
+                n_items=run.n_items,
+                n_judgments=run.n_judgments,
+                counts=counts,
+                progress=round(terminal / total, 4),
+                cost_usd=round(entry["cost"], 6),
+                input_tokens=entry["in"],
+                output_tokens=entry["out"],
+                provider_calls=entry["calls"],
+                cached=entry["cached"],
+                budget_usd=run.budget_usd,
+                budget_exhausted=run.budget_exhausted_at is not None,
+                message=message,
+            )
+        )
+    return summaries
+
+
+JUDGMENT_FILTERS = ("status", "system", "aspect", "item_id", "rubric_id", "judge", "mode")
+
+
+def list_judgments(
+    session: Session,
+    run_id: str,
+    offset: int,
+    limit: int,
+    filters: dict[str, str | None] | None = None,
+    score_min: float | None = None,
+    score_max: float | None = None,
+) -> tuple[int, list[JudgmentOut]]:
+    conditions = [Judgment.run_id == run_id]
+    for key, value in (filters or {}).items():
+        if value is None:
+            continue
+        if key == "system":
+            conditions.append(or_(Judgment.system_a == value, Judgment.system_b == value))
+        elif key == "item_id":
+            conditions.append(Judgment.item_key == value)
+        else:
+            conditions.append(getattr(Judgment, key) == value)
+    if score_min is not None:
+        conditions.append(Judgment.score >= score_min)
+    if score_max is not None:
+        conditions.append(Judgment.score <= score_max)
+    total = int(session.scalar(select(func.count(Judgment.id)).where(*conditions)) or 0)
+    rows = session.scalars(select(Judgment).where(*conditions).order_by(Judgment.id).offset(offset).limit(limit))
+    return total, [judgment_out(j) for j in rows]
+
+
+def judgment_out(j: Judgment) -> JudgmentOut:
+    return JudgmentOut(
+        id=j.id,
+        run_id=j.run_id,
+        item_id=j.item_key,
+        mode=j.mode,
+        system_a=j.system_a,
+        system_b=j.system_b,
+        order=j.order,
+        rubric_id=j.rubric_id,
+        rubric_version=j.rubric_version,
+        aspect=j.aspect,
+        judge=j.judge,
+        judge_params=j.judge_params,
+        sample_index=j.sample_index,
+        prompt_hash=j.prompt_hash,
+        raw_output=j.raw_output,
+        score=j.score,
+        verdict=j.verdict,
+        preference=j.preference,
+        outcome=j.outcome,
+        explanation=j.explanation,
+        input_tokens=j.input_tokens,
+        output_tokens=j.output_tokens,
+        latency_ms=j.latency_ms,
+        cost_usd=j.cost_usd,
+        attempts=j.attempts,
+        status=j.status,
+        error=j.error,
+        cached=j.cached,
+        injection_flags=list(j.injection_flags or []),
+        updated_at=j.updated_at,
+    )
+
+
+def get_items(session: Session, run_id: str, item_keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    query = select(RunItem.payload).where(RunItem.run_id == run_id)
+    if item_keys:
+        query = query.where(RunItem.item_key.in_(list(item_keys)))
+    return list(session.scalars(query.order_by(RunItem.id)))
+
+
+def run_item_keys(session: Session, run_id: str) -> set[str]:
+    return set(session.scalars(select(RunItem.item_key).where(RunItem.run_id == run_id)))

@@ -1,0 +1,88 @@
+"""The API's reads and writes of runs (judge_api.repository.runs), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, update
+
+from judge_api import repository
+from judge_api.db import session_scope
+from judge_api.models import Judgment, RubricSnapshot, Run, RunItem
+from judge_api.repository import runs as run_store
+
+from .conftest import StoreRun, item
+
+
+def counts() -> tuple[int, int, int, int]:
+    with session_scope() as session:
+        return tuple(  # type: ignore[return-value]
+            session.scalar(select(func.count()).select_from(model)) or 0
+            for model in (Run, RunItem, Judgment, RubricSnapshot)
+        )
+
+
+def test_a_run_is_stored_with_its_items_judgments_and_rubric_versions(store_run: StoreRun) -> None:
+    run_id = store_run()
+    assert counts() == (1, 1, 2, 1)  # one item, two systems x one aspect, the rubric version it was planned with
+    with session_scope() as session:
+        statuses = session.scalars(select(Judgment.status).where(Judgment.run_id == run_id)).all()
+        run = repository.get_run(session, run_id)
+        assert run is not None and run.id == run_id
+        assert repository.run_item_keys(session, run_id) == {"i1"}
+    assert sorted(statuses) == ["pending", "pending"]
+
+
+def test_a_failing_insert_leaves_nothing_behind(store_run: StoreRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    store_run()
+    before = counts()
+    real_insert = run_store.insert
+
+    def exploding(table: Any) -> Any:
+        if getattr(table, "__tablename__", "") == "judgments":
+            raise RuntimeError("disk full")
+        return real_insert(table)
+
+    monkeypatch.setattr(run_store, "insert", exploding)
+    with pytest.raises(RuntimeError, match="disk full"):
+        store_run(items=[item("i2", {"a": "x", "b": "y"})])
+    assert counts() == before
+
+
+def test_summary_counts_statuses_and_retry_resets_only_failed(store_run: StoreRun) -> None:
+    run_id = store_run(items=[item("i1", {"a": "x", "b": "y"}), item("i2", {"a": "x", "b": "y"})])
+    with session_scope() as session:
+        ids = session.scalars(select(Judgment.id).where(Judgment.run_id == run_id).order_by(Judgment.id)).all()
+        session.execute(update(Judgment).where(Judgment.id == ids[0]).values(status="done", score=70.0))
+        session.execute(update(Judgment).where(Judgment.id == ids[1]).values(status="failed", error="boom"))
+    with session_scope() as session:
+        run = repository.get_run(session, run_id)
+        assert run is not None
+        summary = repository.summarize_runs(session, [run])[0]
+        assert (summary.counts.done, summary.counts.failed, summary.counts.pending) == (1, 1, 2)
+        assert repository.retry_failed(session, run_id) == 1
+    with session_scope() as session:
+        statuses = dict(session.execute(select(Judgment.id, Judgment.status).where(Judgment.run_id == run_id)).all())
+    assert statuses[ids[0]] == "done" and statuses[ids[1]] == "pending"
+
+
+def test_cancel_pending_touches_only_unfinished_work(store_run: StoreRun) -> None:
+    run_id = store_run()
+    with session_scope() as session:
+        first = session.scalars(select(Judgment.id).where(Judgment.run_id == run_id).order_by(Judgment.id)).first()
+        session.execute(update(Judgment).where(Judgment.id == first).values(status="done", score=50.0))
+    with session_scope() as session:
+        assert repository.cancel_pending(session, run_id, "budget exhausted") == 1
+    with session_scope() as session:
+        rows = session.execute(select(Judgment.status, Judgment.error).where(Judgment.run_id == run_id)).all()
+    assert sorted(rows, key=lambda r: r[0]) == [("cancelled", "budget exhausted"), ("done", None)]
+
+
+def test_items_come_back_as_submitted_and_filtered_by_key(store_run: StoreRun) -> None:
+    run_id = store_run(items=[item("i1", {"a": "x", "b": "y"}), item("i2", {"a": "p", "b": "q"}, reference="r")])
+    with session_scope() as session:
+        everything = repository.get_items(session, run_id)
+        only = repository.get_items(session, run_id, ["i2"])
+    assert [i["id"] for i in everything] == ["i1", "i2"]
+    assert [i["id"] for i in only] == ["i2"] and only[0]["candidates"] == {"a": "p", "b": "q"}
