@@ -7,6 +7,7 @@ COPY judge_api ./judge_api
 COPY workers ./workers
 COPY dashboard ./dashboard
 COPY dialogue_judge ./dialogue_judge
+COPY judge_simulator ./judge_simulator
 COPY rubrics ./rubrics
 COPY examples ./examples
 RUN pip install . && useradd --create-home --uid 10001 judge

@@ -29,7 +29,7 @@ import httpx
 
 from .script import Script
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+_REPO_ROOT = Path(__file__).resolve().parents[1]  # the folder holding judge_simulator
 _URL_PREFIX = "SIMULATOR_URL="
 
 
