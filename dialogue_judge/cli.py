@@ -401,7 +401,7 @@ def simulator(ctx: typer.Context) -> None:
     Arguments go to `python -m judge_simulator` (`--host`, `--port`, `--script FILE`, `--seed`, `--help`)."""
     from judge_simulator.__main__ import main as simulator_main
 
-    raise typer.Exit(simulator_main(list(ctx.args)))
+    raise typer.Exit(simulator_main(list(ctx.args), prog="dialogue-judge simulator"))
 
 
 @app.command("import-ratings")

@@ -19,8 +19,13 @@ from .app import create_app
 from .script import Script
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m judge_simulator", description=__doc__.splitlines()[0])
+def build_parser(prog: str = "python -m judge_simulator") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Loopback LLM-judge server on the OpenAI Chat Completions and Anthropic Messages wire formats, "
+        "answering with the verdicts, latency and faults of a behaviour script (judge_simulator/script.py). "
+        "Prints SIMULATOR_URL=http://HOST:PORT once it serves.",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free port (default)")
     parser.add_argument("--script", metavar="FILE", help="behaviour script, .json or .yaml/.yml")
@@ -54,8 +59,9 @@ async def serve(sock: socket.socket, config: uvicorn.Config) -> None:
     await task
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m judge_simulator") -> int:
+    """Serve until SIGTERM/SIGINT; 2 when the script cannot be loaded or the address bound (argparse: bad options)."""
+    args = build_parser(prog).parse_args(argv)
     try:
         script = load_script(args.script, args.seed)
     except Exception as exc:  # report any load/validation problem and exit non-zero
@@ -67,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     # accepted connections inherit it: without it a keep-alive client waits ~40 ms per reply (Nagle meets the
     # client's delayed ACK), which is not what a provider's latency looks like
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((args.host, args.port))
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sock.close()
+        print(f"judge simulator: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     config = uvicorn.Config(
         create_app(script, log_size=args.log_size),
         log_level=args.log_level,
