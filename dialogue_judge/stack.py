@@ -160,7 +160,24 @@ class Stack:
         self.worker_concurrency = min(self.worker_concurrency, 2)
         self.extra_env.setdefault("DJ_CALL_CONCURRENCY", str(self.worker_concurrency))
 
+    def taken_ports(self) -> list[str]:
+        """The ports this stack would listen on that something else already holds (it would otherwise fail to bind
+        and the readiness checks would talk to whatever answers there)."""
+        wanted = [("--api-port", self.api_port)]
+        if self.start_dashboard:
+            wanted.append(("--dashboard-port", self.dashboard_port))
+        if self.start_local_judge:
+            wanted.append(("--local-judge-port", self.local_judge_port))
+        return [
+            f"port {port} is taken (another dialogue-judge, or another server); choose another with {option}"
+            for option, port in wanted
+            if port_open("127.0.0.1", port)
+        ]
+
     def start(self) -> None:
+        taken = self.taken_ports()
+        if taken:
+            raise RuntimeError("; ".join(taken))
         self.home.mkdir(parents=True, exist_ok=True)
         if not self.redis_url:
             port = free_port()
@@ -186,8 +203,6 @@ class Stack:
             self._wait("redis", lambda: port_open("127.0.0.1", port), 20)
         if self.start_local_judge:
             self.queue_in_the_worker()
-            if port_open("127.0.0.1", self.local_judge_port):
-                raise RuntimeError(f"port {self.local_judge_port} is taken; set --local-judge-port")
             self._spawn("local-judge", server_command("127.0.0.1", self.local_judge_port))
             self._wait("local-judge", lambda: _http_ok(f"http://127.0.0.1:{self.local_judge_port}/v1/models"), 180)
         py = sys.executable
