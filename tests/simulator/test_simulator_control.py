@@ -187,6 +187,8 @@ def test_two_hundred_concurrent_requests_with_half_second_latency(sim: Simulator
     statuses = asyncio.run(burst())
     elapsed = time.monotonic() - started
     assert statuses == [200] * 200
-    assert elapsed < 3.0, f"200 calls with 0.5 s latency took {elapsed:.2f} s: not served concurrently"
+    # the concurrency itself is max_in_flight below; the time bound only rules out serial service (100 s) and stays
+    # far from it, so a loaded 2-core machine (seen: 3-7 s) does not fail a functional check
+    assert elapsed < 30.0, f"200 calls with 0.5 s latency took {elapsed:.2f} s: not served concurrently"
     stats = sim.stats()
     assert stats["total_calls"] == 200 and stats["max_in_flight"] >= 150
