@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -65,6 +66,12 @@ class Run(Base):
     budget_exhausted_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    plan_open: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), index=True)
+    """Adaptive runs (pairing or samples): more judgments may still be planned."""
+    plan_round: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Adaptive runs: planning steps taken (a step is a compare-and-set on it, so no two plan the same batch)."""
+    plan_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """Adaptive runs: the ranking, intervals, calls used and (once stopped) the stopping reason."""
 
     items: Mapped[list[RunItem]] = relationship(back_populates="run", cascade="all, delete-orphan")
 

@@ -1,20 +1,26 @@
 """Expand a validated run request into the judgments it needs (items × rubrics × aspects × judges × systems).
 
 Pure: no database. Pairwise pairs are all unordered pairs, or each system against a named baseline; each pair is
-judged in both presentation orders by default, or in one seeded-random order (AlpacaEval's convention).
+judged in both presentation orders by default, or in one seeded-random order (AlpacaEval's convention). With
+``pairing: "adaptive"`` only the first batch of comparisons is planned here; ``judge_api.adaptive.steps`` plans the
+next ones as the verdicts come in. With ``samples: "adaptive"`` each judgment starts with its first samples and the
+same steps add more where they disagree.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from judge_api.adaptive.planner import Pair, PlannerConfig, plan_step
+from judge_api.adaptive.replay import pair_items_of
 from judge_api.config import get_settings
 from judge_api.judges import parse_judge
 from judge_api.rubrics import PREFERENCE_LEVELS, Rubric, RubricRegistry
-from judge_api.schemas import Item, RunCreate
+from judge_api.schemas import AdaptiveOptions, Item, RunCreate
 
 
 class PlanError(ValueError):
@@ -107,8 +113,78 @@ def resolve_rubrics(request: RunCreate, registry: RubricRegistry) -> list[Rubric
     return rubrics
 
 
-def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -> list[PlannedJudgment]:
-    """Every judgment the run needs, in a stable order. Raises PlanError naming the field at fault."""
+@dataclass(frozen=True)
+class Target:
+    """One pairwise (rubric version, aspect, judge): what a comparison is judged on."""
+
+    rubric_id: str
+    rubric_version: str
+    aspect: str
+    judge: str
+
+
+def comparison_judgments(
+    item_id: str,
+    candidates: Mapping[str, str],
+    a: str,
+    b: str,
+    target: Target,
+    orders: Sequence[str],
+    samples: int,
+    first_sample: int = 0,
+) -> list[PlannedJudgment]:
+    """The judgments of comparing ``a`` with ``b`` on one item: each order x sample (one sample when the two
+    responses are identical: a tie without a judge call)."""
+    identical = candidates[a].strip() == candidates[b].strip()
+    out = []
+    for order in orders:
+        for sample in range(first_sample, first_sample + (1 if identical else samples)):
+            out.append(
+                PlannedJudgment(
+                    item_id,
+                    "pairwise",
+                    a,
+                    b,
+                    order,
+                    target.rubric_id,
+                    target.rubric_version,
+                    target.aspect,
+                    target.judge,
+                    sample,
+                    identical,
+                )
+            )
+    return out
+
+
+def planner_config(options: AdaptiveOptions) -> PlannerConfig:
+    return PlannerConfig(
+        confidence=options.confidence,
+        top_k=options.top_k,
+        max_calls=options.max_calls,
+        batch=options.batch,
+        warmup=options.warmup,
+        seed=options.seed,
+    )
+
+
+def adaptive_pair_items(candidates: Mapping[str, Mapping[str, str]]) -> dict[Pair, list[str]]:
+    """Per canonical pair of systems, the items (``item -> its candidates``) holding both."""
+    return pair_items_of({item: list(c) for item, c in candidates.items()})
+
+
+def round_robin_calls(pair_items: Mapping[Pair, Sequence[str]], candidates: Mapping[str, Mapping[str, str]]) -> int:
+    """Judge calls of one target's comparisons in full round robin (both orders, one sample; identical responses
+    cost none)."""
+    return sum(
+        2
+        for (a, b), items in pair_items.items()
+        for item in items
+        if candidates[item][a].strip() != candidates[item][b].strip()
+    )
+
+
+def _check_judges(request: RunCreate) -> list[str]:
     settings = get_settings()
     for index, judge in enumerate(request.judges):
         try:
@@ -121,17 +197,33 @@ def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -
                 f"base URL {spec.base_url!r} is not in DJ_JUDGE_URL_ALLOWLIST (openai-compatible judges must be "
                 "allow-listed by the operator when auth is on)",
             )
-    judges = [parse_judge(j).key for j in request.judges]
+    return [parse_judge(j).key for j in request.judges]
+
+
+def _aspects(request: RunCreate, rubric: Rubric) -> list[str]:
+    return [a for a in rubric.aspect_names if not request.aspects or a in request.aspects]
+
+
+def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -> list[PlannedJudgment]:
+    """Every judgment the run needs up front, in a stable order (with adaptive pairing: the first batch of
+    comparisons). Raises PlanError naming the field at fault."""
+    judges = _check_judges(request)
     rubrics = resolve_rubrics(request, registry)
-    samples = request.options.samples
+    first = request.options.first_samples
     planned: list[PlannedJudgment] = []
+
+    def check_size() -> None:
+        if len(planned) > max_judgments:
+            raise PlanError(
+                "items", f"the run would need more than {max_judgments} judgments; split it into smaller runs"
+            )
+
     for item in request.items:
         for rubric in rubrics:
-            aspects = [a for a in rubric.aspect_names if not request.aspects or a in request.aspects]
-            for aspect, judge in itertools.product(aspects, judges):
+            for aspect, judge in itertools.product(_aspects(request, rubric), judges):
                 if rubric.kind == "single":
                     for system in item.candidates:
-                        for sample in range(samples):
+                        for sample in range(first["single"]):
                             planned.append(
                                 PlannedJudgment(
                                     item.id,
@@ -146,38 +238,70 @@ def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -
                                     sample,
                                 )
                             )
-                else:
+                elif request.pairing != "adaptive":
+                    target = Target(rubric.id, rubric.version, aspect, judge)
                     for a, b in _pairs(item, request):
-                        identical = item.candidates[a].strip() == item.candidates[b].strip()
                         if request.orders == "both":
                             orders = ["ab", "ba"]
                         else:
                             orders = [_random_order(request.order_seed, item.id, a, b, rubric.id, aspect)]
-                        for order in orders:
-                            for sample in range(1 if identical else samples):
-                                planned.append(
-                                    PlannedJudgment(
-                                        item.id,
-                                        "pairwise",
-                                        a,
-                                        b,
-                                        order,
-                                        rubric.id,
-                                        rubric.version,
-                                        aspect,
-                                        judge,
-                                        sample,
-                                        identical,
-                                    )
-                                )
-                if len(planned) > max_judgments:
-                    raise PlanError(
-                        "items",
-                        f"the run would need more than {max_judgments} judgments; split it into smaller runs",
-                    )
+                        planned += comparison_judgments(
+                            item.id, item.candidates, a, b, target, orders, first["pairwise"]
+                        )
+                check_size()
+    if request.pairing == "adaptive":
+        planned += _first_adaptive_batch(request, rubrics, judges, max_judgments)
+        check_size()
     if not planned:
         raise PlanError("items", "the run plans no judgment (pairwise items need two or more candidates)")
     return planned
+
+
+def _first_adaptive_batch(
+    request: RunCreate, rubrics: list[Rubric], judges: list[str], max_judgments: int
+) -> list[PlannedJudgment]:
+    assert request.adaptive is not None
+    targets = [
+        Target(r.id, r.version, aspect, judge)
+        for r in rubrics
+        if r.kind == "pairwise"
+        for aspect, judge in itertools.product(_aspects(request, r), judges)
+    ]
+    if len(targets) != 1:
+        named = ", ".join(f"{t.rubric_id}/{t.aspect}/{t.judge}" for t in targets)
+        raise PlanError(
+            "pairing",
+            f"adaptive pairing ranks the systems by one pairwise rubric, aspect and judge; this run has {len(targets)} "
+            f"({named}): narrow it with 'aspects', one pairwise rubric or one judge",
+        )
+    (target,) = targets
+    candidates = {item.id: item.candidates for item in request.items}
+    pair_items = adaptive_pair_items(candidates)
+    if not pair_items:
+        raise PlanError("items", "adaptive pairing needs items with two or more candidates")
+    systems = sorted({s for pair in pair_items for s in pair})
+    options = request.adaptive
+    if options.top_k is not None and options.top_k >= len(systems):
+        raise PlanError("adaptive.top_k", f"top_k must be below the number of systems ({len(systems)})")
+    per_comparison = 2 * request.options.first_samples["pairwise"]
+    if options.max_calls is not None and options.max_calls < per_comparison:
+        raise PlanError(
+            "adaptive.max_calls",
+            f"a comparison takes {per_comparison} calls (both orders x samples); max_calls={options.max_calls} "
+            "allows none",
+        )
+    most = round_robin_calls(pair_items, candidates) // 2 * per_comparison
+    if min(most, options.max_calls or most) > max_judgments:
+        raise PlanError(
+            "items", f"the run could need more than {max_judgments} judgments; split it or set adaptive.max_calls"
+        )
+    plan = plan_step(systems, pair_items, [], [], planner_config(options), calls_per_comparison=per_comparison)
+    out: list[PlannedJudgment] = []
+    for item, a, b in plan.comparisons:
+        out += comparison_judgments(
+            item, candidates[item], a, b, target, ["ab", "ba"], request.options.first_samples["pairwise"]
+        )
+    return out
 
 
 def run_config(request: RunCreate) -> dict[str, Any]:

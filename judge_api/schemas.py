@@ -13,6 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 T = TypeVar("T")
+ADAPTIVE_MAX_SAMPLES = 5
 Speaker = Literal["user", "bot"]
 Mode = Literal["single", "pairwise"]
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,199}$"
@@ -66,15 +67,80 @@ class JudgeOptions(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(default=512, ge=1, le=32_000)
     seed: int | None = 0
-    samples: int = Field(default=1, ge=1, le=16, description="self-consistency samples per judgment")
+    samples: int | Literal["adaptive"] = Field(
+        default=1,
+        description="self-consistency samples per judgment, or 'adaptive': another sample only while the samples "
+        "drawn disagree or sit near a decision boundary, up to max_samples",
+    )
+    max_samples: int | None = Field(default=None, ge=2, le=16, description="samples='adaptive': at most (5)")
+    min_samples: int | None = Field(
+        default=None, ge=1, le=16, description="samples='adaptive': drawn at once (single mode 2, pairwise 1)"
+    )
+    sample_margin: float | None = Field(
+        default=None,
+        gt=0,
+        description="samples='adaptive', single mode: scores this close agree (default 5% of the rubric's scale)",
+    )
+    sample_boundaries: list[float] | None = Field(
+        default=None,
+        max_length=20,
+        description="samples='adaptive', single mode: decisive scores (e.g. a pass mark) near which to sample more",
+    )
     structured_output: bool = Field(default=False, description="ask for JSON schema / tool output where supported")
     reask: int = Field(default=0, ge=0, le=3, description="re-ask an unparseable reply at most this many times")
 
+    @field_validator("samples")
+    @classmethod
+    def _sample_count(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 16:
+            raise ValueError("samples must be 1-16 or 'adaptive'")
+        return value
+
     @model_validator(mode="after")
     def _sampling_needs_temperature(self) -> JudgeOptions:
-        if self.samples > 1 and self.temperature == 0:
+        if self.samples == "adaptive":
+            if self.temperature == 0:
+                raise ValueError("samples: 'adaptive' needs temperature > 0 (identical samples say nothing)")
+            if self.min_samples is not None and self.min_samples > self.max_sample_count:
+                raise ValueError(f"min_samples: {self.min_samples} is above max_samples ({self.max_sample_count})")
+            return self
+        for name in ("max_samples", "min_samples", "sample_margin", "sample_boundaries"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: only with samples='adaptive'")
+        if isinstance(self.samples, int) and self.samples > 1 and self.temperature == 0:
             raise ValueError("samples > 1 needs temperature > 0 (identical samples say nothing)")
         return self
+
+    @property
+    def max_sample_count(self) -> int:
+        """Samples a judgment can take: the fixed count, or adaptive's maximum."""
+        if self.samples == "adaptive":
+            return self.max_samples or ADAPTIVE_MAX_SAMPLES
+        return self.samples
+
+    @property
+    def first_samples(self) -> dict[str, int]:
+        """Samples planned up front per judgment, by mode."""
+        if self.samples != "adaptive":
+            return {"single": self.samples, "pairwise": self.samples}
+        if self.min_samples is not None:
+            return {"single": self.min_samples, "pairwise": self.min_samples}
+        return {"single": min(2, self.max_sample_count), "pairwise": 1}
+
+
+class AdaptiveOptions(BaseModel):
+    """pairing='adaptive': which comparisons to judge and when to stop."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    confidence: float = Field(
+        default=0.95, ge=0.5, le=0.999, description="stop once every adjacent pair is separated at this confidence"
+    )
+    max_calls: int | None = Field(default=None, ge=1, description="call budget (pairwise judge calls)")
+    top_k: int | None = Field(default=None, ge=1, description="stop once the top k are separated")
+    batch: int = Field(default=16, ge=1, le=1000, description="comparisons planned per step")
+    warmup: int = Field(default=1, ge=0, le=100, description="comparisons of every pair before choosing")
+    seed: int = Field(default=0, description="orders each pair's items")
 
 
 class RunCreate(BaseModel):
@@ -88,8 +154,13 @@ class RunCreate(BaseModel):
     judges: list[str] = Field(min_length=1, max_length=10)
     mode: list[Mode] = Field(default_factory=lambda: list[Mode](["single"]), min_length=1)
     aspects: list[str] | None = Field(default=None, description="subset of the rubric's aspects")
-    pairing: Literal["all", "baseline"] = "all"
+    pairing: Literal["all", "baseline", "adaptive"] = Field(
+        default="all",
+        description="pairwise: all pairs, each system against a baseline, or 'adaptive' (comparisons chosen by how "
+        "much they can still change the ranking, until it is settled)",
+    )
     baseline: str | None = None
+    adaptive: AdaptiveOptions | None = Field(default=None, description="pairing='adaptive': its options")
     orders: Literal["both", "random"] = Field(
         default="both", description="pairwise: both presentation orders, or one seeded-random order"
     )
@@ -115,6 +186,17 @@ class RunCreate(BaseModel):
             seen.add(item.id)
         if self.pairing == "baseline" and not self.baseline:
             raise ValueError("baseline: pairing='baseline' needs a baseline system name")
+        if self.pairing == "adaptive":
+            if "pairwise" not in self.mode:
+                raise ValueError("pairing: 'adaptive' ranks systems pairwise; add 'pairwise' to mode")
+            if self.orders != "both":
+                raise ValueError("orders: adaptive pairing judges both presentation orders of every comparison")
+            if self.baseline is not None:
+                raise ValueError("baseline: only with pairing='baseline'")
+            if self.adaptive is None:
+                self.adaptive = AdaptiveOptions()
+        elif self.adaptive is not None:
+            raise ValueError("adaptive: only with pairing='adaptive'")
         if self.baseline is not None:
             for index, item in enumerate(self.items):
                 if self.baseline not in item.candidates:

@@ -4,7 +4,8 @@ Publishing a stored run: :func:`mark_run_enqueued` stamps its judgments in the s
 :func:`enqueue_run` sends them after the response. Re-sending what the queue lost: judgments pending but not
 recently enqueued, and judgments whose worker died holding the claim; the :class:`Sweeper` runs in every worker and
 API process (one at a time, under a Redis lock) and on demand (``dialogue-judge requeue``). A Redis restart (new
-server run id) triggers an immediate full re-enqueue of pending work.
+server run id) triggers an immediate full re-enqueue of pending work. Every sweep also takes the planning step of
+adaptive runs a killed worker left without one (``judge_api.adaptive.steps``).
 
 It needs only storage and :mod:`judge_api.queue` (kept free of storage imports: ``dialogue-judge up`` imports it for
 the queue name), so it lives in ``judge_api``, not in ``workers``.
@@ -21,8 +22,9 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from judge_api import queue
+from judge_api.adaptive import steps as adaptive_steps
 from judge_api.config import Settings
-from judge_api.db import session_scope
+from judge_api.db import session_factory, session_scope
 from judge_api.models import Judgment, utcnow
 from judge_api.repository import claims
 
@@ -85,6 +87,16 @@ def requeue_stale(settings: Settings, *, everything_pending: bool = False, queue
     return sent
 
 
+def step_adaptive_runs(settings: Settings) -> int:
+    """Take the planning step of every open adaptive run that has nothing in flight (one a killed worker never
+    took: its verdicts are stored, the next batch is not). Returns how many judgments were planned."""
+    try:
+        return adaptive_steps.sweep(settings, session_factory())
+    except Exception as exc:  # the database is away: the next sweep tries again
+        log.warning("adaptive planning steps failed: %s", exc)
+        return 0
+
+
 class Sweeper(threading.Thread):
     def __init__(self, settings: Settings, client: redis.Redis) -> None:
         super().__init__(name="dj-sweeper", daemon=True)
@@ -108,7 +120,9 @@ class Sweeper(threading.Thread):
             if restarted:
                 log.warning("Redis restarted (new run id): re-enqueueing all pending judgments")
             drained = int(self.client.llen(queue.JUDGE_QUEUE)) == 0
-            return requeue_stale(self.settings, everything_pending=restarted, queue_drained=drained)
+            sent = requeue_stale(self.settings, everything_pending=restarted, queue_drained=drained)
+            step_adaptive_runs(self.settings)
+            return sent
         finally:
             with contextlib.suppress(redis.exceptions.LockError):
                 lock.release()

@@ -17,11 +17,13 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual as kombu_virtual
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from judge_api.adaptive import steps
 from judge_api.config import get_settings
 from judge_api.db import reset_engines
 from judge_api.queue import JUDGE_BATCH_TASK, JUDGE_QUEUE, JUDGE_TASK, celery_config
 from judge_api.sweeper import Sweeper, redis_client
 from workers import runtime
+from workers.execute import JudgeEngine
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +115,10 @@ _sweeper: Sweeper | None = None
     max_retries=None,
 )
 def judge(self: Any, judgment_id: int) -> str:
-    return runtime.engine().judge(judgment_id)
+    engine = runtime.engine()
+    status = engine.judge(judgment_id)
+    _step_adaptive_runs(engine, [judgment_id])
+    return status
 
 
 @app.task(
@@ -127,7 +132,19 @@ def judge(self: Any, judgment_id: int) -> str:
     max_retries=None,
 )
 def judge_batch(self: Any, judgment_ids: list[int]) -> dict[str, int]:
-    return runtime.engine().judge_many(judgment_ids)
+    engine = runtime.engine()
+    counts = engine.judge_many(judgment_ids)
+    _step_adaptive_runs(engine, judgment_ids)
+    return counts
+
+
+def _step_adaptive_runs(engine: JudgeEngine, judgment_ids: list[int]) -> None:
+    """Plan what adaptive runs need next now that these verdicts are stored (more samples, the next batch of
+    comparisons). A failure here loses nothing: the verdicts are stored and the sweeper steps the run later."""
+    try:
+        steps.after_verdicts(engine.settings, engine.sessions, judgment_ids)
+    except Exception:
+        log.exception("planning step after judgments %s failed; the sweeper will take it", judgment_ids[:5])
 
 
 @signals.worker_process_init.connect
