@@ -91,7 +91,9 @@ def wait_for_run(client: ApiClient, run_id: str, poll_s: float = 0.5, timeout_s:
                 f"done {counts['done']} · unparseable {counts['unparseable']} · failed {counts['failed']}"
                 f" · cached {summary['cached']}"
             )
-            progress.update(task, completed=finished, detail=detail)
+            if summary.get("economy"):  # an adaptive run grows batch by batch
+                detail += f" · {summary['message']}" if summary.get("message") else ""
+            progress.update(task, total=summary["n_judgments"], completed=finished, detail=detail)
             if summary["status"] in ("done", "budget_exhausted"):
                 return summary
             if timeout_s is not None and time.monotonic() - started > timeout_s:
@@ -269,9 +271,21 @@ def submit(
     judge: list[str] = typer.Option(..., "--judge", "-j"),
     mode: list[str] = typer.Option(["single"], "--mode", "-m", help="single and/or pairwise"),
     baseline: str = typer.Option(None, help="pairwise: compare every system with this one"),
+    pairing: str = typer.Option(
+        None, help="pairwise: all, baseline (with --baseline) or adaptive (judge what can still change the ranking)"
+    ),
+    confidence: float = typer.Option(None, help="--pairing adaptive: stop when adjacent systems are this separated"),
+    max_calls: int = typer.Option(None, help="--pairing adaptive: call budget (pairwise judge calls)"),
+    top_k: int = typer.Option(None, help="--pairing adaptive: stop once the top k are separated"),
     orders: str = typer.Option("both", help="pairwise: both orders, or one seeded-random order"),
     aspect: list[str] = typer.Option(None, "--aspect", help="subset of the rubric's aspects"),
-    samples: int = typer.Option(1, help="self-consistency samples (needs --temperature > 0)"),
+    samples: str = typer.Option(
+        "1", help="self-consistency samples, or 'adaptive' (more only where they disagree; needs --temperature > 0)"
+    ),
+    max_samples: int = typer.Option(None, help="--samples adaptive: at most this many per judgment (5)"),
+    sample_boundary: list[float] = typer.Option(
+        None, "--sample-boundary", help="--samples adaptive, single mode: a decisive score to sample more near"
+    ),
     temperature: float = typer.Option(0.0),
     structured: bool = typer.Option(False, help="ask for JSON schema / tool output"),
     reask: int = typer.Option(0, help="re-ask unparseable replies this many times"),
@@ -284,24 +298,37 @@ def submit(
 ) -> None:
     """Submit items for judging."""
     items = read_items(file)
+    if samples != "adaptive" and not samples.isdigit():
+        raise fail(f"--samples must be a count or 'adaptive' (got {samples!r})")
+    chosen_pairing = pairing or ("baseline" if baseline else "all")
+    adaptive = {"confidence": confidence, "max_calls": max_calls, "top_k": top_k}
+    if chosen_pairing != "adaptive" and any(v is not None for v in adaptive.values()):
+        raise fail("--confidence, --max-calls and --top-k need --pairing adaptive")
+    options: dict[str, Any] = {
+        "samples": samples if samples == "adaptive" else int(samples),
+        "temperature": temperature,
+        "structured_output": structured,
+        "reask": reask,
+    }
+    if max_samples is not None:
+        options["max_samples"] = max_samples
+    if sample_boundary:
+        options["sample_boundaries"] = sample_boundary
     body: dict[str, Any] = {
         "name": name or file.stem,
         "items": items,
         "rubrics": rubric,
         "judges": judge,
         "mode": mode,
-        "pairing": "baseline" if baseline else "all",
+        "pairing": chosen_pairing,
         "baseline": baseline,
         "orders": orders,
         "aspects": aspect or None,
         "budget_usd": budget,
-        "options": {
-            "samples": samples,
-            "temperature": temperature,
-            "structured_output": structured,
-            "reask": reask,
-        },
+        "options": options,
     }
+    if chosen_pairing == "adaptive":
+        body["adaptive"] = {k: v for k, v in adaptive.items() if v is not None}
     client = api_client(api, api_key)
     try:
         created = client.create_run(body)
@@ -325,6 +352,8 @@ def runs(limit: int = 20, api: str = typer.Option(None), api_key: str = typer.Op
             f"{run['id']}  {run['status']:<16} {run['progress'] * 100:5.1f}%  "
             f"{run['n_judgments']:>7} judgments  ${run['cost_usd']:.4f}  {run['name'] or ''}"
         )
+        if run.get("economy") and run.get("message"):
+            console.print(f"    {run['message']}")
 
 
 @app.command()

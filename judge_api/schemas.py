@@ -215,6 +215,58 @@ class RunCounts(BaseModel):
     cancelled: int = 0
 
 
+class RankedSystem(BaseModel):
+    system: str
+    rank: int
+    strength: float = Field(description="centred Bradley-Terry log strength (the report's 'strength')")
+    ci_low: float | None = Field(description="confidence-sequence interval at the run's confidence")
+    ci_high: float | None
+    comparisons: int
+
+
+class AdjacentGap(BaseModel):
+    upper: str
+    lower: str
+    diff: float
+    z: float | None
+    z_needed: float | None = Field(description="the z the stopping rule needs at this much information")
+    separated: bool
+
+
+class PairingEconomy(BaseModel):
+    stop: str | None = Field(description="separated, top_k_separated, budget, items_exhausted, inseparable")
+    stop_message: str | None
+    confidence: float
+    top_k: int | None
+    max_calls: int | None
+    target: dict[str, str] | None = Field(description="the rubric, aspect and judge the ranking is by")
+    calls: int = Field(description="pairwise judge calls planned so far")
+    round_robin_calls: int = Field(description="what full round robin (every pair, every item) takes")
+    share: float | None = Field(description="calls / round_robin_calls")
+    comparisons: int
+    round_robin_comparisons: int
+    ranking: list[RankedSystem]
+    gaps: list[AdjacentGap]
+
+
+class SamplesEconomy(BaseModel):
+    judgments: int
+    samples: int
+    fixed: int = Field(description="the fixed sample count adaptive sampling replaces (max_samples)")
+    fixed_samples: int
+    saving: float = Field(description="share of the fixed count's samples not drawn")
+    histogram: dict[str, int] = Field(description="samples taken -> judgments")
+
+
+class RunEconomy(BaseModel):
+    """Adaptive runs: what was judged against what a fixed plan would judge, and why planning stopped."""
+
+    finished: bool
+    rounds: int
+    pairing: PairingEconomy | None = None
+    samples: SamplesEconomy | None = None
+
+
 class RunSummary(BaseModel):
     id: str
     name: str | None
@@ -236,6 +288,7 @@ class RunSummary(BaseModel):
     budget_usd: float | None
     budget_exhausted: bool
     message: str | None = None
+    economy: RunEconomy | None = None
 
 
 class RunCreated(BaseModel):

@@ -31,12 +31,75 @@ def runs_table(items: list[dict[str, Any]]) -> pd.DataFrame:
             "input_tokens": r.get("input_tokens"),
             "output_tokens": r.get("output_tokens"),
             "cached": r.get("cached"),
+            "economy": economy_cell(r.get("economy")),
             "created_at": r.get("created_at"),
             "finished_at": r.get("finished_at"),
         }
         for r in items
     ]
     return pd.DataFrame(rows)
+
+
+def economy_cell(economy: dict[str, Any] | None) -> str:
+    """Adaptive runs in the run list: calls used against the fixed plan and why planning stopped."""
+    if not economy:
+        return ""
+    parts = []
+    pairing = economy.get("pairing") or {}
+    if pairing:
+        share = pairing.get("share")
+        used = f"{pairing.get('calls', 0):,}/{pairing.get('round_robin_calls', 0):,} calls"
+        if share is not None:
+            used += f" ({100 * float(share):.0f}%)"
+        parts.append(f"{used} · {pairing.get('stop') or 'planning'}")
+    samples = economy.get("samples") or {}
+    if samples:
+        parts.append(f"samples −{100 * float(samples.get('saving') or 0):.0f}%")
+    return " · ".join(parts) or ("adaptive: planning" if not economy.get("finished") else "adaptive")
+
+
+def economy_section(economy: dict[str, Any]) -> None:
+    """The run's adaptive economy: calls used vs round robin / fixed samples, the stopping reason, the ranking
+    with its intervals."""
+    st.markdown("#### Adaptive economy")
+    pairing = economy.get("pairing") or {}
+    if pairing:
+        cols = st.columns(4)
+        cols[0].metric("Pairwise calls", f"{pairing.get('calls', 0):,}")
+        cols[1].metric("Round robin would take", f"{pairing.get('round_robin_calls', 0):,}")
+        share = pairing.get("share")
+        cols[2].metric("Share used", "-" if share is None else f"{100 * float(share):.1f}%")
+        cols[3].metric("Stopped", str(pairing.get("stop") or "not yet"))
+        if pairing.get("stop_message"):
+            st.caption(f"Stopping reason: {pairing['stop_message']} (confidence {pairing.get('confidence')}).")
+        gaps = {g["upper"]: g for g in pairing.get("gaps") or []}
+        ranking = pd.DataFrame(
+            [
+                {
+                    "rank": r.get("rank"),
+                    "system": r.get("system"),
+                    "strength": r.get("strength"),
+                    "interval low": r.get("ci_low"),
+                    "interval high": r.get("ci_high"),
+                    "comparisons": r.get("comparisons"),
+                    "vs next": ""
+                    if r.get("system") not in gaps
+                    else ("separated" if gaps[r["system"]].get("separated") else "open"),
+                }
+                for r in pairing.get("ranking") or []
+            ]
+        )
+        if not ranking.empty:
+            st.dataframe(ranking, hide_index=True, key="adaptive_ranking")
+    samples = economy.get("samples") or {}
+    if samples:
+        cols = st.columns(3)
+        cols[0].metric("Samples drawn", f"{samples.get('samples', 0):,}")
+        cols[1].metric(f"Fixed count ({samples.get('fixed')} each)", f"{samples.get('fixed_samples', 0):,}")
+        cols[2].metric("Saving", f"{100 * float(samples.get('saving') or 0):.1f}%")
+        histogram = samples.get("histogram") or {}
+        if histogram:
+            st.caption("Samples per judgment: " + ", ".join(f"{k}: {v}" for k, v in histogram.items()))
 
 
 def compact(n: Any) -> str:
@@ -108,7 +171,11 @@ def run_detail(run: dict[str, Any]) -> None:
         f"Judges: {', '.join(run.get('judges') or [])} · rubrics: {', '.join(run.get('rubrics') or [])} · "
         f"provider calls {run.get('provider_calls', 0)}, cached {run.get('cached', 0)}"
     )
-    if run.get("message"):
+    if run.get("economy"):
+        if run.get("message"):
+            st.info(str(run["message"]))
+        economy_section(run["economy"])
+    elif run.get("message"):
         st.warning(str(run["message"]))
     failed = int(counts.get("failed") or 0) + int(counts.get("unparseable") or 0)
     if failed and st.button(f"Retry {failed} failed / unparseable judgments", key="retry"):

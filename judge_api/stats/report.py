@@ -424,6 +424,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             ],
         )
     )
+    out += _economy_tables((report.get("run") or {}).get("economy"))
     agr = report.get("agreement")
     if agr:
         out += _agreement_tables(agr)
@@ -508,6 +509,75 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
                         _fmt(r["min_confidence"], 3),
                     ]
                     for r in sampled
+                ],
+            )
+        )
+    return out
+
+
+def _economy_tables(economy: Mapping[str, Any] | None) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Adaptive runs: calls used against round robin / a fixed sample count, why planning stopped, the ranking
+    with its confidence-sequence intervals."""
+    if not economy:
+        return []
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    pairing = economy.get("pairing")
+    if pairing:
+        target = pairing.get("target") or {}
+        out.append(
+            (
+                "Adaptive pairing",
+                ["stop", "calls", "round robin", "share", "comparisons", "confidence", "by"],
+                [
+                    [
+                        str(pairing.get("stop") or "running"),
+                        _fmt(pairing.get("calls")),
+                        _fmt(pairing.get("round_robin_calls")),
+                        "-" if pairing.get("share") is None else f"{100 * pairing['share']:.1f}%",
+                        f"{pairing.get('comparisons')}/{pairing.get('round_robin_comparisons')}",
+                        _fmt(pairing.get("confidence"), 3),
+                        f"{target.get('aspect', '-')} / {target.get('judge', '-')}",
+                    ]
+                ],
+            )
+        )
+        gaps = {g["upper"]: g for g in pairing.get("gaps") or []}
+        out.append(
+            (
+                "Adaptive ranking (intervals: the stopping rule's confidence sequence)",
+                ["rank", "system", "strength", "interval", "comparisons", "vs next", "z / needed"],
+                [
+                    [
+                        _fmt(r["rank"]),
+                        r["system"],
+                        _fmt(r["strength"], 3),
+                        _ci(r.get("ci_low"), r.get("ci_high"), 3),
+                        _fmt(r.get("comparisons")),
+                        "-" if r["system"] not in gaps else ("separated" if gaps[r["system"]]["separated"] else "open"),
+                        "-"
+                        if r["system"] not in gaps
+                        else f"{_fmt(gaps[r['system']]['z'], 2)} / {_fmt(gaps[r['system']]['z_needed'], 2)}",
+                    ]
+                    for r in pairing.get("ranking") or []
+                ],
+            )
+        )
+    samples = economy.get("samples")
+    if samples:
+        histogram = ", ".join(f"{k}: {v}" for k, v in (samples.get("histogram") or {}).items())
+        out.append(
+            (
+                "Adaptive samples",
+                ["judgments", "samples", "fixed count", "fixed samples", "saving", "samples taken: judgments"],
+                [
+                    [
+                        _fmt(samples.get("judgments")),
+                        _fmt(samples.get("samples")),
+                        _fmt(samples.get("fixed")),
+                        _fmt(samples.get("fixed_samples")),
+                        f"{100 * float(samples.get('saving') or 0):.1f}%",
+                        histogram or "-",
+                    ]
                 ],
             )
         )
