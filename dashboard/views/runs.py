@@ -93,10 +93,10 @@ def economy_section(economy: dict[str, Any]) -> None:
             st.dataframe(ranking, hide_index=True, key="adaptive_ranking")
     samples = economy.get("samples") or {}
     if samples:
-        cols = st.columns(3)
-        cols[0].metric("Samples drawn", f"{samples.get('samples', 0):,}")
-        cols[1].metric(f"Fixed count ({samples.get('fixed')} each)", f"{samples.get('fixed_samples', 0):,}")
-        cols[2].metric("Saving", f"{100 * float(samples.get('saving') or 0):.1f}%")
+        sample_cols = st.columns(3)
+        sample_cols[0].metric("Samples drawn", f"{samples.get('samples', 0):,}")
+        sample_cols[1].metric(f"Fixed count ({samples.get('fixed')} each)", f"{samples.get('fixed_samples', 0):,}")
+        sample_cols[2].metric("Saving", f"{100 * float(samples.get('saving') or 0):.1f}%")
         histogram = samples.get("histogram") or {}
         if histogram:
             st.caption("Samples per judgment: " + ", ".join(f"{k}: {v}" for k, v in histogram.items()))
