@@ -42,7 +42,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ from judge_api.adaptive.replay import (  # noqa: E402
     pair_items_of,
     run_adaptive,
 )
+from judge_api.adaptive.sampling import more_samples, rule_for, usage  # noqa: E402
 from judge_api.rubrics import get_registry  # noqa: E402
 from judge_api.stats.mtbench import load_mtbench_gpt4_pair_judgments  # noqa: E402
 from workers.execute import verdict_values  # noqa: E402
@@ -137,7 +138,7 @@ def scenarios(data: Path) -> dict[str, dict[str, float]]:
 class SimulatedJudge:
     """One replication: planted qualities per (item, system), the simulator answering the rendered prompts."""
 
-    def __init__(self, theta: dict[str, float], seed: int, n_items: int = N_ITEMS) -> None:
+    def __init__(self, theta: dict[str, float], seed: int, n_items: int = N_ITEMS, sample_jitter: float = 0.0) -> None:
         rng = np.random.default_rng(seed)
         self.systems = list(theta)
         self.items: dict[str, dict[str, Any]] = {}
@@ -152,20 +153,31 @@ class SimulatedJudge:
         self.rubric = get_registry().get(RUBRIC)
         rule = Rule(name="pairwise-fastchat", match=r"\[\[A\]\]", kind="pairwise", pairwise_format="fastchat")
         rule = rule.model_copy(update={"tie_margin": TIE_MARGIN})
-        self.script = Script(seed=seed, rules=[rule], position_bias=POSITION_BIAS)
+        self.script = Script(seed=seed, rules=[rule], position_bias=POSITION_BIAS, sample_jitter=sample_jitter)
         self.calls = 0
         self._memo: dict[tuple[str, str, str], float | None] = {}
 
     def _order(self, item: dict[str, Any], a: str, b: str, order: str) -> str | None:
+        values = self.verdict(item, a, b, order)
+        return None if values is None else str(values["outcome"])
+
+    def verdict(
+        self, item: dict[str, Any], a: str, b: str, order: str, sample: int | None = None
+    ) -> dict[str, Any] | None:
+        """The stored verdict values (outcome and preference for ``a``) of one presentation order; ``sample``: a
+        self-consistency sample (temperature 0.7, seed = sample index, as the service sends them)."""
         first, second = (a, b) if order == "ab" else (b, a)
         prompt = render(self.rubric, item, "overall", item["candidates"][first], item["candidates"][second])
         text = "\n\n".join(m["content"] for m in prompt.messages)
-        reply = simulate(self.script, SimRequest(model="sim-judge", prompt=text, temperature=0.0)).text
-        parsed = parse_reply(reply, self.rubric)
+        request = (
+            SimRequest(model="sim-judge", prompt=text, temperature=0.0)
+            if sample is None
+            else SimRequest(model="sim-judge", prompt=text, temperature=0.7, request_seed=sample)
+        )
+        parsed = parse_reply(simulate(self.script, request).text, self.rubric)
         if not parsed.ok:
             return None
-        task = _Task(order)
-        return str(verdict_values(self.rubric, task, parsed)["outcome"])  # type: ignore[arg-type]
+        return verdict_values(self.rubric, _Task(order), parsed)  # type: ignore[arg-type]
 
     def __call__(self, item_id: str, a: str, b: str) -> float | None:
         key = (item_id, a, b)
@@ -278,6 +290,87 @@ def _differences(ranking: list[str], reference: list[str]) -> list[str]:
     ]
 
 
+# -- adaptive self-consistency on the simulated judge ------------------------------------------------------------
+
+
+def run_samples(replications: int, fixed: int, jitter: float) -> dict[str, Any]:
+    """Every judgment (item x pair x order) of the 1.0-gap scenario sampled ``fixed`` times at temperature 0.7 by
+    the simulator with a sample jitter of +-``jitter`` quality points; adaptive sampling (``sampling.more_samples``:
+    the service's default first sample count 1, and 2) takes a prefix of the same samples."""
+    theta = {f"sys{k + 1}": 1.0 * ((N_SYSTEMS - 1) / 2 - k) for k in range(N_SYSTEMS)}
+    rubric = get_registry().get(RUBRIC)
+    rules = {
+        first: rule_for(
+            "pairwise",
+            max_samples=fixed,
+            min_samples=first,
+            verdict_levels=list(rubric.verdicts.values()),
+            outcome_map=rubric.outcome_map,
+        )
+        for first in (1, 2)
+    }
+    taken: dict[int, list[int]] = {first: [] for first in rules}
+    agree = dict.fromkeys(rules, 0)
+    ranking_agree = dict.fromkeys(rules, 0)
+    total = 0
+    for seed in range(replications):
+        judge = SimulatedJudge(theta, seed, sample_jitter=jitter)
+        fixed_rows: list[tuple[str, str, str, str, str | None]] = []
+        adaptive_rows: dict[int, list[tuple[str, str, str, str, str | None]]] = {first: [] for first in rules}
+        for (a, b), items in pair_items_of({i: list(v["candidates"]) for i, v in judge.items.items()}).items():
+            for item_id in items:
+                for order in ("ab", "ba"):
+                    verdicts = [judge.verdict(judge.items[item_id], a, b, order, k) for k in range(fixed)]
+                    prefs = [float(v["preference"]) for v in verdicts if v is not None]
+                    full = _majority(rubric.outcome_map, prefs)
+                    fixed_rows.append((item_id, a, b, order, full))
+                    total += 1
+                    for first, rule in rules.items():
+                        n = 1
+                        while more_samples(rule, n, prefs[:n]):
+                            n += 1
+                        taken[first].append(n)
+                        short = _majority(rubric.outcome_map, prefs[:n])
+                        agree[first] += full == short
+                        adaptive_rows[first].append((item_id, a, b, order, short))
+        reference = _ranking(judge.systems, fixed_rows)
+        for first in rules:
+            ranking_agree[first] += _ranking(judge.systems, adaptive_rows[first]) == reference
+    print(f"\n== adaptive self-consistency: 1.0-gap scenario, {replications} replications, sample jitter +-{jitter:g}")
+    out: dict[str, Any] = {}
+    for first in rules:
+        use = usage(taken[first], fixed)
+        print(
+            f"  first samples {first}: {use.samples} samples for {use.judgments} judgments instead of "
+            f"{use.judgments * fixed} ({fixed} each): {100 * use.saving:.1f} % fewer; samples per judgment "
+            f"{use.histogram}; majority verdict = the {fixed}-sample one for {100 * agree[first] / total:.1f} %; "
+            f"same Bradley-Terry ranking in {ranking_agree[first]}/{replications}"
+        )
+        out[str(first)] = {"histogram": use.histogram, "saving": use.saving, "verdict_agreement": agree[first] / total}
+    return out
+
+
+def _majority(outcome_map: Mapping[str, str], prefs: Sequence[float]) -> str | None:
+    """The service's rule (``preferences.combine_orders``): the sign of the mean outcome code of the samples."""
+    if not prefs:
+        return None
+    codes = [{"win": 1, "tie": 0, "loss": -1}[outcome_map[str(int(p))]] for p in prefs]
+    mean = sum(codes) / len(codes)
+    return "win" if mean > 0 else "loss" if mean < 0 else "tie"
+
+
+def _ranking(systems: list[str], rows: list[tuple[str, str, str, str, str | None]]) -> list[str]:
+    by_key: dict[tuple[str, str, str], list[str]] = {}
+    for item_id, a, b, _, outcome in rows:
+        if outcome is not None:
+            by_key.setdefault((item_id, a, b), []).append(outcome)
+    outcomes = []
+    for (item_id, a, b), found in by_key.items():
+        combined = found[0] if len(set(found)) == 1 else "tie"
+        outcomes.append(Comparison(item_id, a, b, SCORE[combined]))
+    return RankingState(systems, outcomes).ranking()
+
+
 # -- part (b): the MT-Bench GPT-4 verdicts as an oracle ------------------------------------------------------------
 
 
@@ -354,7 +447,9 @@ def _share_needed(results: dict[str, Any], configs: list[tuple[str, float | None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["simulated", "mtbench", "all"], default="all")
+    parser.add_argument("--part", choices=["simulated", "mtbench", "samples", "all"], default="all")
+    parser.add_argument("--sample-jitter", type=float, default=10.0, help="samples: +- quality points per sample")
+    parser.add_argument("--fixed-samples", type=int, default=5, help="samples: the fixed count adaptive replaces")
     parser.add_argument("--replications", type=int, default=20)
     parser.add_argument("--budget-share", type=float, default=0.30)
     parser.add_argument("--seeds", type=int, default=20, help="mtbench: planner seeds")
@@ -365,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {}
     if args.part in ("simulated", "all"):
         out["simulated"] = run_simulated(args.replications, args.budget_share, args.data)
+    if args.part in ("samples", "all"):
+        out["samples"] = run_samples(min(args.replications, 5), args.fixed_samples, args.sample_jitter)
     if args.part in ("mtbench", "all"):
         if not (args.data / "gpt4_pair.jsonl").exists():
             print(f"no gpt4_pair.jsonl in {args.data}", file=sys.stderr)
