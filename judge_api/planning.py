@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -252,6 +253,17 @@ def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -
     if request.pairing == "adaptive":
         planned += _first_adaptive_batch(request, rubrics, judges, max_judgments)
         check_size()
+    if request.options.samples == "adaptive":
+        # every judgment may grow to max_samples: the run must fit the limit then too
+        most = math.ceil(
+            sum(1 if p.identical else request.options.max_sample_count / max(first[p.mode], 1) for p in planned)
+        )
+        if most > max_judgments:
+            raise PlanError(
+                "options.max_samples",
+                f"with up to {request.options.max_sample_count} samples per judgment the run could need {most} "
+                f"judgments, more than {max_judgments}; lower max_samples or split the run",
+            )
     if not planned:
         raise PlanError("items", "the run plans no judgment (pairwise items need two or more candidates)")
     return planned
