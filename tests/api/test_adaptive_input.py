@@ -152,3 +152,16 @@ def test_an_adaptive_run_stores_its_first_batch_only(api_factory: ApiFactory) ->
     config = run.config if isinstance(run.config, dict) else json.loads(run.config)
     assert config["adaptive"]["max_calls"] == 100 and config["options"]["samples"] == "adaptive"
     assert len(pairs) == 6 and all(a < b for a, b in pairs)
+
+
+def test_adaptive_samples_must_fit_the_judgment_limit_at_their_maximum(api_factory: ApiFactory) -> None:
+    api = api_factory(DJ_MAX_JUDGMENTS="40")
+    before = api.row_counts()
+    body = run_body(n_items=5, options={"samples": "adaptive", "temperature": 0.7, "max_samples": 5})
+    response = api.client.post("/v1/runs", json=body)  # 10 judgments of 2 first samples: 20 rows, up to 50
+    assert response.status_code == 422
+    error = response.json()["detail"][0]
+    assert error["loc"] == ["body", "options.max_samples"] and "could need 50 judgments" in error["msg"]
+    assert api.row_counts() == before
+    body["options"]["max_samples"] = 4
+    assert api.client.post("/v1/runs", json=body).status_code == 202
