@@ -207,7 +207,7 @@ def _combine(ab: str | None, ba: str | None) -> float | None:
     return SCORE[present[0]]
 
 
-def run_simulated(replications: int, budget_share: float, data: Path) -> dict[str, Any]:
+def run_simulated(replications: int, budget_share: float, data: Path, batch: int = 16) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, theta in scenarios(data).items():
         truth = sorted(theta, key=lambda s: -theta[s])
@@ -219,9 +219,9 @@ def run_simulated(replications: int, budget_share: float, data: Path) -> dict[st
             reference = full_ranking(judge.systems, pair_items, judge)
             round_robin = judge.calls
             gaps = measured_gaps(judge, pair_items)
-            adaptive = run_adaptive(judge.systems, pair_items, judge, PlannerConfig())
+            adaptive = run_adaptive(judge.systems, pair_items, judge, PlannerConfig(batch=batch))
             budget = int(budget_share * round_robin)
-            capped = run_adaptive(judge.systems, pair_items, judge, PlannerConfig(max_calls=budget))
+            capped = run_adaptive(judge.systems, pair_items, judge, PlannerConfig(batch=batch, max_calls=budget))
             rows.append(
                 {
                     "seed": seed,
@@ -374,7 +374,7 @@ def _ranking(systems: list[str], rows: list[tuple[str, str, str, str, str | None
 # -- part (b): the MT-Bench GPT-4 verdicts as an oracle ------------------------------------------------------------
 
 
-def run_mtbench(data: Path, seeds: int, budgets: Sequence[float]) -> dict[str, Any]:
+def run_mtbench(data: Path, seeds: int, budgets: Sequence[float], batch: int = 16) -> dict[str, Any]:
     oracle = oracle_from_judgments(load_mtbench_gpt4_pair_judgments(data / "gpt4_pair.jsonl"))
     systems, items, pair_items = oracle.systems, oracle.items, oracle.pair_items
     total = 2 * sum(len(v) for v in pair_items.values())
@@ -406,7 +406,7 @@ def run_mtbench(data: Path, seeds: int, budgets: Sequence[float]) -> dict[str, A
                 systems,
                 pair_items,
                 oracle,
-                PlannerConfig(seed=seed, max_calls=None if share is None else int(share * total)),
+                PlannerConfig(seed=seed, batch=batch, max_calls=None if share is None else int(share * total)),
             )
             for seed in range(seeds)
         ]
@@ -452,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fixed-samples", type=int, default=5, help="samples: the fixed count adaptive replaces")
     parser.add_argument("--replications", type=int, default=20)
     parser.add_argument("--budget-share", type=float, default=0.30)
+    parser.add_argument("--batch", type=int, default=16, help="comparisons per planning step (the service default)")
     parser.add_argument("--seeds", type=int, default=20, help="mtbench: planner seeds")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
@@ -459,14 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     out: dict[str, Any] = {}
     if args.part in ("simulated", "all"):
-        out["simulated"] = run_simulated(args.replications, args.budget_share, args.data)
+        out["simulated"] = run_simulated(args.replications, args.budget_share, args.data, args.batch)
     if args.part in ("samples", "all"):
         out["samples"] = run_samples(min(args.replications, 5), args.fixed_samples, args.sample_jitter)
     if args.part in ("mtbench", "all"):
         if not (args.data / "gpt4_pair.jsonl").exists():
             print(f"no gpt4_pair.jsonl in {args.data}", file=sys.stderr)
             return 2
-        out["mtbench"] = run_mtbench(args.data, args.seeds, [0.03, 0.05, 0.075, 0.1, 0.2, 0.3])
+        out["mtbench"] = run_mtbench(args.data, args.seeds, [0.03, 0.05, 0.075, 0.1, 0.2, 0.3], args.batch)
     print(f"\n({time.perf_counter() - started:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, default=str))
