@@ -6,7 +6,7 @@ Part ``simulated`` - 6 systems x 80 items, 20 seeded replications per scenario. 
 item-level noise: a system can do badly on one item and well on the next), planted in the response as the project
 simulator's ``<<q=NN>>`` marker. A comparison is judged the service's way, minus the queue and the database: the
 ``mtbench-pair-v2`` rubric renders the prompt in both presentation orders, the judge simulator
-(``workers.simulator.behaviour``) answers it ([[A]]/[[B]], [[C]] when the qualities are within 2 points, and a
+(``judge_simulator.behaviour``) answers it ([[A]]/[[B]], [[C]] when the qualities are within 2 points, and a
 position bias: 10 % of prompts get "the first one wins" whatever the qualities), the project's parser reads the
 verdict and the orders are combined as the report does (disagreeing orders are a tie). ``8.31 = 10 * sqrt(2) /
 1.702`` makes ``P(a beats b)`` about ``logistic(theta_a - theta_b)`` before ties and position bias.
@@ -64,12 +64,12 @@ from judge_api.adaptive.replay import (  # noqa: E402
 from judge_api.adaptive.sampling import more_samples, rule_for, usage  # noqa: E402
 from judge_api.rubrics import get_registry  # noqa: E402
 from judge_api.stats.mtbench import load_mtbench_gpt4_pair_judgments  # noqa: E402
+from judge_simulator.behaviour import JudgeRequest as SimRequest  # noqa: E402
+from judge_simulator.behaviour import judge as simulate  # noqa: E402
+from judge_simulator.script import Rule, Script  # noqa: E402
 from workers.execute import verdict_values  # noqa: E402
 from workers.parsing import parse_reply  # noqa: E402
 from workers.prompting import render  # noqa: E402
-from workers.simulator.behaviour import JudgeRequest as SimRequest  # noqa: E402
-from workers.simulator.behaviour import judge as simulate  # noqa: E402
-from workers.simulator.script import Rule, Script  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "mtbench_human_judgments"
 N_SYSTEMS, N_ITEMS = 6, 80

@@ -316,6 +316,11 @@ def _first_adaptive_batch(
     return out
 
 
+def is_adaptive(config: Mapping[str, Any]) -> bool:
+    """The run (its stored config) plans as it goes: adaptive pairing or adaptive samples."""
+    return config.get("pairing") == "adaptive" or (config.get("options") or {}).get("samples") == "adaptive"
+
+
 def run_config(request: RunCreate) -> dict[str, Any]:
     """What is stored as the run's config (everything but the items)."""
     return request.model_dump(mode="json", exclude={"items"})

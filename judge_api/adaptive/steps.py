@@ -28,11 +28,9 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import pandas as pd
-from sqlalchemy import Table, func, insert, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api import queue
@@ -40,7 +38,7 @@ from judge_api.adaptive.planner import STOP_REASONS, Plan, Planned, canonical, p
 from judge_api.adaptive.ranking import Comparison
 from judge_api.adaptive.sampling import SamplingRule, more_samples, rule_for, usage
 from judge_api.config import Settings
-from judge_api.models import TERMINAL_STATUSES, Judgment, RubricSnapshot, Run, RunItem, utcnow
+from judge_api.models import TERMINAL_STATUSES, Run
 from judge_api.planning import (
     PlannedJudgment,
     Target,
@@ -49,7 +47,8 @@ from judge_api.planning import (
     planner_config,
     round_robin_calls,
 )
-from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, get_registry
+from judge_api.repository import plans
+from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric
 from judge_api.schemas import AdaptiveOptions, JudgeOptions
 from judge_api.stats import frames as F
 from judge_api.stats.preferences import combine_orders
@@ -58,30 +57,6 @@ log = logging.getLogger(__name__)
 
 SCORES = {F.WIN: 1.0, F.TIE: 0.5, F.LOSS: 0.0}
 KEY_FIELDS = ("item_key", "mode", "system_a", "system_b", "order", "rubric_id", "aspect", "judge")
-_ROW_COLUMNS = (
-    "id",
-    "item_key",
-    "item_pk",
-    "mode",
-    "system_a",
-    "system_b",
-    "order",
-    "rubric_id",
-    "rubric_version",
-    "aspect",
-    "judge",
-    "judge_params",
-    "sample_index",
-    "status",
-    "score",
-    "preference",
-    "outcome",
-    "verdict",
-)
-
-
-def is_adaptive(config: dict[str, Any]) -> bool:
-    return config.get("pairing") == "adaptive" or (config.get("options") or {}).get("samples") == "adaptive"
 
 
 @dataclass
@@ -109,18 +84,11 @@ def _advance(session: Session, run_id: str, touched: Sequence[int] | None, idle_
         return Step([], True)
     config = run.config
     options = JudgeOptions.model_validate(config.get("options") or {})
-    in_flight = int(
-        session.scalar(
-            select(func.count(Judgment.id)).where(
-                Judgment.run_id == run_id, Judgment.status.not_in(list(TERMINAL_STATUSES))
-            )
-        )
-        or 0
-    )
+    in_flight = plans.in_flight(session, run_id)
     if in_flight and idle_only:
         return Step([], False)
     everything = touched is None or in_flight == 0
-    rows = _rows(session, run_id, None if everything else touched)
+    rows = plans.step_rows(session, run_id, None if everything else touched)
     state = dict(run.plan_state or {})
     new: list[PlannedJudgment] = []
     if options.samples == "adaptive" and run.budget_exhausted_at is None:
@@ -128,50 +96,22 @@ def _advance(session: Session, run_id: str, touched: Sequence[int] | None, idle_
         if everything:
             state["samples"] = _sample_usage(rows, options)
     if new:
-        return Step(_insert(session, run, new), False)
+        return Step(plans.insert_planned(session, run, new), False)
     if in_flight:
         return Step([], False)
     round_ = run.plan_round
     plan_new: list[PlannedJudgment] = []
     if config.get("pairing") == "adaptive" and not (state.get("pairing") or {}).get("stop"):
-        candidates = _candidates(session, run_id)
-        calls = _pairwise_calls(session, run_id)
+        candidates = plans.candidates(session, run_id)
+        calls = plans.pairwise_calls(session, run_id)
         plan, plan_new = _plan_pairing(run, rows, options, candidates, calls)
         state["pairing"] = _pairing_state(run, rows, plan, plan_new, options, candidates, calls)
     finished = not plan_new
     state["finished"] = finished
     state["round"] = round_ + 1
-    won = session.execute(
-        update(Run)
-        .where(Run.id == run_id, Run.plan_round == round_)
-        .values(plan_round=round_ + 1, plan_state=state, plan_open=not finished)
-    ).rowcount  # type: ignore[attr-defined]
-    if not won:
+    if not plans.take_round(session, run_id, round_, state, not finished):
         return Step([], False)  # another step planned from this very state
-    return Step(_insert(session, run, plan_new) if plan_new else [], finished)
-
-
-# -- reading the run ---------------------------------------------------------------------------------------------
-
-
-def _rows(session: Session, run_id: str, touched: Sequence[int] | None) -> pd.DataFrame:
-    table = cast(Table, Judgment.__table__)
-    query = select(*[table.c[c] for c in _ROW_COLUMNS]).where(table.c.run_id == run_id)
-    if touched is not None:
-        items = select(table.c.item_key).where(table.c.id.in_(list(touched))).scalar_subquery()
-        query = query.where(table.c.item_key.in_(items))
-    frame = pd.DataFrame(session.execute(query.order_by(table.c.id)).all(), columns=list(_ROW_COLUMNS))
-    return frame
-
-
-def _rubric(session: Session, rubric_id: str, version: str) -> Rubric | None:
-    registry = get_registry()
-    if rubric_id in registry and registry.get(rubric_id).version == version:
-        return registry.get(rubric_id)
-    content = session.scalar(
-        select(RubricSnapshot.content).where(RubricSnapshot.rubric_id == rubric_id, RubricSnapshot.version == version)
-    )
-    return Rubric.model_validate(content) if content is not None else None
+    return Step(plans.insert_planned(session, run, plan_new), finished)
 
 
 # -- adaptive self-consistency -----------------------------------------------------------------------------------
@@ -216,7 +156,7 @@ def _more_samples(
         first = group.iloc[0]
         version = (str(first["rubric_id"]), str(first["rubric_version"]))
         if version not in rules:
-            rubric = _rubric(session, *version)
+            rubric = plans.planned_rubric(session, *version)
             rules[version] = _sampling_rule(rubric, options, first["judge_params"]) if rubric else None
         rule = rules[version]
         if rule is None:
@@ -263,31 +203,12 @@ def _sample_usage(rows: pd.DataFrame, options: JudgeOptions) -> dict[str, Any]:
 # -- adaptive pairing ----------------------------------------------------------------------------------------------
 
 
-def _pairwise_calls(session: Session, run_id: str) -> int:
-    """Pairwise judgments stored for the run that ask the judge (identical responses do not)."""
-    return int(
-        session.scalar(
-            select(func.count(Judgment.id)).where(
-                Judgment.run_id == run_id,
-                Judgment.mode == "pairwise",
-                or_(Judgment.verdict.is_(None), Judgment.verdict != "identical"),
-            )
-        )
-        or 0
-    )
-
-
 def _pairwise_room(session: Session, run: Run) -> int | None:
     """Pairwise calls the adaptive budget still allows (None: no budget)."""
     if run.config.get("pairing") != "adaptive":
         return None
     max_calls = AdaptiveOptions.model_validate(run.config.get("adaptive") or {}).max_calls
-    return None if max_calls is None else max_calls - _pairwise_calls(session, run.id)
-
-
-def _candidates(session: Session, run_id: str) -> dict[str, dict[str, str]]:
-    items = session.execute(select(RunItem.item_key, RunItem.payload).where(RunItem.run_id == run_id)).all()
-    return {key: dict(payload.get("candidates") or {}) for key, payload in items}
+    return None if max_calls is None else max_calls - plans.pairwise_calls(session, run.id)
 
 
 def _target(rows: pd.DataFrame) -> Target | None:
@@ -408,88 +329,7 @@ def _pairing_state(
     }
 
 
-# -- writing -------------------------------------------------------------------------------------------------------
-
-
-def _insert(session: Session, run: Run, planned: Sequence[PlannedJudgment]) -> list[int]:
-    """Insert the planned judgments that are not stored yet (by dedup key), stamped as enqueued; returns their ids
-    and adds them to the run's count in the same transaction."""
-    if not planned:
-        return []
-    keys = sorted({p.item_id for p in planned})
-    items = session.execute(
-        select(RunItem.item_key, RunItem.id, RunItem.payload).where(
-            RunItem.run_id == run.id, RunItem.item_key.in_(keys)
-        )
-    ).all()
-    item_pks = {key: pk for key, pk, _ in items}
-    candidates = {key: payload.get("candidates") or {} for key, _, payload in items}
-    params = dict(run.config.get("options") or {})
-    if run.config.get("outcome_map"):
-        params["outcome_map"] = dict(run.config["outcome_map"])
-    now = utcnow()
-    rows = [judgment_row(run.id, p, item_pks[p.item_id], candidates[p.item_id], params, now) for p in planned]
-    table = cast(Table, Judgment.__table__)
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        statement: Any = postgresql.insert(table).on_conflict_do_nothing(index_elements=[table.c.dedup_key])
-    elif dialect == "sqlite":
-        statement = sqlite.insert(table).on_conflict_do_nothing(index_elements=[table.c.dedup_key])
-    else:  # pragma: no cover - the service runs on SQLite or PostgreSQL
-        statement = insert(table)
-    ids = [int(i) for i in session.scalars(statement.returning(table.c.id), rows)]
-    if ids:
-        session.execute(update(Run).where(Run.id == run.id).values(n_judgments=Run.n_judgments + len(ids)))
-    return ids
-
-
-def judgment_row(
-    run_id: str,
-    p: PlannedJudgment,
-    item_pk: int,
-    texts: dict[str, str],
-    judge_params: dict[str, Any],
-    now: Any,
-) -> dict[str, Any]:
-    """The stored row of a planned judgment (pending, or a finished tie for identical responses)."""
-    row: dict[str, Any] = {
-        "dedup_key": p.dedup_key(run_id),
-        "run_id": run_id,
-        "item_pk": item_pk,
-        "item_key": p.item_id,
-        "mode": p.mode,
-        "system_a": p.system_a,
-        "system_b": p.system_b,
-        "order": p.order,
-        "rubric_id": p.rubric_id,
-        "rubric_version": p.rubric_version,
-        "aspect": p.aspect,
-        "judge": p.judge,
-        "judge_params": judge_params,
-        "sample_index": p.sample_index,
-        "status": "pending",
-        "len_a": len(texts[p.system_a]),
-        "len_b": len(texts[p.system_b]) if p.system_b else None,
-        "injection_flags": [],
-        "created_at": now,
-        "updated_at": now,
-        "enqueued_at": now,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "cost_usd": 0.0,
-        "attempts": 0,
-        "provider_calls": 0,
-        "cached": False,
-    }
-    if p.identical:
-        row.update(
-            status="done",
-            verdict="identical",
-            preference=0.0,
-            outcome="tie",
-            explanation="The two responses are identical: a tie without a judge call.",
-        )
-    return row
+# -- publishing and who steps ------------------------------------------------------------------------------------
 
 
 def publish(settings: Settings, sessions: sessionmaker[Session], ids: Sequence[int]) -> None:
@@ -502,7 +342,7 @@ def publish(settings: Settings, sessions: sessionmaker[Session], ids: Sequence[i
     except Exception as exc:
         log.warning("could not enqueue %d planned judgments now (%s); the sweeper will", len(ids), exc)
         with sessions() as session:
-            session.execute(update(Judgment).where(Judgment.id.in_(list(ids))).values(enqueued_at=None))
+            plans.clear_enqueued(session, ids)
             session.commit()
 
 
@@ -530,13 +370,10 @@ def sweep(settings: Settings, sessions: sessionmaker[Session]) -> int:
 
 def open_runs(sessions: sessionmaker[Session]) -> list[str]:
     with sessions() as session:
-        return list(session.scalars(select(Run.id).where(Run.plan_open.is_(True)).order_by(Run.created_at)))
+        return plans.open_runs(session)
 
 
 def adaptive_runs_of(sessions: sessionmaker[Session], judgment_ids: Sequence[int]) -> list[str]:
     """The open adaptive runs the judgments belong to."""
-    if not judgment_ids:
-        return []
     with sessions() as session:
-        runs = select(Judgment.run_id).where(Judgment.id.in_(list(judgment_ids))).distinct().scalar_subquery()
-        return list(session.scalars(select(Run.id).where(Run.id.in_(runs), Run.plan_open.is_(True))))
+        return plans.open_runs_of(session, judgment_ids)

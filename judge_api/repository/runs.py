@@ -4,12 +4,14 @@ transaction), listing and summaries, judgments and items as the API returns them
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import case, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
+from judge_api.adaptive import economy as adaptive_economy
 from judge_api.models import (
     TERMINAL_STATUSES,
     Judgment,
@@ -17,7 +19,7 @@ from judge_api.models import (
     RunItem,
     utcnow,
 )
-from judge_api.planning import PlannedJudgment, run_config
+from judge_api.planning import PlannedJudgment, is_adaptive, run_config
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
 from judge_api.repository.rubric_snapshots import store_rubric_snapshots
 from judge_api.rubrics import Rubric
@@ -51,6 +53,7 @@ def create_run(
         n_items=len(request.items),
         n_judgments=len(planned),
         budget_usd=request.budget_usd,
+        plan_open=is_adaptive(run_config(request)),
     )
     session.add(run)
     session.flush()
@@ -64,49 +67,62 @@ def create_run(
     if request.outcome_map:
         judge_params["outcome_map"] = dict(request.outcome_map)
     now = utcnow()
-    rows: list[dict[str, Any]] = []
-    for p in planned:
-        texts = candidates[p.item_id]
-        row: dict[str, Any] = {
-            "dedup_key": p.dedup_key(run.id),
-            "run_id": run.id,
-            "item_pk": item_pks[p.item_id],
-            "item_key": p.item_id,
-            "mode": p.mode,
-            "system_a": p.system_a,
-            "system_b": p.system_b,
-            "order": p.order,
-            "rubric_id": p.rubric_id,
-            "rubric_version": p.rubric_version,
-            "aspect": p.aspect,
-            "judge": p.judge,
-            "judge_params": judge_params,
-            "sample_index": p.sample_index,
-            "status": "pending",
-            "len_a": len(texts[p.system_a]),
-            "len_b": len(texts[p.system_b]) if p.system_b else None,
-            "injection_flags": [],
-            "created_at": now,
-            "updated_at": now,
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "cost_usd": 0.0,
-            "attempts": 0,
-            "provider_calls": 0,
-            "cached": False,
-        }
-        if p.identical:
-            row.update(
-                status="done",
-                verdict="identical",
-                preference=0.0,
-                outcome="tie",
-                explanation="The two responses are identical: a tie without a judge call.",
-            )
-        rows.append(row)
+    rows = [judgment_row(run.id, p, item_pks[p.item_id], candidates[p.item_id], judge_params, now) for p in planned]
     for start in range(0, len(rows), 5000):
         session.execute(insert(Judgment), rows[start : start + 5000])
     return run
+
+
+def judgment_row(
+    run_id: str,
+    p: PlannedJudgment,
+    item_pk: int,
+    texts: Mapping[str, str],
+    judge_params: dict[str, Any],
+    now: datetime,
+    enqueued_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The stored row of a planned judgment: pending, or a finished tie without a judge call when the two responses
+    are identical."""
+    row: dict[str, Any] = {
+        "dedup_key": p.dedup_key(run_id),
+        "run_id": run_id,
+        "item_pk": item_pk,
+        "item_key": p.item_id,
+        "mode": p.mode,
+        "system_a": p.system_a,
+        "system_b": p.system_b,
+        "order": p.order,
+        "rubric_id": p.rubric_id,
+        "rubric_version": p.rubric_version,
+        "aspect": p.aspect,
+        "judge": p.judge,
+        "judge_params": judge_params,
+        "sample_index": p.sample_index,
+        "status": "pending",
+        "len_a": len(texts[p.system_a]),
+        "len_b": len(texts[p.system_b]) if p.system_b else None,
+        "injection_flags": [],
+        "created_at": now,
+        "updated_at": now,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": 0.0,
+        "attempts": 0,
+        "provider_calls": 0,
+        "cached": False,
+    }
+    if enqueued_at is not None:
+        row["enqueued_at"] = enqueued_at
+    if p.identical:
+        row.update(
+            status="done",
+            verdict="identical",
+            preference=0.0,
+            outcome="tie",
+            explanation="The two responses are identical: a tie without a judge call.",
+        )
+    return row
 
 
 def item_pks_for(session: Session, run_id: str) -> dict[str, int]:
@@ -124,6 +140,13 @@ def retry_failed(session: Session, run_id: str) -> int:
     if run is not None:
         run.finished_at = None
         run.budget_exhausted_at = None
+        if is_adaptive(run.config) and result.rowcount:  # type: ignore[attr-defined]
+            # the retried comparisons may change the ranking: planning resumes once they are judged
+            state = dict(run.plan_state or {})
+            if state.get("pairing"):
+                state["pairing"] = {**state["pairing"], "stop": None, "stop_message": None}
+            run.plan_state = {**state, "finished": False}
+            run.plan_open = True
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -194,18 +217,25 @@ def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
         counts = RunCounts(**entry["counts"])
         total = run.n_judgments or 1
         terminal = sum(entry["counts"].get(s, 0) for s in TERMINAL_STATUSES)
-        if terminal >= run.n_judgments:
+        # an adaptive run is finished when its planning is, not when its latest batch is
+        settled = terminal >= run.n_judgments and not run.plan_open
+        if settled:
             status = "budget_exhausted" if run.budget_exhausted_at else "done"
         elif counts.running or terminal:
             status = "running"
         else:
             status = "queued"
-        message = None
-        if run.budget_exhausted_at:
-            message = f"budget of ${run.budget_usd:.4f} reached: {counts.cancelled} judgments were not scheduled"
-        if terminal >= run.n_judgments and run.finished_at is None:
-            run.finished_at = utcnow()
         config = run.config
+        economy = adaptive_economy.economy(config, run.plan_state)
+        message = adaptive_economy.message(economy)
+        if run.budget_exhausted_at:
+            spent = f"budget of ${run.budget_usd:.4f} reached: {counts.cancelled} judgments were not scheduled"
+            message = spent if message is None else f"{spent}; {message}"
+        if settled and run.finished_at is None:
+            run.finished_at = utcnow()
+        progress = terminal / total
+        if run.plan_open:  # more judgments may come
+            progress = min(progress, 0.99)
         summaries.append(
             RunSummary(
                 id=run.id,
@@ -219,7 +249,7 @@ def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
                 n_items=run.n_items,
                 n_judgments=run.n_judgments,
                 counts=counts,
-                progress=round(terminal / total, 4),
+                progress=round(progress, 4),
                 cost_usd=round(entry["cost"], 6),
                 input_tokens=entry["in"],
                 output_tokens=entry["out"],
@@ -228,6 +258,7 @@ def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
                 budget_usd=run.budget_usd,
                 budget_exhausted=run.budget_exhausted_at is not None,
                 message=message,
+                economy=economy,
             )
         )
     return summaries

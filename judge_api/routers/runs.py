@@ -15,7 +15,6 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from judge_api import repository, sweeper
-from judge_api.adaptive.steps import is_adaptive
 from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import get_engine, session_scope
@@ -122,7 +121,6 @@ def _create_reserved(
         run = repository.create_run(
             session, request, planned, principal.project_id, [registry.get(r) for r in sorted(set(request.rubrics))]
         )
-        run.plan_open = is_adaptive(run.config)
         sweeper.mark_run_enqueued(session, run.id)
         session.commit()
     except Exception:

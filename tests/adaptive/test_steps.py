@@ -51,7 +51,7 @@ def create(sessions: sessionmaker[Session], **request: Any) -> str:
     planned = planning.plan_run(req, registry, 1_000_000)
     with sessions() as session:
         run = repository.create_run(session, req, planned, rubrics=[registry.get(r) for r in req.rubrics])
-        run.plan_open = steps.is_adaptive(run.config)
+        assert run.plan_open == planning.is_adaptive(run.config)  # create_run opens adaptive runs for planning
         session.commit()
         return run.id
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from dialogue_judge.testing import LiveService
-from workers.simulator.process import SimulatorProcess
+from judge_simulator.process import SimulatorProcess
 
 pytestmark = [pytest.mark.e2e]
 
