@@ -1,4 +1,4 @@
-"""`dialogue-judge submit --pairing adaptive / --samples adaptive`: the request the CLI sends, and bad flags (exit 2)."""
+"""`dialogue-judge submit --pairing adaptive / --samples adaptive`: the request the CLI sends; bad flags exit 2."""
 
 from __future__ import annotations
 
