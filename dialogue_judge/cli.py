@@ -264,6 +264,12 @@ def worker(
 # -- runs ----------------------------------------------------------------------------------------------------
 
 
+def _say_retrying(attempt: int, delay: float, problem: str) -> None:
+    err.print(
+        f"submission attempt {attempt} failed ({problem}); retrying in {delay:.1f} s with the same key", highlight=False
+    )
+
+
 @app.command()
 def submit(
     file: Path = typer.Argument(..., help="items as JSONL (one item per line) or JSON"),
@@ -295,8 +301,14 @@ def submit(
     fmt: str = typer.Option("table", "--format", help="report format with --wait: table, json, md"),
     api: str = typer.Option(None, help="API URL (default DJ_API_URL or http://127.0.0.1:8000)"),
     api_key: str = typer.Option(None, help="API key (default DJ_API_KEY)"),
+    retry_for: float = typer.Option(
+        30.0, min=0, help="keep retrying the submission this many seconds after a connection error or a 5xx"
+    ),
 ) -> None:
-    """Submit items for judging."""
+    """Submit items for judging.
+
+    The submission carries an Idempotency-Key (a fresh UUID) and is retried with the same key when the connection
+    breaks or the API answers 5xx, so it creates exactly one run even when the API dies mid-request."""
     items = read_items(file)
     if samples != "adaptive" and not samples.isdigit():
         raise fail(f"--samples must be a count or 'adaptive' (got {samples!r})")
@@ -330,6 +342,8 @@ def submit(
     if chosen_pairing == "adaptive":
         body["adaptive"] = {k: v for k, v in adaptive.items() if v is not None}
     client = api_client(api, api_key)
+    client.retry_for = retry_for
+    client.on_retry = _say_retrying
     try:
         created = client.create_run(body)
         emit(f"{created['id']}  {created['n_items']} items  {created['n_judgments']} judgments")

@@ -1,10 +1,23 @@
-"""A small HTTP client for the API, used by the CLI, the dashboard and the CI gate."""
+"""A small HTTP client for the API, used by the CLI, the dashboard and the CI gate.
+
+Submissions are safe to retry: each one carries an ``Idempotency-Key`` (a fresh UUID per submission, the same on
+every retry of it), so when a connection breaks or the API answers 5xx the client sends it again, with back-off,
+and the API returns the run the first attempt created if it got that far. One submission never makes two runs.
+"""
 
 from __future__ import annotations
 
+import email.utils
+import random
+import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+OnRetry = Callable[[int, float, str], None]  # (attempt that failed, seconds until the next one, what went wrong)
 
 
 class ApiError(Exception):
@@ -28,25 +41,86 @@ def describe_error(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}: {detail}"
 
 
+def retry_after_s(response: httpx.Response) -> float | None:
+    """The response's ``Retry-After`` in seconds (delta-seconds or an HTTP date), if it has a usable one."""
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
 class ApiClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+    """``retry_for``: how long a submission keeps retrying after a connection error or a 5xx (seconds, 0 = never),
+    with exponential back-off from ``backoff_base`` to ``backoff_max`` (jittered) or the server's Retry-After;
+    ``on_retry`` hears of each retry (the CLI prints it); ``transport`` replaces the network (tests)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        *,
+        retry_for: float = 30.0,
+        backoff_base: float = 0.25,
+        backoff_max: float = 4.0,
+        on_retry: OnRetry | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
+        self.retry_for = retry_for
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.on_retry = on_retry
 
     def close(self) -> None:
         self._http.close()
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ApiError(0, f"cannot reach the API at {self.base_url}: {exc}") from None
+    def request(self, method: str, path: str, *, retry: bool = False, **kwargs: Any) -> Any:
+        """One API call. With ``retry`` (only for requests that are safe to repeat, such as a submission with an
+        Idempotency-Key) a connection error or a 5xx answer is retried until ``retry_for`` seconds have passed."""
+        deadline = time.monotonic() + (self.retry_for if retry else 0.0)
+        attempt = 0
+        while True:
+            attempt += 1
+            wait: float | None = None
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                problem = f"cannot reach the API at {self.base_url}: {str(exc) or type(exc).__name__}"
+                status_code = 0
+            except httpx.HTTPError as exc:
+                raise ApiError(0, f"cannot reach the API at {self.base_url}: {exc}") from None
+            else:
+                if response.status_code < 500 or not retry:
+                    break
+                problem, status_code, wait = describe_error(response), response.status_code, retry_after_s(response)
+            delay = self._backoff(attempt) if wait is None else max(wait, 0.05)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                tried = f" (tried {attempt} times over {self.retry_for:.0f} s)" if attempt > 1 else ""
+                raise ApiError(status_code, problem + tried)
+            delay = min(delay, remaining)
+            if self.on_retry is not None:
+                self.on_retry(attempt, delay, problem)
+            time.sleep(delay)
         if response.status_code >= 400:
             raise ApiError(response.status_code, describe_error(response))
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()
         return response.text
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
@@ -55,8 +129,19 @@ class ApiClient:
         return self.request("POST", path, json=body)
 
     # convenience
-    def create_run(self, body: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.post("/v1/runs", body))
+    def create_run(self, body: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        """Submit a run (POST /v1/runs). Retried on connection errors and 5xx with one Idempotency-Key (a new UUID
+        unless given), so it creates at most one run however often it is sent."""
+        headers = {IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
+        return dict(self.request("POST", "/v1/runs", json=body, headers=headers, retry=True))
+
+    def create_run_jsonl(
+        self, content: bytes, params: list[tuple[str, str]], idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Submit items as JSON Lines (POST /v1/runs/jsonl, the run's settings in ``params``), retried like
+        :meth:`create_run`."""
+        headers = {IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4()), "content-type": "application/x-ndjson"}
+        return dict(self.request("POST", "/v1/runs/jsonl", content=content, params=params, headers=headers, retry=True))
 
     def run(self, run_id: str) -> dict[str, Any]:
         return dict(self.get(f"/v1/runs/{run_id}"))
