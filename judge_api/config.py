@@ -63,6 +63,8 @@ class Settings(BaseSettings):
     max_turns_per_item: int = Field(default=2_000, alias="DJ_MAX_TURNS")
     max_judgments_per_run: int = Field(default=500_000, alias="DJ_MAX_JUDGMENTS")
     runs_per_minute: int = Field(default=60, alias="DJ_RUNS_PER_MINUTE")
+    # how long an Idempotency-Key of a submission is remembered (at least a day, the common convention)
+    idempotency_ttl_s: float = Field(default=86_400.0, ge=86_400.0, alias="DJ_IDEMPOTENCY_TTL")
 
     # auth: off on the embedded default (loopback only); compose turns it on
     auth_enabled: bool = Field(default=False, alias="DJ_AUTH")

@@ -186,3 +186,18 @@ class RubricSnapshot(Base):
     version: Mapped[str] = mapped_column(String(32), primary_key=True)
     content: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class IdempotencyKey(Base):
+    """A submission's ``Idempotency-Key`` and the run it created, per project: a retried request (same key, same
+    body) gets that run back instead of a second one. The primary key is the race guard: two concurrent requests
+    with one key both try to insert this row in their run's transaction, and only one commits."""
+
+    __tablename__ = "idempotency_keys"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    endpoint: Mapped[str] = mapped_column(String(64))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
