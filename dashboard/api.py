@@ -281,14 +281,8 @@ def create_run_jsonl(
     if baseline:
         params.append(("baseline", baseline))
     client = make_client(conn)
-    try:
-        result = client.request(
-            "POST",
-            "/v1/runs/jsonl",
-            content=body,
-            params=params,
-            headers={"content-type": "application/x-ndjson"},
-        )
+    try:  # with an Idempotency-Key, retried on connection errors and 5xx: one click, at most one run
+        result = client.create_run_jsonl(body, params)
     finally:
         client.close()
     list_runs.clear()

@@ -252,7 +252,8 @@ class FakeApi:
                 json={"total": len(items), "offset": offset, "limit": limit, "items": items[offset : offset + limit]},
             )
         if path == "/v1/runs/jsonl" and request.method == "POST":
-            self.posts.append((path, {"body": request.content.decode(), "query": query}))
+            key = request.headers.get("idempotency-key")
+            self.posts.append((path, {"body": request.content.decode(), "query": query, "key": key}))
             return httpx.Response(
                 202,
                 json={"id": "run_new", "status": "queued", "n_items": 1, "n_judgments": 3, "url": "/v1/runs/run_new"},

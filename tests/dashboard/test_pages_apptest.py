@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from dashboard_fakes import JUDGE, RUN_A, RUN_B, FakeApi, install
@@ -143,6 +144,7 @@ def test_runs_starts_a_run_from_an_uploaded_jsonl(fake_api: FakeApi) -> None:
     assert "Started run `run_new`" in texts(at, "success")
     path, sent = fake_api.posts[-1]
     assert path == "/v1/runs/jsonl" and sent["body"] == line.decode()
+    assert uuid.UUID(sent["key"]).version == 4  # an Idempotency-Key: a retried click makes at most one run
     assert sent["query"]["judge"] == ["openai:gpt-4o-mini"] and sent["query"]["mode"] == ["single", "pairwise"]
     assert sent["query"]["rubric"] == ["rsum-single"] and sent["query"]["name"] == ["items"]
 
