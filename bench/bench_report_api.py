@@ -192,7 +192,9 @@ def seed_run(database_url: str, n_judgments: int, seed: int = 0) -> tuple[str, i
         written = repository.write_verdicts(engine, [(r.id, token, verdict(r, rng)) for r in chunk if r.id in claimed])
         assert all(written) and len(written) == len(chunk), "seeding: a verdict was not written"
     with session_scope() as session:
-        repository.summarize_runs(session, [session.get(Run, run_id)])  # stamps finished_at
+        stored_run = session.get(Run, run_id)
+        assert stored_run is not None
+        repository.summarize_runs(session, [stored_run])  # stamps finished_at
     return run_id, len(rows)
 
 
@@ -256,6 +258,7 @@ def time_stages(database_url: str, run_id: str, n_boot: int, repeat: int) -> dic
             lambda: build_report(frame, ratings if len(ratings) else None, n_boot=n_boot, seed=0), repeat
         )
         run = repository.get_run(session, run_id)
+        assert run is not None
         stages["summarize_runs"], _ = _timed(lambda: repository.summarize_runs(session, [run]), repeat)
     stages["jsonable_encoder"], encoded = _timed(lambda: jsonable_encoder(result), repeat)
     stages["json.dumps"], _ = _timed(lambda: json.dumps(encoded, allow_nan=False), repeat)

@@ -2,19 +2,25 @@
 
 request -> validated model (schemas) -> limits and storability checks -> plan (planning) -> stored rows in one
 transaction (repository) -> tasks, published after the response (sweeper.enqueue_run). Nothing is stored half-way.
+
+A submission with an ``Idempotency-Key`` header is answered from the key's record when the key was seen before (the
+run it created, or 409 for another request); otherwise the key is stored in the run's transaction, and a concurrent
+request that stored the same key first turns this one into a replay of its run (``judge_api/idempotency.py``).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any, Literal
 
-from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, Header, HTTPException, Query, Request, Response
 from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from judge_api import repository, sweeper
+from judge_api import idempotency, repository, sweeper
 from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import get_engine, session_scope
@@ -87,6 +93,80 @@ def check_run_limits(request: RunCreate, settings: Settings) -> None:
                         )
 
 
+IDEMPOTENCY_KEY = Header(
+    None,
+    alias=idempotency.HEADER,
+    description=(
+        "makes the submission safe to retry: the same key and body return the run the first request created "
+        "(202, header Idempotent-Replayed: true), the same key with another body is 409. 1-255 letters, digits and "
+        "- _ . : ~ + / = (a UUID); per project; remembered DJ_IDEMPOTENCY_TTL (24 h)."
+    ),
+)
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+
+def parse_idempotency_key(raw: str | None) -> str | None:
+    """The request's key (None: no header), or 422 naming the header and what is wrong with it."""
+    try:
+        return idempotency.parse_key(raw)
+    except idempotency.KeyFormatError as exc:
+        detail = [{"loc": ["header", idempotency.HEADER], "msg": f"{idempotency.HEADER} {exc}", "type": "value_error"}]
+        raise HTTPException(422, detail=detail) from None
+
+
+class Submission:
+    """One submission's idempotency: its key (or None), the endpoint and the request's fingerprint."""
+
+    def __init__(self, key: str | None, endpoint: str, request: RunCreate, project_id: str, ttl_s: float) -> None:
+        self.key = key
+        self.endpoint = endpoint
+        self.fingerprint = idempotency.request_hash(request) if key else ""
+        self.project_id = project_id
+        self.ttl_s = ttl_s
+
+    def replay(self, session: Session, response: Response) -> RunCreated | None:
+        """The answer of the request this key was first used for (None: a new key); 409 for another request."""
+        if self.key is None:
+            return None
+        stored = idempotency.find(session, self.project_id, self.key, self.ttl_s)
+        if stored is None:
+            return None
+        try:
+            run_id = idempotency.check_match(stored, self.key, self.endpoint, self.fingerprint)
+        except idempotency.KeyConflict as exc:
+            raise HTTPException(409, str(exc)) from None
+        run = repository.get_run(session, run_id, self.project_id)
+        if run is None:  # the key's row goes with its run (ON DELETE CASCADE); this is a moment's race at most
+            return None
+        response.headers[REPLAYED_HEADER] = "true"
+        return RunCreated(
+            id=run.id, status="queued", n_items=run.n_items, n_judgments=run.n_judgments, url=f"/v1/runs/{run.id}"
+        )
+
+    def record(self, session: Session, run_id: str) -> None:
+        if self.key is not None:
+            idempotency.record(session, self.project_id, self.key, self.endpoint, self.fingerprint, run_id, self.ttl_s)
+
+
+_last_prune = 0.0
+_prune_lock = threading.Lock()
+PRUNE_EVERY_S = 600.0
+
+
+def prune_expired_keys(ttl_s: float) -> None:
+    """Forget expired idempotency keys, at most every PRUNE_EVERY_S per process (after a response, never in one)."""
+    global _last_prune
+    with _prune_lock:
+        if time.monotonic() - _last_prune < PRUNE_EVERY_S:
+            return
+        _last_prune = time.monotonic()
+    try:
+        with session_scope() as session:
+            idempotency.prune(session, ttl_s)
+    except sa_exc.SQLAlchemyError:
+        pass  # the next submission tries again; expired keys are ignored by lookups anyway
+
+
 def _create(
     request: RunCreate,
     principal: Principal,
@@ -94,19 +174,34 @@ def _create(
     session: Session,
     settings: Settings,
     rate_limit: SubmitRateLimit,
+    submission: Submission,
+    response: Response,
 ) -> RunCreated:
+    replayed = submission.replay(session, response)  # a repeat is answered before the rate limit: it costs nothing
+    if replayed is not None:
+        return replayed
     who = principal.key_id or "anonymous"
     reservation = rate_limit.reserve(who, settings.runs_per_minute)
     try:
-        return _create_reserved(request, principal, background, session, settings)
+        created, stored = _create_reserved(request, principal, background, session, settings, submission, response)
     except BaseException:
         rate_limit.release(who, reservation)  # a rejected or failed submission does not count
         raise
+    if not stored:
+        rate_limit.release(who, reservation)  # another request with this key stored the run
+    return created
 
 
 def _create_reserved(
-    request: RunCreate, principal: Principal, background: BackgroundTasks, session: Session, settings: Settings
-) -> RunCreated:
+    request: RunCreate,
+    principal: Principal,
+    background: BackgroundTasks,
+    session: Session,
+    settings: Settings,
+    submission: Submission,
+    response: Response,
+) -> tuple[RunCreated, bool]:
+    """The created run and True, or (with an Idempotency-Key another request stored first) its run and False."""
     check_run_limits(request, settings)
     check_storable(request)
     registry = get_registry()
@@ -122,38 +217,54 @@ def _create_reserved(
             session, request, planned, principal.project_id, [registry.get(r) for r in sorted(set(request.rubrics))]
         )
         sweeper.mark_run_enqueued(session, run.id)
+        submission.record(session, run.id)
         session.commit()
+    except sa_exc.IntegrityError:
+        session.rollback()  # nothing of this request is kept
+        replayed = submission.replay(session, response)
+        if replayed is None:
+            raise
+        return replayed, False
     except Exception:
         session.rollback()
         raise
     background.add_task(sweeper.enqueue_run, settings, run.id)
-    return RunCreated(
+    if submission.key is not None:
+        background.add_task(prune_expired_keys, settings.idempotency_ttl_s)
+    created = RunCreated(
         id=run.id, status="queued", n_items=run.n_items, n_judgments=run.n_judgments, url=f"/v1/runs/{run.id}"
     )
+    return created, True
 
 
 @router.post("/v1/runs", status_code=202, response_model=RunCreated)
 def create_run(
     request: RunCreate,
     background: BackgroundTasks,
+    response: Response,
+    idempotency_key: str | None = IDEMPOTENCY_KEY,
     principal: Principal = Depends(require("submit")),
     session: Session = Depends(get_session),
     settings: Settings = Depends(app_settings),
     rate_limit: SubmitRateLimit = Depends(submit_limit),
 ) -> RunCreated:
-    return _create(request, principal, background, session, settings, rate_limit)
+    key = parse_idempotency_key(idempotency_key)
+    submission = Submission(key, "/v1/runs", request, principal.project_id, settings.idempotency_ttl_s)
+    return _create(request, principal, background, session, settings, rate_limit, submission, response)
 
 
 @router.post("/v1/runs/jsonl", status_code=202, response_model=RunCreated)
 async def create_run_jsonl(
     request: Request,
     background: BackgroundTasks,
+    response: Response,
     rubric: list[str] = Query(...),
     judge: list[str] = Query(...),
     mode: list[Literal["single", "pairwise"]] = Query(default=["single"]),
     name: str | None = None,
     baseline: str | None = None,
     orders: Literal["both", "random"] = "both",
+    idempotency_key: str | None = IDEMPOTENCY_KEY,
     principal: Principal = Depends(require("submit")),
     session: Session = Depends(get_session),
     settings: Settings = Depends(app_settings),
@@ -184,7 +295,9 @@ async def create_run_jsonl(
         raise HTTPException(
             422, detail=[{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
         ) from None
-    return _create(run_request, principal, background, session, settings, rate_limit)
+    key = parse_idempotency_key(idempotency_key)
+    submission = Submission(key, "/v1/runs/jsonl", run_request, principal.project_id, settings.idempotency_ttl_s)
+    return _create(run_request, principal, background, session, settings, rate_limit, submission, response)
 
 
 @router.get("/v1/runs", response_model=Page[RunSummary])

@@ -19,7 +19,17 @@ from judge_api.config import reset_settings_cache
 from judge_api.db import reset_engines, session_scope
 from judge_api.migrate import upgrade
 
-TABLES = ("projects", "api_keys", "runs", "items", "judgments", "human_ratings", "judge_cache", "rubric_snapshots")
+TABLES = (
+    "projects",
+    "api_keys",
+    "runs",
+    "items",
+    "judgments",
+    "human_ratings",
+    "judge_cache",
+    "rubric_snapshots",
+    "idempotency_keys",
+)
 JUDGE = "openai-compatible:sim-judge@http://127.0.0.1:9/v1"  # never called: no worker runs in these tests
 
 

@@ -367,11 +367,42 @@ RUN_CASES = [
         headers={"content-type": "application/json"},
     ),
     Case("no content type", "POST", "/v1/runs", 422, ["body"], "", content=json.dumps(run_body()).encode()),
+    Case(
+        "idempotency key with a space",
+        "POST",
+        "/v1/runs",
+        422,
+        ["header", "Idempotency-Key"],
+        "characters that are not allowed (' ')",
+        json=run_body(),
+        headers={"Idempotency-Key": "two words"},
+    ),
+    Case(
+        "idempotency key too long",
+        "POST",
+        "/v1/runs",
+        422,
+        ["header", "Idempotency-Key"],
+        "at most 255",
+        json=run_body(),
+        headers={"Idempotency-Key": "k" * 300},
+    ),
 ]
 
 JSONL_PARAMS = {"rubric": "rsum-single", "judge": JUDGE}
 JSONL_BODY = "\n".join(json.dumps(item(i)) for i in range(2)).encode()
 JSONL_CASES = [
+    Case(
+        "jsonl idempotency key empty",
+        "POST",
+        "/v1/runs/jsonl",
+        422,
+        ["header", "Idempotency-Key"],
+        "must not be empty",
+        content=JSONL_BODY,
+        params=JSONL_PARAMS,
+        headers={"Idempotency-Key": ""},
+    ),
     Case(
         "jsonl missing rubric",
         "POST",

@@ -152,12 +152,17 @@ def test_cli_errors_exit_2_with_a_message(tmp_path: Path, args: list[str], messa
 
 
 def test_cli_unreachable_api_exits_2(tmp_path: Path) -> None:
+    """The submission is retried (with one Idempotency-Key) for --retry-for seconds, then given up with exit 2."""
     items = write_items(tmp_path / "items.jsonl")
+    api = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
     result = subprocess.run(
-        [*CLI, "submit", str(items), "--judge", "openai:gpt-4o", "--api", f"http://127.0.0.1:{free_port()}"],
+        [*CLI, "submit", str(items), "--judge", "openai:gpt-4o", "--api", api, "--retry-for", "2"],
         capture_output=True,
         text=True,
         timeout=60,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 2 and "cannot reach the API" in result.stderr
+    assert "submission attempt 1 failed" in result.stderr and "tried" in result.stderr
+    assert 2 <= time.monotonic() - started < 30
