@@ -1,5 +1,9 @@
 """A run's statistics: ``GET /v1/runs/{id}/report`` (scores, confidence intervals, agreement) and ``.../agreement``
-(judges against the human ratings)."""
+(judges against the human ratings).
+
+The statistics library (numpy, pandas, scipy.stats: about a second to import) is imported with this module, when the
+API starts, and the app's start-up builds one small report (``stats.report.warm_up``): no request pays for either.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from sqlalchemy.orm import Session
 from judge_api import repository
 from judge_api.auth import Principal
 from judge_api.deps import get_session, require, run_or_404
+from judge_api.stats.report import build_report
 
 router = APIRouter(tags=["reports"])
 
@@ -31,8 +36,6 @@ def report(
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     run = run_or_404(session, run_id, principal)
-    from judge_api.stats.report import build_report
-
     judgments = repository.judgments_frame(session, run_id)
     ratings = repository.ratings_frame(session, run_id)
     result = build_report(
@@ -50,8 +53,6 @@ def agreement(
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     run_or_404(session, run_id, principal)
-    from judge_api.stats.report import build_report
-
     ratings = repository.ratings_frame(session, run_id)
     if not len(ratings):
         raise HTTPException(409, "this run has no human ratings yet: POST /v1/runs/{id}/human-ratings first")

@@ -188,6 +188,49 @@ def build_report(
     return out
 
 
+def warm_up() -> None:
+    """Build one small report (scores, pairs, preferences, ranking, bias and agreement) and throw it away.
+
+    The first report in a process otherwise pays for the numpy / scipy / pandas work done once per process
+    (lazily imported submodules, first calls into compiled code); the API calls this at start-up so that its first
+    ``GET /report`` costs what every later one does. About 0.2 s."""
+    from judge_api.stats.synthetic import synthetic_judgments
+
+    frame = synthetic_judgments(3000, seed=0)
+    done = frame[frame[F.STATUS] == F.DONE]
+    single = done[done[F.MODE] == F.SINGLE].head(200)
+    pairs = done[done[F.MODE] == F.PAIRWISE].head(200)
+    ratings = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    F.ITEM_ID: single[F.ITEM_ID],
+                    "system": single[F.SYSTEM_A],
+                    F.ASPECT: single[F.ASPECT],
+                    "rater": "warm-up",
+                    "kind": "score",
+                    "value": single[F.SCORE],
+                    F.SCALE_MIN: 1.0,
+                    F.SCALE_MAX: 100.0,
+                }
+            ),
+            pd.DataFrame(
+                {
+                    F.ITEM_ID: pairs[F.ITEM_ID],
+                    "system": pairs[F.SYSTEM_A],
+                    F.SYSTEM_B: pairs[F.SYSTEM_B],
+                    F.ASPECT: pairs[F.ASPECT],
+                    "rater": "warm-up",
+                    "kind": "preference",
+                    "value": np.sign(pairs[F.PREFERENCE].fillna(0.0)),
+                }
+            ),
+        ],
+        ignore_index=True,
+    )
+    build_report(frame, ratings, n_boot=20)
+
+
 # --- rendering -------------------------------------------------------------------------------------
 Cell = Callable[[Mapping[str, Any]], Any]
 
