@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# the connection failed or broke, or the answer did not come in time; a bad URL or a malformed request is not retried
+RETRIED_ERRORS = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
 OnRetry = Callable[[int, float, str], None]  # (attempt that failed, seconds until the next one, what went wrong)
 
 
@@ -95,7 +97,7 @@ class ApiClient:
             wait: float | None = None
             try:
                 response = self._http.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
+            except RETRIED_ERRORS as exc:
                 problem = f"cannot reach the API at {self.base_url}: {str(exc) or type(exc).__name__}"
                 status_code = 0
             except httpx.HTTPError as exc:

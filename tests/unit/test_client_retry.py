@@ -123,6 +123,21 @@ def test_retry_after_is_honoured_within_the_budget() -> None:
     assert waits[1] <= 0.2  # never past the retry budget
 
 
+def test_a_bad_url_is_not_retried() -> None:
+    client = ApiClient("ftp://api.test", retry_for=5)
+    with pytest.raises(ApiError, match="cannot reach the API") as caught:
+        client.create_run({})
+    assert "tried" not in caught.value.message
+
+
+def test_a_timeout_is_retried() -> None:
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    script = Script(slow, answer(202, CREATED))
+    assert script.client().create_run({}) == CREATED and len(set(script.keys)) == 1
+
+
 def test_retry_for_zero_and_other_calls_fail_at_once() -> None:
     script = Script(refuse)
     with pytest.raises(ApiError, match="cannot reach the API"):
