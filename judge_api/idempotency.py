@@ -8,20 +8,16 @@ and are kept for ``DJ_IDEMPOTENCY_TTL`` (at least 24 h); an older key is forgott
 
 Race safety is the database's: the key row is inserted in the transaction that stores the run, and its primary key
 (project, key) lets only one of two concurrent requests commit. The other rolls back (nothing of it is stored) and
-answers with the winner's run.
+answers with the winner's run. This module holds the rules (the header's format, the request's fingerprint, what
+matches); the rows are read and written by ``judge_api.repository.idempotency_keys``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
-
-from judge_api.models import IdempotencyKey, utcnow
+from judge_api.repository.idempotency_keys import StoredKey
 from judge_api.schemas import RunCreate
 
 HEADER = "Idempotency-Key"
@@ -35,14 +31,6 @@ class KeyFormatError(ValueError):
 
 class KeyConflict(Exception):
     """The key was used for another request; the message says which and how it differs."""
-
-
-@dataclass(frozen=True)
-class StoredKey:
-    run_id: str
-    endpoint: str
-    request_hash: str
-    created_at: datetime
 
 
 def parse_key(raw: str | None) -> str | None:
@@ -73,20 +61,6 @@ def request_hash(request: RunCreate) -> str:
     return hashlib.sha256(request.model_dump_json().encode("utf-8")).hexdigest()
 
 
-def find(session: Session, project_id: str, key: str, ttl_s: float) -> StoredKey | None:
-    """The unexpired record of ``key`` in the project, if any."""
-    row = session.scalar(
-        select(IdempotencyKey).where(
-            IdempotencyKey.project_id == project_id,
-            IdempotencyKey.key == key,
-            IdempotencyKey.created_at >= utcnow() - timedelta(seconds=ttl_s),
-        )
-    )
-    if row is None:
-        return None
-    return StoredKey(row.run_id, row.endpoint, row.request_hash, row.created_at)
-
-
 def check_match(stored: StoredKey, key: str, endpoint: str, fingerprint: str) -> str:
     """The stored run's id if this request is the one the key was first used for; else :class:`KeyConflict`."""
     when = stored.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -101,36 +75,3 @@ def check_match(stored: StoredKey, key: str, endpoint: str, fingerprint: str) ->
             "a retry must send the same body, and a new request needs a new key"
         )
     return stored.run_id
-
-
-def record(
-    session: Session, project_id: str, key: str, endpoint: str, fingerprint: str, run_id: str, ttl_s: float
-) -> None:
-    """Store the key with the run it created, in the caller's transaction (flushed now, so a concurrent holder of
-    the key makes this raise ``IntegrityError`` here or at commit). An expired record of the key is replaced."""
-    session.execute(
-        delete(IdempotencyKey).where(
-            IdempotencyKey.project_id == project_id,
-            IdempotencyKey.key == key,
-            IdempotencyKey.created_at < utcnow() - timedelta(seconds=ttl_s),
-        )
-    )
-    session.add(
-        IdempotencyKey(
-            project_id=project_id,
-            key=key,
-            endpoint=endpoint,
-            request_hash=fingerprint,
-            run_id=run_id,
-            created_at=utcnow(),
-        )
-    )
-    session.flush()
-
-
-def prune(session: Session, ttl_s: float) -> int:
-    """Forget every key older than ``ttl_s``; returns how many."""
-    result = session.execute(
-        delete(IdempotencyKey).where(IdempotencyKey.created_at < utcnow() - timedelta(seconds=ttl_s))
-    )
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]

@@ -2,7 +2,8 @@
 
 Split by who uses it:
 
-- ``runs``, ``projects``, ``rubric_snapshots``, ``ratings``, ``frames``: the API's (and the CLI's) reads and writes.
+- ``runs``, ``projects``, ``rubric_snapshots``, ``ratings``, ``frames``, ``idempotency_keys``: the API's (and the
+  CLI's) reads and writes.
   Their names are re-exported here, so routes call ``repository.create_run`` and the like.
 - ``claims``: the workers' claim/write path. Workers import it directly (``from judge_api.repository import claims``).
 - ``cache``: the judge cache, used by the workers' batch path and the verdict writer.
@@ -14,6 +15,11 @@ write a second verdict.
 """
 
 from judge_api.repository.frames import JUDGMENT_FRAME_COLUMNS, RATING_FRAME_COLUMNS, judgments_frame, ratings_frame
+from judge_api.repository.idempotency_keys import (
+    find_idempotency_key,
+    prune_idempotency_keys,
+    record_idempotency_key,
+)
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
 from judge_api.repository.ratings import upsert_ratings
 from judge_api.repository.rubric_snapshots import (
@@ -47,6 +53,7 @@ __all__ = [
     "cancel_pending",
     "create_run",
     "ensure_project",
+    "find_idempotency_key",
     "get_items",
     "get_run",
     "item_pks_for",
@@ -55,7 +62,9 @@ __all__ = [
     "list_judgments",
     "list_runs",
     "new_run_id",
+    "prune_idempotency_keys",
     "ratings_frame",
+    "record_idempotency_key",
     "retry_failed",
     "rubric_content",
     "rubric_snapshot",

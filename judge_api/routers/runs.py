@@ -128,7 +128,7 @@ class Submission:
         """The answer of the request this key was first used for (None: a new key); 409 for another request."""
         if self.key is None:
             return None
-        stored = idempotency.find(session, self.project_id, self.key, self.ttl_s)
+        stored = repository.find_idempotency_key(session, self.project_id, self.key, self.ttl_s)
         if stored is None:
             return None
         try:
@@ -145,7 +145,9 @@ class Submission:
 
     def record(self, session: Session, run_id: str) -> None:
         if self.key is not None:
-            idempotency.record(session, self.project_id, self.key, self.endpoint, self.fingerprint, run_id, self.ttl_s)
+            repository.record_idempotency_key(
+                session, self.project_id, self.key, self.endpoint, self.fingerprint, run_id, self.ttl_s
+            )
 
 
 _last_prune = 0.0
@@ -162,7 +164,7 @@ def prune_expired_keys(ttl_s: float) -> None:
         _last_prune = time.monotonic()
     try:
         with session_scope() as session:
-            idempotency.prune(session, ttl_s)
+            repository.prune_idempotency_keys(session, ttl_s)
     except sa_exc.SQLAlchemyError:
         pass  # the next submission tries again; expired keys are ignored by lookups anyway
 
