@@ -154,6 +154,7 @@ def seed_run(database_url: str, n_judgments: int, seed: int = 0) -> tuple[str, i
     from judge_api.migrate import upgrade
     from judge_api.models import Judgment, Run
     from judge_api.planning import plan_run
+    from judge_api.repository import claims
     from judge_api.rubrics import get_registry
     from judge_api.schemas import RunCreate
 
@@ -188,8 +189,8 @@ def seed_run(database_url: str, n_judgments: int, seed: int = 0) -> tuple[str, i
     pending = [r for r in rows if r.status == "pending"]
     for start in range(0, len(pending), 2000):
         chunk = pending[start : start + 2000]
-        token, claimed = repository.claim_many(engine, [r.id for r in chunk], 600.0)
-        written = repository.write_verdicts(engine, [(r.id, token, verdict(r, rng)) for r in chunk if r.id in claimed])
+        token, claimed = claims.claim_many(engine, [r.id for r in chunk], 600.0)
+        written = claims.write_verdicts(engine, [(r.id, token, verdict(r, rng)) for r in chunk if r.id in claimed])
         assert all(written) and len(written) == len(chunk), "seeding: a verdict was not written"
     with session_scope() as session:
         stored_run = session.get(Run, run_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from judge_api.models import (
@@ -38,9 +38,8 @@ JUDGMENT_FRAME_COLUMNS = [
 ]
 
 
-def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
-    """The run's judgments as the statistics library's frame (docs/data-contract.md)."""
-    cols = [
+_JUDGMENTS_QUERY = (
+    select(
         Judgment.id,
         Judgment.run_id,
         Judgment.item_key,
@@ -64,18 +63,34 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
         Judgment.latency_ms,
         Judgment.cost_usd,
         Judgment.cached,
-    ]
-    rows = session.execute(select(*cols).where(Judgment.run_id == run_id).order_by(Judgment.id)).all()
-    frame = pd.DataFrame(rows, columns=JUDGMENT_FRAME_COLUMNS)
-    scales = {}
+    )
+    .where(Judgment.run_id == bindparam("run_id"))
+    .order_by(Judgment.id)
+)
+
+
+def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
+    """The run's judgments as the statistics library's frame (docs/data-contract.md).
+
+    Read with Core, as the driver's plain tuples, which pandas turns into columns in C: the ORM's rows cost about
+    twice the query at 100k judgments (a Row per judgment, and pandas probing each one for named-tuple fields)."""
+    result = session.connection().execute(_JUDGMENTS_QUERY, {"run_id": run_id})
+    try:
+        rows = result.cursor.fetchall() if result.cursor is not None else []
+    finally:
+        result.close()
+    frame = pd.DataFrame.from_records(rows, columns=JUDGMENT_FRAME_COLUMNS, coerce_float=False)
+    if len(frame):
+        frame["cached"] = frame["cached"].astype(bool)  # SQLite's driver gives 0/1 (the ORM's type converted them)
     from judge_api.rubrics import get_registry
 
     registry = get_registry()
+    scales: dict[str, tuple[float, float]] = {}
     for rubric_id in frame["rubric_id"].unique():
         scale = registry.get(rubric_id).scale if rubric_id in registry else None
         scales[rubric_id] = scale or (float("nan"), float("nan"))
-    frame["scale_min"] = frame["rubric_id"].map(lambda r: scales[r][0]).astype(float)
-    frame["scale_max"] = frame["rubric_id"].map(lambda r: scales[r][1]).astype(float)
+    frame["scale_min"] = frame["rubric_id"].map({r: s[0] for r, s in scales.items()}).astype(float)
+    frame["scale_max"] = frame["rubric_id"].map({r: s[1] for r, s in scales.items()}).astype(float)
     frame["score"] = frame["score"].astype(float)
     frame["preference"] = frame["preference"].astype(float)
     return frame
