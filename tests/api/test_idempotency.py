@@ -205,3 +205,23 @@ def test_a_repeat_does_not_count_against_the_rate_limit(api_factory: ApiFactory)
     for _ in range(3):
         assert post(api, run_body(), "key-r").json()["id"] == first.json()["id"]
     assert post(api, run_body(), "key-other").status_code == 429  # a new submission is still limited
+
+
+def test_expired_keys_are_pruned_after_a_keyed_submission(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    from judge_api.routers import runs
+
+    for key in ("stale-1", "stale-2", "fresh"):
+        assert post(api, run_body(), key).status_code == 202
+    engine = create_engine(api.database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text("UPDATE idempotency_keys SET created_at = :t WHERE key LIKE 'stale-%'"),
+                {"t": utcnow() - timedelta(days=2)},
+            )
+    finally:
+        engine.dispose()
+    monkeypatch.setattr(runs, "_last_prune", -runs.PRUNE_EVERY_S)  # the once-per-10-minutes throttle
+    assert post(api, run_body(), "new").status_code == 202  # the prune runs after the response
+    assert sorted(r["key"] for r in key_rows(api)) == ["fresh", "new"]
+    assert api.row_counts()["runs"] == 4  # the runs stay; only their keys are forgotten
