@@ -10,7 +10,8 @@ For each size (default 10k, 100k and 1M rows; half single-mode, half pairwise, s
 3. runs ``build_report`` once more under ``tracemalloc`` for the peak of Python / numpy allocations
    (Arrow string buffers are not traced; the RSS figures include them).
 
-and the parent prints one line per size plus the time ratio per 10x rows.
+and the parent prints one line per size plus the time ratio per 10x rows. (``bench_report_api.py`` times the
+whole ``GET /v1/runs/{id}/report`` through the API: storage, the frame, the report, first call and warm.)
 
 Usage::
 
