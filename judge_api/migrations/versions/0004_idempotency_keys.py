@@ -1,14 +1,14 @@
 """idempotency keys: the run each (project, Idempotency-Key) of POST /v1/runs[/jsonl] created
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
