@@ -35,9 +35,39 @@ def msc_record_to_item(record: dict[str, Any], item_id: str, bot_speaker: str = 
         "dialogue": dialogue,
         "persona": {"user": list(personas[0]), "bot": list(personas[1])},
         "reference": turns[last_bot]["text"].strip(),
+        "facts": msc_facts(record),
         "candidates": {},
         "meta": {"source": "msc", "session": current},
     }
+
+
+def msc_facts(record: dict[str, Any], bot_index: int = 1) -> list[dict[str, str]]:
+    """MSC's personas as facts (docs/facts.md).
+
+    Where the previous sessions carry their own persona summaries (the ``msc_dialogue_session_N`` files), each
+    session's lines are facts ``sN.user.K`` / ``sN.bot.K`` with source ``session N``; otherwise the record's
+    accumulated personas are facts ``user.K`` / ``bot.K`` with source ``persona.user`` / ``persona.bot``.
+    Persona list ``bot_index`` is the bot's (Speaker 2 is the second list).
+    """
+    sides = {bot_index: "bot", 1 - bot_index: "user"}
+    facts: list[dict[str, str]] = []
+    previous = record.get("previous_dialogs") or []
+    if previous and all(session.get("personas") for session in previous):
+        for number, session in enumerate(previous, start=1):
+            for index in (1 - bot_index, bot_index):
+                for k, line in enumerate(session["personas"][index], start=1):
+                    if line.strip():
+                        facts.append(
+                            {"id": f"s{number}.{sides[index]}.{k}", "text": line.strip(), "source": f"session {number}"}
+                        )
+        return facts
+    personas = record.get("personas") or [[], []]
+    for index in (1 - bot_index, bot_index):
+        side = sides[index]
+        for k, line in enumerate(personas[index], start=1):
+            if line.strip():
+                facts.append({"id": f"{side}.{k}", "text": line.strip(), "source": f"persona.{side}"})
+    return facts
 
 
 def read_msc_lines(path: Path) -> Iterator[dict[str, Any]]:

@@ -387,6 +387,47 @@ RUN_CASES = [
         json=run_body(),
         headers={"Idempotency-Key": "k" * 300},
     ),
+    Case(
+        "duplicate fact id",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "items", 0, "facts"],
+        "facts[1].id: duplicate fact id 'f1'",
+        json=body_with(
+            set_(
+                ["items", 0, "facts"],
+                [{"id": "f1", "text": "a", "source": "memory"}, {"id": "f1", "text": "b", "source": "memory"}],
+            )
+        ),
+    ),
+    Case(
+        "bad fact source",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "items", 0, "facts", 0, "source"],
+        "should match pattern",
+        json=body_with(set_(["items", 0, "facts"], [{"id": "f1", "text": "a", "source": "session two"}])),
+    ),
+    Case(
+        "blank fact text",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "items", 0, "facts", 0, "text"],
+        "a fact's text is empty",
+        json=body_with(set_(["items", 0, "facts"], [{"id": "f1", "text": "  ", "source": "persona.user"}])),
+    ),
+    Case(
+        "fact without id",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "items", 0, "facts", 0, "id"],
+        "Field required",
+        json=body_with(set_(["items", 0, "facts"], [{"text": "a", "source": "memory"}])),
+    ),
 ]
 
 JSONL_PARAMS = {"rubric": "rsum-single", "judge": JUDGE}
