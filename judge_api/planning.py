@@ -83,14 +83,14 @@ def resolve_rubrics(request: RunCreate, registry: RubricRegistry) -> list[Rubric
             known = ", ".join(r.id for r in registry.all())
             raise PlanError(f"rubrics[{index}]", f"unknown rubric {rubric_id!r} (known: {known})")
         rubric = registry.get(rubric_id)
-        if rubric.kind not in request.mode:
+        if rubric.mode not in request.mode:
             raise PlanError(
                 f"rubrics[{index}]",
                 f"rubric {rubric_id!r} is a {rubric.kind} rubric but mode is {request.mode}",
             )
         rubrics.append(rubric)
     for mode in request.mode:
-        if not any(r.kind == mode for r in rubrics):
+        if not any(r.mode == mode for r in rubrics):
             raise PlanError("mode", f"mode {mode!r} needs at least one {mode} rubric")
     if request.aspects:
         for index, aspect in enumerate(request.aspects):
@@ -222,7 +222,7 @@ def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -
     for item in request.items:
         for rubric in rubrics:
             for aspect, judge in itertools.product(_aspects(request, rubric), judges):
-                if rubric.kind == "single":
+                if rubric.mode == "single":
                     for system in item.candidates:
                         for sample in range(first["single"]):
                             planned.append(

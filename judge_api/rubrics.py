@@ -22,7 +22,7 @@ from judge_api.config import get_settings
 
 log = logging.getLogger(__name__)
 
-PARSERS = ("bracket_score", "pairwise_4way", "pairwise_abc", "json_score", "memory_faithfulness")
+PARSERS = ("bracket_score", "pairwise_4way", "pairwise_abc", "json_score", "memory_faithfulness", "fact_check")
 PAIRWISE_PARSERS = ("pairwise_4way", "pairwise_abc")
 Outcome = Literal["win", "tie", "loss"]
 PREFERENCE_LEVELS = ("2", "1", "0", "-1", "-2")
@@ -41,6 +41,7 @@ TEMPLATE_INPUTS = (
     "response1",
     "response2",
     "options",
+    "facts",
 )
 
 
@@ -94,7 +95,7 @@ class Rubric(BaseModel):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
     description: str
     origin: str | None = None
-    kind: Literal["single", "pairwise"]
+    kind: Literal["single", "pairwise", "facts"]
     aspects: list[AspectConfig] = Field(min_length=1)
     scale: tuple[float, float] | None = None
     messages: list[MessageTemplate] = Field(min_length=1)
@@ -123,6 +124,10 @@ class Rubric(BaseModel):
             raise ValueError(f"parser {self.parser!r} is unknown (known: {', '.join(PARSERS)})")
         if (self.parser in PAIRWISE_PARSERS) != (self.kind == "pairwise"):
             raise ValueError(f"parser {self.parser!r} does not fit a {self.kind} rubric")
+        if (self.parser == "fact_check") != (self.kind == "facts"):
+            raise ValueError(f"parser {self.parser!r} does not fit a {self.kind} rubric (kind facts needs fact_check)")
+        if self.kind == "facts" and self.scale != (1, 100):
+            raise ValueError("a facts rubric's scale is [1, 100] (the consistency score of docs/facts.md)")
         if self.kind == "single" and self.scale is None:
             raise ValueError("a single-score rubric needs a scale [min, max]")
         if self.scale is not None and self.scale[0] >= self.scale[1]:
@@ -136,6 +141,11 @@ class Rubric(BaseModel):
         if unknown:
             raise ValueError(f"outcome_map keys {unknown} are not preference levels {list(PREFERENCE_LEVELS)}")
         return self
+
+    @property
+    def mode(self) -> Literal["single", "pairwise"]:
+        """The run mode the rubric serves: a facts rubric judges one response at a time and yields a score."""
+        return "pairwise" if self.kind == "pairwise" else "single"
 
     @property
     def aspect_names(self) -> list[str]:

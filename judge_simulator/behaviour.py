@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .facts import judge_facts
 from .script import FALLBACK_RULE, Rule, Script
 
 MARKER = re.compile(r"<<q=(\d+(?:\.\d+)?)>>")
@@ -336,6 +337,8 @@ def _judge_pairwise(script: Script, rule: Rule, request: JudgeRequest, sample_in
 def judge(script: Script, request: JudgeRequest, sample_index: int = 0) -> Judgement:
     """Evaluate the script's rules for ``request``; ``sample_index`` distinguishes ``n`` choices."""
     rule = select_rule(script, request.model, request.prompt)
+    if rule.kind == "facts":
+        return judge_facts(rule, request)
     if rule.kind == "pairwise":
         return _judge_pairwise(script, rule, request, sample_index)
     return _judge_single(script, rule, request, sample_index)

@@ -35,6 +35,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .facts import FACT_PROTOCOL
+
 FaultKind = Literal["rate_limit", "server_error", "hang", "malformed", "truncated", "invalid_json"]
 Provider = Literal["openai", "anthropic"]
 
@@ -179,6 +181,8 @@ class Rule(_Strict):
       in the prompt); otherwise a seeded coin flip on the prompt picks the weakest preference.
       ``pairwise_format`` ``auto`` picks FastChat when the prompt mentions ``[[A]]``/``[[B]]``
       and the graded phrases otherwise. ``score`` pins the preference (+2..-2).
+    * ``facts``: the fact-check protocol of ``judge_simulator/facts.py`` (labels scripted by ``<<f:ID=L>>``
+      markers in the response); ``reply`` and ``score`` are not used.
 
     ``reply`` is a plain template: ``{score}`` (pairwise: the preference), ``{verdict}``,
     ``{explanation}``, ``{json}`` (a compact JSON object with explanation and score/verdict),
@@ -188,7 +192,7 @@ class Rule(_Strict):
     name: str = "rule"
     match: str | None = None
     model: str | None = None
-    kind: Literal["single", "pairwise"] = "single"
+    kind: Literal["single", "pairwise", "facts"] = "single"
     reply: str | None = None
     response_regex: str | None = None
     score: float | None = None
@@ -215,6 +219,8 @@ class Rule(_Strict):
 def default_rules() -> list[Rule]:
     """Rules emulating a judge for dialogue-judge's rubrics, most specific first.
 
+    * ``fact-check``: the prompt lists facts as ``[fact:ID] (SOURCE) TEXT`` lines (the fact-check rubric) -> one
+      JSON label per fact, scripted by ``<<f:ID=L>>`` markers (``judge_simulator/facts.py``).
     * ``pairwise-fastchat``: the prompt mentions ``[[A]]`` (mtbench-pair-v2) -> ``[[A]]/[[B]]/[[C]]``.
     * ``pairwise-graded``: the prompt mentions "Response 1/2 is (slightly) better" (rsum-pairwise)
       -> one of those phrases.
@@ -226,6 +232,7 @@ def default_rules() -> list[Rule]:
     Requests matching none of them get :data:`FALLBACK_RULE` (the single-score behaviour).
     """
     return [
+        Rule(name="fact-check", match=FACT_PROTOCOL, kind="facts"),
         Rule(name="pairwise-fastchat", match=r"\[\[A\]\]", kind="pairwise", pairwise_format="fastchat"),
         Rule(name="pairwise-graded", match=r"Response [12] is (?:slightly )?better", kind="pairwise"),
         Rule(

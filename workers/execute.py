@@ -43,7 +43,7 @@ from workers.injection import scan_item
 from workers.leases import LeaseKeeper
 from workers.parsing import ParsedVerdict, parse_reply
 from workers.pricing import cost_usd
-from workers.prompting import render
+from workers.prompting import parse_context, render
 from workers.ratelimit import RateLimiter, limit_for
 from workers.singleflight import Lease, SingleFlight
 from workers.writer import VerdictWrite, VerdictWriter
@@ -221,7 +221,13 @@ class JudgeEngine:
 
     def _settle_from_cache(self, loaded: Loaded, ready: Prepared, entry: Any) -> dict[str, Any] | None:
         reply = cached_reply(entry)
-        parsed = parse_reply(reply.text, ready.rubric, finish_reason=reply.finish_reason, structured=reply.structured)
+        parsed = parse_reply(
+            reply.text,
+            ready.rubric,
+            finish_reason=reply.finish_reason,
+            structured=reply.structured,
+            context=ready.context,
+        )
         if not parsed.ok and int(loaded.judgment.judge_params.get("reask", 0)) > 0:
             return None  # the re-ask needs the full path
         tally = _Tally()
@@ -272,7 +278,8 @@ class JudgeEngine:
             schema_name=rubric.structured_output.name if rubric.structured_output else "verdict",
         )
         base: dict[str, Any] = {"prompt_hash": prompt.prompt_hash, "injection_flags": flags}
-        return Prepared(rubric, spec, request, cache_key(rubric, spec, request, judgment.sample_index, 0), base)
+        key = cache_key(rubric, spec, request, judgment.sample_index, 0)
+        return Prepared(rubric, spec, request, key, base, parse_context(rubric, item, first))
 
     def _evaluate(self, loaded: Loaded, paid: _Paid | None = None) -> dict[str, Any]:
         """The verdict values of a claimed judgment. ``paid``: the batch has just missed its key in the cache, so
@@ -296,7 +303,9 @@ class JudgeEngine:
                 "status": "cancelled",
                 "error": f"run budget of ${judgment.budget_usd} reached before this call",
             }
-        parsed = parse_reply(reply.text, rubric, finish_reason=reply.finish_reason, structured=reply.structured)
+        parsed = parse_reply(
+            reply.text, rubric, finish_reason=reply.finish_reason, structured=reply.structured, context=ready.context
+        )
         raw = reply.text
         for attempt in range(1, int(options.get("reask", 0)) + 1):
             if parsed.ok:
@@ -320,7 +329,13 @@ class JudgeEngine:
                 break
             reply = again
             raw += f"\n\n--- re-ask {attempt} ---\n{again.text}"
-            parsed = parse_reply(again.text, rubric, finish_reason=again.finish_reason, structured=again.structured)
+            parsed = parse_reply(
+                again.text,
+                rubric,
+                finish_reason=again.finish_reason,
+                structured=again.structured,
+                context=ready.context,
+            )
         return {
             **base,
             **tally.values(spec, self.settings),
@@ -484,6 +499,7 @@ class Prepared:
     request: JudgeRequest
     key: str
     base: dict[str, Any]
+    context: dict[str, Any] | None = None  # what a parser checks the reply against (fact_check)
 
 
 _POOL_LOCK = threading.Lock()
@@ -581,7 +597,7 @@ def verdict_values(rubric: Rubric, judgment: JudgmentTask, parsed: ParsedVerdict
         "error": None,
         "details": parsed.details or None,
     }
-    if rubric.kind == "single":
+    if rubric.mode == "single":
         values["score"] = parsed.score
         return values
     assert parsed.preference is not None

@@ -51,6 +51,9 @@ class ParsedVerdict:
 
 Parser = Callable[[str, Rubric, "dict[str, Any] | None"], ParsedVerdict]
 PARSERS: dict[str, Parser] = {}
+# parsers that check the reply against the judged item (workers/factcheck.py): (text, rubric, structured, context)
+ContextParser = Callable[[str, Rubric, "dict[str, Any] | None", "dict[str, Any]"], ParsedVerdict]
+CONTEXT_PARSERS: dict[str, ContextParser] = {}
 TRUNCATED_REASONS = ("length", "max_tokens")
 
 
@@ -63,12 +66,21 @@ def register(name: str) -> Callable[[Parser], Parser]:
 
 
 def parse_reply(
-    text: str, rubric: Rubric, *, finish_reason: str | None = None, structured: dict[str, Any] | None = None
+    text: str,
+    rubric: Rubric,
+    *,
+    finish_reason: str | None = None,
+    structured: dict[str, Any] | None = None,
+    context: dict[str, Any] | None = None,
 ) -> ParsedVerdict:
     if finish_reason in TRUNCATED_REASONS:
         return ParsedVerdict(False, error="truncated: the reply hit the token limit before a complete verdict")
     if not text.strip() and structured is None:
         return ParsedVerdict(False, error="empty reply")
+    if rubric.parser in CONTEXT_PARSERS:
+        if context is None:
+            return ParsedVerdict(False, error=f"parser {rubric.parser!r} needs the judged item, none was given")
+        return CONTEXT_PARSERS[rubric.parser](text, rubric, structured, context)
     return PARSERS[rubric.parser](text, rubric, structured)
 
 
@@ -285,3 +297,6 @@ def parse_memory_faithfulness(text: str, rubric: Rubric, structured: dict[str, A
     counts = {kind: sum(1 for e in labels if e["type"] == kind) for kind in MEMORY_ERROR_TYPES}
     scored.details = {"errors": labels, "error_counts": counts}
     return scored
+
+
+from workers import factcheck  # noqa: E402, F401  (registers the fact_check parser; it imports this module)

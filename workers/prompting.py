@@ -25,6 +25,7 @@ from typing import Any
 
 import jinja2
 
+from judge_api.facts import fact_sheet
 from judge_api.rubrics import TEMPLATE_INPUTS, Rubric
 from workers.textnorm import normalise
 
@@ -105,6 +106,18 @@ def format_persona(item: dict[str, Any], labels: dict[str, str]) -> str:
     return "\n".join(parts)
 
 
+def format_facts(facts: list[dict[str, str]]) -> str:
+    """One line per fact, ``[fact:ID] (SOURCE) TEXT``: the fact-check protocol's list (docs/facts.md)."""
+    return "\n".join(f"[fact:{f['id']}] ({f['source']}) {' '.join(neutralise(f['text']).split())}" for f in facts)
+
+
+def parse_context(rubric: Rubric, item: dict[str, Any], first: str) -> dict[str, Any] | None:
+    """What the fact_check parser checks a reply against: the fact sheet and the response as the judge saw it."""
+    if rubric.kind != "facts":
+        return None
+    return {"facts": fact_sheet(item), "response": neutralise(first)}
+
+
 def last_user_question(item: dict[str, Any]) -> str:
     for turn in reversed(item.get("dialogue") or []):
         if turn["speaker"] == "user":
@@ -137,6 +150,7 @@ def build_variables(
         "response1": response,
         "response2": response2,
         "options": rubric.options,
+        "facts": format_facts(fact_sheet(item)),
     }
     if rubric.hardened:
         for name, kind in (
@@ -145,6 +159,7 @@ def build_variables(
             ("memory", "memory"),
             ("reference", "reference"),
             ("question", "question"),
+            ("facts", "facts"),
         ):
             variables[name] = fence(kind, variables[name])
         variables["response"] = variables["response1"] = fence("response", response)

@@ -73,7 +73,7 @@ class LocalBackend:
             rubric = get_registry().get(rubric_id)
         except RubricError as exc:
             raise GateInputError(str(exc)) from None
-        return RubricInfo(rubric.id, rubric.kind, rubric.aspect_names, rubric.scale)
+        return RubricInfo(rubric.id, rubric.mode, rubric.aspect_names, rubric.scale)
 
     def run_items(self, run_id: str) -> list[dict[str, Any]]:
         if self.runner.summary(run_id) is None:
@@ -164,7 +164,12 @@ class ApiBackend:
         for rubric in rubrics:
             if rubric["id"] == rubric_id:
                 scale = tuple(rubric["scale"]) if rubric.get("scale") else None
-                return RubricInfo(rubric["id"], rubric["kind"], list(rubric["aspects"]), scale)
+                return RubricInfo(
+                    rubric["id"],
+                    "pairwise" if rubric["kind"] == "pairwise" else "single",  # a facts rubric yields scores
+                    list(rubric["aspects"]),
+                    scale,
+                )
         known = ", ".join(sorted(r["id"] for r in rubrics))
         raise GateInputError(f"unknown rubric {rubric_id!r} on the service (known: {known})")
 

@@ -118,7 +118,7 @@ def _advance(session: Session, run_id: str, touched: Sequence[int] | None, idle_
 
 
 def _sampling_rule(rubric: Rubric, options: JudgeOptions, judge_params: dict[str, Any]) -> SamplingRule:
-    if rubric.kind == "single":
+    if rubric.mode == "single":
         return rule_for(
             "single",
             max_samples=options.max_sample_count,
