@@ -511,6 +511,52 @@ def convert(
         sys.stdout.write(json.dumps(item) + "\n")
 
 
+@app.command("memory-audit")
+def memory_audit_cmd(
+    file: Path = typer.Argument(..., help="items (JSONL or JSON): candidates = each system's generated memory"),
+    fmt: str = typer.Option("table", "--format", help="table or json"),
+    n_boot: int = typer.Option(1000, min=0, help="bootstrap replicates"),
+    seed: int = typer.Option(0),
+) -> None:
+    """Lexical memory P/R/F1 per system against gold memory (the item's fact sheet), with bootstrap CIs."""
+    import pandas as pd
+    from pydantic import ValidationError
+
+    from judge_api.facts import fact_sheet
+    from judge_api.schemas import Item
+    from judge_api.stats.memory import memory_audit
+
+    rows = []
+    for index, raw in enumerate(read_items(file)):
+        try:
+            item = Item.model_validate(raw).model_dump(mode="json")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise fail(f"{file}: item {index}: {where}: {first['msg']}") from None
+        gold = " ".join(fact["text"] for fact in fact_sheet(item))
+        if not gold.strip():
+            raise fail(f"{file}: item {index} ({item['id']}): no gold memory (no facts and no persona lines)")
+        for system, generated in item["candidates"].items():
+            rows.append({"item_id": item["id"], "system": system, "generated": generated, "gold": gold})
+    table = memory_audit(pd.DataFrame(rows), n_boot=n_boot, seed=seed)
+    if fmt == "json":
+        emit(json.dumps(table.to_dict(orient="records"), indent=2))
+        return
+    if fmt != "table":
+        raise fail(f"--format {fmt!r}: table or json")
+    lines = [f"{'system':<24} {'n':>4}  {'precision':<22} {'recall':<22} {'F1':<22}"]
+    for record in table.to_dict(orient="records"):
+        cells = [
+            f"{record[name]:.3f} [{record[name + '_low']:.3f}, {record[name + '_high']:.3f}]"
+            if record[name + "_low"] is not None
+            else f"{record[name]:.3f}"
+            for name in ("precision", "recall", "f1")
+        ]
+        lines.append(f"{record['system']:<24} {record['n']:>4}  " + " ".join(f"{c:<22}" for c in cells))
+    emit("\n".join(lines))
+
+
 @app.command("import-mtbench")
 def import_mtbench_cmd(
     folder: Path = typer.Argument(
