@@ -15,6 +15,7 @@ from judge_api.rubrics import get_registry
 
 SHIPPED = [
     "dj-consistency",
+    "fact-check",
     "memochat-consistency",
     "memory-faithfulness",
     "mtbench-pair-v2",
