@@ -20,14 +20,15 @@ def test_fact_check_through_the_engine(harness: Harness) -> None:
     ]
     run_id = harness.run(items=items, rubrics=["fact-check"], judges=[harness.judge("openai-compatible")])
     rows = {row.system_a: row for row in harness.rows(run_id)}
-    assert rows["keeps"].status == "done" and rows["keeps"].score == 100.0
-    assert rows["keeps"].details["retention_rate"] == 1.0
-    assert [(f["id"], f["label"]) for f in rows["keeps"].details["facts"]] == [
+    keeps = rows["keeps"].details
+    assert rows["keeps"].status == "done" and rows["keeps"].score == 100.0 and keeps is not None
+    assert keeps["retention_rate"] == 1.0
+    assert [(f["id"], f["label"]) for f in keeps["facts"]] == [
         ("user.1", "supported"),
         ("bot.1", "not_addressed"),
     ]
     breaks = rows["breaks"]
-    assert breaks.status == "done" and breaks.score == 1.0
+    assert breaks.status == "done" and breaks.score == 1.0 and breaks.details is not None
     assert breaks.details["contradiction_count"] == 2 and breaks.details["contradiction_rate"] == 1.0
     assert breaks.details["facts"][1]["evidence"] == "I never liked animals <<f:bot.1=c>>"
     forged = rows["forged"]
