@@ -251,14 +251,21 @@ def worker(
     concurrency: int = typer.Option(16, help="threads (judge calls are I/O bound)"),
     pool: str = typer.Option("threads", help="celery pool: threads, prefork, solo"),
     name: str = typer.Option(None, help="worker node name"),
+    metrics_port: int = typer.Option(None, help="serve Prometheus /metrics on this port (default DJ_METRICS_PORT)"),
 ) -> None:
     """Run a Celery worker (configured by REDIS_URL and DATABASE_URL)."""
     if not os.environ.get("REDIS_URL"):
         raise fail("REDIS_URL is not set (use 'dialogue-judge up' for the embedded stack)")
+    if pool == "prefork" and (metrics_port or os.environ.get("DJ_METRICS_PORT")):
+        # the pool's children count in files the exporter sums; set before prometheus_client is imported
+        import tempfile
+
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="dj-metrics-")
     from dialogue_judge.stack import worker_args
     from workers.celery_app import app as celery_app
 
-    celery_app.worker_main(worker_args(concurrency, pool, name))
+    extra = ["--metrics-port", str(metrics_port)] if metrics_port else []
+    celery_app.worker_main([*worker_args(concurrency, pool, name), *extra])
 
 
 # -- runs ----------------------------------------------------------------------------------------------------
@@ -354,9 +361,18 @@ def submit(
         raise fail(exc.message) from None
 
 
-@app.command()
-def runs(limit: int = 20, api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
+runs_app = typer.Typer(
+    help="List runs (no subcommand), delete or prune them, export a run as a bundle and import one.",
+    invoke_without_command=True,
+)
+app.add_typer(runs_app, name="runs")
+
+
+@runs_app.callback()
+def runs(ctx: typer.Context, limit: int = 20, api: str = typer.Option(None), api_key: str = typer.Option(None)) -> None:
     """List runs with their progress."""
+    if ctx.invoked_subcommand is not None:
+        return
     try:
         page = api_client(api, api_key).get("/v1/runs", limit=limit)
     except ApiError as exc:
@@ -368,6 +384,77 @@ def runs(limit: int = 20, api: str = typer.Option(None), api_key: str = typer.Op
         )
         if run.get("economy") and run.get("message"):
             console.print(f"    {run['message']}")
+
+
+@runs_app.command("delete")
+def runs_delete(
+    run_ids: list[str] = typer.Argument(..., help="run ids"),
+    api: str = typer.Option(None),
+    api_key: str = typer.Option(None),
+) -> None:
+    """Delete runs with their items, judgments, ratings and what only they used (each all or nothing)."""
+    client = api_client(api, api_key)
+    for run_id in run_ids:
+        try:
+            result = client.request("DELETE", f"/v1/runs/{run_id}")
+        except ApiError as exc:
+            raise fail(f"{run_id}: {exc.message}") from None
+        removed = ", ".join(f"{n} {what}" for what, n in result["deleted"].items())
+        emit(f"{run_id} deleted ({removed})")
+
+
+@runs_app.command("prune")
+def runs_prune(
+    older_than: str = typer.Option(..., "--older-than", help="age, e.g. 30d, 12h, 2w"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list what would be deleted"),
+    api: str = typer.Option(None),
+    api_key: str = typer.Option(None),
+) -> None:
+    """Delete the runs created more than --older-than ago."""
+    try:
+        result = api_client(api, api_key).request(
+            "POST", "/v1/runs/prune", params={"older_than": older_than, "dry_run": dry_run}
+        )
+    except ApiError as exc:
+        raise fail(exc.message) from None
+    ids = result["matched"] if dry_run else result["deleted"]
+    for run_id in ids:
+        emit(run_id)
+    emit(f"{len(ids)} runs {'would be deleted' if dry_run else 'deleted'}")
+
+
+@runs_app.command("export")
+def runs_export(
+    run_id: str,
+    out: Path = typer.Option(..., "--out", "-o", help="bundle file to write (JSON Lines)"),
+    api: str = typer.Option(None),
+    api_key: str = typer.Option(None),
+) -> None:
+    """Write a whole run (items, judgments, ratings, rubric snapshots, cache entries) as a JSON Lines bundle."""
+    try:
+        text = api_client(api, api_key).request("GET", f"/v1/runs/{run_id}/export")
+    except ApiError as exc:
+        raise fail(exc.message) from None
+    out.write_text(text, encoding="utf-8")
+    emit(f"{run_id}: {text.count(chr(10))} lines written to {out}")
+
+
+@runs_app.command("import")
+def runs_import(
+    bundle: Path = typer.Argument(..., help="a bundle written by 'runs export'"),
+    api: str = typer.Option(None),
+    api_key: str = typer.Option(None),
+) -> None:
+    """Store an exported run in this deployment (same run id; unfinished judgments are judged here)."""
+    if not bundle.is_file():
+        raise fail(f"{bundle}: no such file")
+    try:
+        result = api_client(api, api_key).request(
+            "POST", "/v1/runs/import", content=bundle.read_bytes(), headers={"Content-Type": "application/x-ndjson"}
+        )
+    except ApiError as exc:
+        raise fail(exc.message) from None
+    emit(f"{result['run_id']} imported: {result['items']} items, {result['judgments']} judgments")
 
 
 @app.command()

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from judge_api import __version__
+from judge_api import __version__, logs
 from judge_api.auth import AUTH_OFF_NOTICE
 from judge_api.config import Settings, get_settings
 from judge_api.errors import install_exception_handlers
@@ -64,6 +64,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     install_log_scrubber()
+    logs.configure(settings.log_format)
     app = FastAPI(
         title="dialogue-judge",
         version=__version__,

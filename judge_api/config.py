@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     # how long an Idempotency-Key of a submission is remembered (at least a day, the common convention)
     idempotency_ttl_s: float = Field(default=86_400.0, ge=86_400.0, alias="DJ_IDEMPOTENCY_TTL")
 
+    # operations: a worker's Prometheus port (unset: none), log lines as JSON (DJ_LOG_FORMAT=json)
+    metrics_port: int | None = Field(default=None, ge=1, le=65535, alias="DJ_METRICS_PORT")
+    log_format: str = Field(default="text", pattern="^(text|json)$", alias="DJ_LOG_FORMAT")
+
     # auth: off on the embedded default (loopback only); compose turns it on
     auth_enabled: bool = Field(default=False, alias="DJ_AUTH")
     api_url: str = Field(default="http://127.0.0.1:8000", alias="DJ_API_URL")

@@ -117,6 +117,7 @@ class Judgment(Base):
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 
     prompt_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    cache_key: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     raw_output: Mapped[str | None] = mapped_column(Text, nullable=True)
     score: Mapped[float | None] = mapped_column(Float, nullable=True)
     verdict: Mapped[str | None] = mapped_column(String(100), nullable=True)

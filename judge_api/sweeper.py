@@ -21,7 +21,7 @@ import redis
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from judge_api import queue
+from judge_api import metrics, queue
 from judge_api.adaptive import steps as adaptive_steps
 from judge_api.config import Settings
 from judge_api.db import session_factory, session_scope
@@ -83,6 +83,7 @@ def requeue_stale(settings: Settings, *, everything_pending: bool = False, queue
             return 0
         sent = queue.enqueue(settings, ids)
         claims.mark_enqueued(session, ids)
+    metrics.resent(sent)
     log.info("re-enqueued %d judgments", sent)
     return sent
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from typing import Any
 
+import click
 import redis
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual as kombu_virtual
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from judge_api import heartbeats, logs, metrics
 from judge_api.adaptive import steps
 from judge_api.config import get_settings
 from judge_api.db import reset_engines
@@ -102,6 +105,23 @@ app.conf.update(celery_config(get_settings()) if get_settings().resolved_redis_u
 app.conf.task_default_queue = JUDGE_QUEUE
 
 _sweeper: Sweeper | None = None
+_heartbeat: heartbeats.Heartbeat | None = None
+_metrics_port: int | None = None
+
+
+class _MetricsPortOption(bootsteps.Step):
+    """``celery worker --metrics-port N`` (also ``DJ_METRICS_PORT``): serve this worker's /metrics on port N."""
+
+    def __init__(self, parent: Any, metrics_port: int | None = None, **options: Any) -> None:
+        global _metrics_port
+        _metrics_port = metrics_port
+        super().__init__(parent, **options)
+
+
+app.user_options["worker"].add(
+    click.Option(["--metrics-port"], type=int, default=None, help="serve Prometheus /metrics on this port")
+)
+app.steps["worker"].add(_MetricsPortOption)
 
 
 @app.task(
@@ -153,10 +173,27 @@ def _fresh_connections(**_: Any) -> None:
     runtime.reset()
 
 
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def _log_format(logger: logging.Logger | None = None, **_: Any) -> None:
+    if get_settings().log_format == "json" and logger is not None:
+        logs.use_json(logger)
+
+
+@signals.worker_process_shutdown.connect
+def _forget_process_metrics(pid: int | None = None, **_: Any) -> None:
+    if pid is not None:
+        metrics.process_died(pid)  # prefork: the child's live gauges leave the sum
+
+
 @signals.worker_ready.connect
-def _start_sweeper(**_: Any) -> None:
-    global _sweeper
+def _start_sweeper(sender: Any = None, **_: Any) -> None:
+    global _sweeper, _heartbeat
     settings = get_settings()
+    port = _metrics_port or settings.metrics_port
+    if port:
+        metrics.start_http_server(port)
+        log.info("metrics on :%d/metrics", port)
     runtime.engine()  # migrate and build once before taking work
     # everything loaded so far lives as long as the process: keep it out of the collector's full passes, which
     # otherwise walk hundreds of thousands of module-level objects again and again on the hot path
@@ -168,9 +205,15 @@ def _start_sweeper(**_: Any) -> None:
     except Exception as exc:
         log.warning("initial sweep failed: %s", exc)
     _sweeper.start()
+    name = str(getattr(sender, "hostname", None) or f"worker-{os.getpid()}")
+    _heartbeat = heartbeats.Heartbeat(redis_client(settings), name, {"metrics_port": port})
+    _heartbeat.start()
 
 
 @signals.worker_shutdown.connect
 def _stop_sweeper(**_: Any) -> None:
     if _sweeper is not None:
         _sweeper.stop_event.set()
+    if _heartbeat is not None:
+        _heartbeat.stop_event.set()
+        _heartbeat.join(timeout=5)

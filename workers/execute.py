@@ -31,7 +31,7 @@ from sqlalchemy import Engine, update
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from judge_api import repository
+from judge_api import logs, metrics, repository
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
 from judge_api.models import TERMINAL_STATUSES, Run, utcnow
@@ -157,6 +157,10 @@ class JudgeEngine:
                 writes.append({"jid": loaded.judgment.id, **values})
         if writes:
             written = claims.complete_pending_many(self.sessions, writes)
+            if written == len(writes):  # else which rows were written is unknown: count none rather than guess
+                by_id = {loaded.judgment.id: loaded.judgment.judge for loaded in prepared}
+                for write in writes:
+                    metrics.judgment_finished(by_id[write["jid"]], write)
             result.counts["cached"] += written
             if written < len(writes):
                 result.counts["skipped"] += len(writes) - written
@@ -168,7 +172,10 @@ class JudgeEngine:
         """Ask the judge for a judgment this worker has claimed and write the verdict (compare-and-set)."""
         judgment_id = loaded.judgment.id
         try:
-            return self._ask_and_write(loaded, token)
+            with logs.context(
+                run_id=loaded.judgment.run_id, judgment_id=judgment_id, judge=loaded.judgment.judge, attempt=None
+            ):
+                return self._ask_and_write(loaded, token)
         finally:
             self.lease_keeper().drop(judgment_id)
 
@@ -192,6 +199,10 @@ class JudgeEngine:
         except BaseException:
             self._hand_back(judgment_id, token, paid)
             raise
+        if written:
+            metrics.judgment_finished(loaded.judgment.judge, values)
+            if values["status"] != "done":  # ids and the error only: never the prompt or the reply
+                log.info("judgment %s %s: %s", judgment_id, values["status"], values.get("error"))
         return str(values["status"]) if written else "lost-claim"  # the writer has released the leases
 
     def _hand_back(self, judgment_id: int, token: str, paid: _Paid) -> None:
@@ -277,8 +288,8 @@ class JudgeEngine:
             json_schema=schema,
             schema_name=rubric.structured_output.name if rubric.structured_output else "verdict",
         )
-        base: dict[str, Any] = {"prompt_hash": prompt.prompt_hash, "injection_flags": flags}
         key = cache_key(rubric, spec, request, judgment.sample_index, 0)
+        base: dict[str, Any] = {"prompt_hash": prompt.prompt_hash, "cache_key": key, "injection_flags": flags}
         return Prepared(rubric, spec, request, key, base, parse_context(rubric, item, first))
 
     def _evaluate(self, loaded: Loaded, paid: _Paid | None = None) -> dict[str, Any]:
@@ -449,12 +460,17 @@ class JudgeEngine:
             tally.attempts += 1
             self.limiter.acquire(spec.key, limit, estimate)
             try:
-                reply = client.complete(request)
+                with metrics.provider_call(spec.key), logs.context(attempt=attempt):
+                    reply = client.complete(request)
                 tally.provider_calls += 1
+                metrics.call_tokens(spec.key, reply.input_tokens, reply.output_tokens)
                 return reply
             except JudgeCallError as exc:
                 tally.provider_calls += 1
                 tally.errors.append(str(exc))
+                metrics.call_failed(
+                    spec.key, exc.kind, will_retry=exc.retryable and attempt < self.settings.max_attempts
+                )
                 if not exc.retryable or attempt >= self.settings.max_attempts:
                     if attempt > 1:
                         exc.message = f"{exc.message} (after {attempt} attempts)"
@@ -462,7 +478,8 @@ class JudgeEngine:
                 delay = retry_delay(exc, attempt, self.settings, self.rng)
                 if exc.kind == "rate_limited":
                     self.limiter.pause(spec.key, delay)  # every worker holds this judge, not only this one
-                log.info("judge %s: %s; retry %d in %.2fs", spec.key, exc, attempt, delay)
+                with logs.context(attempt=attempt):
+                    log.info("judge %s: %s; retry %d in %.2fs", spec.key, exc, attempt, delay)
                 self.sleep(delay)
 
 

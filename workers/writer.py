@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from judge_api import metrics
 from judge_api.repository import claims
 from workers.singleflight import Lease, SingleFlight
 
@@ -83,11 +84,12 @@ class VerdictWriter:
             if not group:  # idle: the thread ends (the next write starts another)
                 return
             try:
-                written = claims.write_verdicts(
-                    self.engine,
-                    [(item.judgment_id, item.token, item.values) for item in group],
-                    [row for item in group for row in item.cache_rows],
-                )
+                with metrics.verdict_write(len(group)):
+                    written = claims.write_verdicts(
+                        self.engine,
+                        [(item.judgment_id, item.token, item.values) for item in group],
+                        [row for item in group for row in item.cache_rows],
+                    )
             except BaseException as exc:  # every caller hands its judgment back and lets its task retry
                 for item in group:
                     item.written.set_exception(exc)

@@ -255,6 +255,7 @@ VERDICT_COLUMNS = (
     "outcome",
     "raw_output",
     "prompt_hash",
+    "cache_key",
     "injection_flags",
     "attempts",
     "provider_calls",

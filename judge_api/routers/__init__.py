@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from judge_api.routers import health, judgments, ratings, reports, rubrics, runs
+from judge_api.routers import bundles, health, judgments, metrics, ratings, reports, rubrics, runs
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
+    metrics.router,
     rubrics.router,
+    bundles.router,
     runs.router,
     judgments.router,
     reports.router,

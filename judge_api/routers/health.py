@@ -1,12 +1,16 @@
-"""Liveness and readiness: ``GET /healthz`` (the process answers) and ``GET /readyz`` (its database and Redis do)."""
+"""Liveness and readiness: ``GET /healthz`` (the process answers) and ``GET /readyz`` (its database and Redis do),
+which also tells what an operator wants to know next: workers alive (heartbeats), queue depth and how old the oldest
+unfinished judgment is."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from judge_api import __version__
+from judge_api import __version__, operations
 from judge_api.config import Settings
 from judge_api.db import get_engine
 from judge_api.deps import app_settings
@@ -32,6 +36,7 @@ def readyz(settings: Settings = Depends(app_settings)) -> JSONResponse:
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
+    body: dict[str, Any] = {}
     try:
         import redis
 
@@ -41,7 +46,17 @@ def readyz(settings: Settings = Depends(app_settings)) -> JSONResponse:
         else:
             redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2).ping()
             checks["redis"] = "ok"
+            broker = operations.broker_state(settings)
+            body["queue_depth"] = broker["queue_depth"]
+            body["workers"] = {"alive": len(broker["workers"]), "list": broker["workers"]}
     except Exception as exc:
         checks["redis"] = f"unreachable: {type(exc).__name__}"
+    if checks["database"] == "ok":
+        try:
+            body.update(operations.backlog())
+        except Exception as exc:
+            checks["database"] = f"unreachable: {type(exc).__name__}"
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+    if ready and body.get("pending") and not body.get("workers", {}).get("alive"):
+        body["warning"] = "judgments are waiting and no worker is alive (no heartbeat in the last 30 s)"
+    return JSONResponse({"ready": ready, "checks": checks, **body}, status_code=200 if ready else 503)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import timedelta
 from typing import Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Header, HTTPException, Query, Request, Response
@@ -27,7 +28,9 @@ from judge_api.db import get_engine, session_scope
 from judge_api.deps import MAX_OFFSET, app_settings, get_session, require, run_or_404, submit_limit
 from judge_api.errors import field_error
 from judge_api.guards import check_storable
+from judge_api.models import utcnow
 from judge_api.planning import PlanError, plan_run
+from judge_api.repository import retention
 from judge_api.rubrics import get_registry
 from judge_api.schemas import Page, RunCreate, RunCreated, RunSummary
 from judge_api.submit_limit import SubmitRateLimit
@@ -339,3 +342,58 @@ def retry_run(
     session.commit()
     background.add_task(sweeper.enqueue_run, settings, run_id)
     return {"run_id": run_id, "requeued": count}
+
+
+@router.delete("/v1/runs/{run_id}")
+def delete_run(
+    run_id: str, principal: Principal = Depends(require("submit")), session: Session = Depends(get_session)
+) -> dict[str, Any]:
+    """Delete the run with its items, judgments, ratings and what only it used (rubric snapshots, cache entries),
+    all or nothing. Queued messages of the run are skipped by the workers. Scope: submit (the owning project's
+    keys) or admin."""
+    run_or_404(session, run_id, principal)
+    try:
+        removed = retention.delete_run(session, run_id)
+        session.commit()
+    except Exception:
+        session.rollback()
+        raise
+    return {"run_id": run_id, "deleted": removed}
+
+
+@router.post("/v1/runs/prune")
+def prune_runs(
+    older_than: str = Query(..., description="age, e.g. 30d, 12h, 90m"),
+    dry_run: bool = False,
+    principal: Principal = Depends(require("submit")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    """Delete the caller's project's runs created more than ``older_than`` ago (each run all or nothing)."""
+    try:
+        age = parse_age(older_than)
+    except ValueError as exc:
+        raise HTTPException(
+            422, detail=[{"loc": ["query", "older_than"], "msg": str(exc), "type": "value_error"}]
+        ) from None
+    run_ids = retention.runs_older_than(session, utcnow() - age, principal.project_id)
+    session.rollback()
+    deleted: list[str] = []
+    if not dry_run:
+        for run_id in run_ids:
+            try:
+                retention.delete_run(session, run_id)
+                session.commit()
+            except Exception:
+                session.rollback()
+                raise
+            deleted.append(run_id)
+    return {"older_than": older_than, "matched": run_ids, "deleted": deleted, "dry_run": dry_run}
+
+
+def parse_age(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` as a duration."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    value = text.strip().lower()
+    if len(value) < 2 or value[-1] not in units or not value[:-1].isdigit():
+        raise ValueError(f"{text!r} is not an age like 30d, 12h, 90m, 45s or 2w")
+    return timedelta(seconds=int(value[:-1]) * units[value[-1]])

@@ -1,0 +1,325 @@
+"""Retention: deleting a run with everything only it used, and moving a whole run between deployments as a JSON
+Lines bundle (export, then import).
+
+A bundle is one JSON object per line: a header ``{"kind": "dialogue-judge-run", "version": 1, "run": {...}}``,
+then ``item``, ``judgment``, ``rating``, ``rubric_snapshot`` and ``cache_entry`` lines, each carrying the columns of
+its table (database ids and claim bookkeeping left out: the importing deployment numbers its own rows).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    Integer,
+    String,
+    Table,
+    Text,
+    and_,
+    delete,
+    exists,
+    insert,
+    select,
+)
+from sqlalchemy.orm import Session
+
+from judge_api.models import Base, CacheEntry, HumanRating, Judgment, RubricSnapshot, Run, RunItem
+from judge_api.repository.projects import ensure_project
+
+BUNDLE_KIND = "dialogue-judge-run"
+BUNDLE_VERSION = 1
+_CHUNK = 500
+
+# columns a bundle never carries: the database's own numbering, and who holds a claim right now
+_SKIP: dict[str, set[str]] = {
+    "run": {"project_id"},
+    "item": {"id", "run_id"},
+    "judgment": {"id", "run_id", "item_pk", "claim_token", "claimed_at", "enqueued_at"},
+    "rating": {"id", "run_id"},
+    "rubric_snapshot": set(),
+    "cache_entry": set(),
+}
+_MODELS: dict[str, type[Base]] = {
+    "run": Run,
+    "item": RunItem,
+    "judgment": Judgment,
+    "rating": HumanRating,
+    "rubric_snapshot": RubricSnapshot,
+    "cache_entry": CacheEntry,
+}
+
+
+# -- deletion ----------------------------------------------------------------------------------------------------
+
+
+def delete_run(session: Session, run_id: str) -> dict[str, int]:
+    """Delete the run, its items, judgments and human ratings, the rubric snapshots no other run was planned with
+    and the judge-cache entries no other run's judgment came from, in the caller's transaction (all or nothing).
+
+    Messages of the run still in the queue then point at rows that are gone: a worker skips them. A judgment a
+    worker is asking right now loses its claim (the compare-and-set finds no row) and writes nothing."""
+    other = Judgment.__table__.alias("other")
+    own_keys = list(
+        session.scalars(
+            select(Judgment.cache_key)
+            .where(Judgment.run_id == run_id, Judgment.cache_key.is_not(None))
+            .where(~exists().where(and_(other.c.cache_key == Judgment.cache_key, other.c.run_id != run_id)))
+            .distinct()
+        )
+    )
+    own_rubrics = list(
+        session.execute(
+            select(Judgment.rubric_id, Judgment.rubric_version)
+            .where(Judgment.run_id == run_id)
+            .where(
+                ~exists().where(
+                    and_(
+                        other.c.rubric_id == Judgment.rubric_id,
+                        other.c.rubric_version == Judgment.rubric_version,
+                        other.c.run_id != run_id,
+                    )
+                )
+            )
+            .distinct()
+        )
+    )
+    removed: dict[str, int] = {"cache_entries": 0, "rubric_snapshots": 0}
+    for start in range(0, len(own_keys), _CHUNK):
+        chunk = own_keys[start : start + _CHUNK]
+        removed["cache_entries"] += _rowcount(session.execute(delete(CacheEntry).where(CacheEntry.key.in_(chunk))))
+    for rubric_id, version in own_rubrics:
+        removed["rubric_snapshots"] += _rowcount(
+            session.execute(
+                delete(RubricSnapshot).where(RubricSnapshot.rubric_id == rubric_id, RubricSnapshot.version == version)
+            )
+        )
+    removed["judgments"] = _rowcount(session.execute(delete(Judgment).where(Judgment.run_id == run_id)))
+    removed["human_ratings"] = _rowcount(session.execute(delete(HumanRating).where(HumanRating.run_id == run_id)))
+    removed["items"] = _rowcount(session.execute(delete(RunItem).where(RunItem.run_id == run_id)))
+    removed["runs"] = _rowcount(session.execute(delete(Run).where(Run.id == run_id)))
+    return removed
+
+
+def runs_older_than(session: Session, cutoff: datetime, project_id: str | None) -> list[str]:
+    query = select(Run.id).where(Run.created_at < cutoff)
+    if project_id is not None:
+        query = query.where(Run.project_id == project_id)
+    return list(session.scalars(query.order_by(Run.created_at)))
+
+
+def _rowcount(result: Any) -> int:
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+# -- export ------------------------------------------------------------------------------------------------------
+
+
+def export_run(session: Session, run_id: str) -> Iterator[str]:
+    """The run as bundle lines (each ends with a newline), read in chunks."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise KeyError(run_id)
+    yield _line({"kind": BUNDLE_KIND, "version": BUNDLE_VERSION, "run": _row("run", run)})
+    for kind, query in (
+        ("item", select(RunItem).where(RunItem.run_id == run_id).order_by(RunItem.id)),
+        ("judgment", select(Judgment).where(Judgment.run_id == run_id).order_by(Judgment.id)),
+        ("rating", select(HumanRating).where(HumanRating.run_id == run_id).order_by(HumanRating.id)),
+    ):
+        for obj in session.scalars(query.execution_options(yield_per=_CHUNK)):
+            yield _line({"kind": kind, **_row(kind, obj)})
+    versions = session.execute(
+        select(Judgment.rubric_id, Judgment.rubric_version).where(Judgment.run_id == run_id).distinct()
+    ).all()
+    for rubric_id, version in sorted(versions):
+        snapshot = session.get(RubricSnapshot, (rubric_id, version))
+        if snapshot is not None:
+            yield _line({"kind": "rubric_snapshot", **_row("rubric_snapshot", snapshot)})
+    keys = sorted(
+        key
+        for key in session.scalars(
+            select(Judgment.cache_key).where(Judgment.run_id == run_id, Judgment.cache_key.is_not(None)).distinct()
+        )
+        if key is not None
+    )
+    for start in range(0, len(keys), _CHUNK):
+        for entry in session.scalars(
+            select(CacheEntry).where(CacheEntry.key.in_(keys[start : start + _CHUNK])).order_by(CacheEntry.key)
+        ):
+            yield _line({"kind": "cache_entry", **_row("cache_entry", entry)})
+
+
+def _row(kind: str, obj: Any) -> dict[str, Any]:
+    table = _table(kind)
+    out: dict[str, Any] = {}
+    for column in table.columns:
+        if column.key in _SKIP[kind]:
+            continue
+        value = getattr(obj, column.key)
+        out[column.key] = value.isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def _line(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _table(kind: str) -> Table:
+    return cast(Table, _MODELS[kind].__table__)
+
+
+# -- import ------------------------------------------------------------------------------------------------------
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be imported: ``field`` names where (``line 3: judgment.status``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class RunExists(BundleError):
+    pass
+
+
+@dataclass
+class Bundle:
+    run: dict[str, Any]
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def parse_bundle(lines: Iterable[str]) -> Bundle:
+    """Read and check every line before anything is stored (BundleError names the line and the field)."""
+    bundle: Bundle | None = None
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        where = f"line {number}"
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BundleError(where, f"not valid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise BundleError(where, "a bundle line must be a JSON object")
+        kind = obj.pop("kind", None)
+        if bundle is None:
+            if kind != BUNDLE_KIND:
+                raise BundleError(f"{where}: kind", f"the first line must be the {BUNDLE_KIND!r} header")
+            if obj.get("version") != BUNDLE_VERSION:
+                raise BundleError(f"{where}: version", f"bundle version {obj.get('version')!r} is not supported")
+            if not isinstance(obj.get("run"), dict):
+                raise BundleError(f"{where}: run", "the header must carry the run")
+            bundle = Bundle(run=_checked("run", obj["run"], f"{where}: run"))
+            continue
+        if kind not in _MODELS or kind == "run":
+            raise BundleError(
+                f"{where}: kind", f"unknown kind {kind!r} (expected one of {sorted(set(_MODELS) - {'run'})})"
+            )
+        bundle.rows.setdefault(kind, []).append(_checked(kind, obj, f"{where}: {kind}"))
+    if bundle is None:
+        raise BundleError("line 1", "the bundle is empty")
+    return bundle
+
+
+def _checked(kind: str, obj: dict[str, Any], where: str) -> dict[str, Any]:
+    columns = {c.key: c for c in _table(kind).columns if c.key not in _SKIP[kind]}
+    unknown = sorted(set(obj) - set(columns))
+    if unknown:
+        raise BundleError(f"{where}.{unknown[0]}", "is not a field of this kind of row")
+    row: dict[str, Any] = {}
+    for key, column in columns.items():
+        value = obj.get(key)
+        if value is None:
+            if not column.nullable and column.default is None:
+                raise BundleError(f"{where}.{key}", "is required")
+            if column.nullable and key in obj:
+                row[key] = None
+            continue
+        row[key] = _value(column.type, value, f"{where}.{key}")
+    return row
+
+
+def _value(kind: Any, value: Any, where: str) -> Any:
+    if isinstance(kind, DateTime):
+        if not isinstance(value, str):
+            raise BundleError(where, "must be an ISO 8601 date-time string")
+        try:
+            return datetime.fromisoformat(value).replace(tzinfo=None)
+        except ValueError:
+            raise BundleError(where, f"{value!r} is not an ISO 8601 date-time") from None
+    checks: Sequence[tuple[type[Any], tuple[type[Any], ...], str]] = (
+        (Boolean, (bool,), "a boolean"),
+        (Integer, (int,), "an integer"),
+        (Float, (int, float), "a number"),
+        (String, (str,), "a string"),
+        (Text, (str,), "a string"),
+        (JSON, (dict, list), "a JSON object or array"),
+    )
+    for sql_type, python_types, name in checks:
+        if isinstance(kind, sql_type):
+            if not isinstance(value, python_types) or (sql_type is not Boolean and isinstance(value, bool)):
+                raise BundleError(where, f"must be {name}")
+            if isinstance(kind, String) and kind.length is not None and len(value) > kind.length:
+                raise BundleError(where, f"is longer than {kind.length} characters")
+            return value
+    return value
+
+
+def import_run(session: Session, bundle: Bundle, project_id: str) -> dict[str, Any]:
+    """Store a parsed bundle as a run of ``project_id`` in the caller's transaction. The run keeps its id (RunExists
+    when this deployment has it already); judgments a worker was holding in the exporting deployment come back
+    pending, to be judged here."""
+    run_id = str(bundle.run["id"])
+    if session.get(Run, run_id) is not None:
+        raise RunExists("run.id", f"run {run_id!r} exists in this deployment already; delete it first")
+    items = bundle.rows.get("item", [])
+    judgments = bundle.rows.get("judgment", [])
+    keys = [i["item_key"] for i in items]
+    if len(set(keys)) != len(keys):
+        raise BundleError("item.item_key", "an item key appears twice")
+    unknown = sorted({j["item_key"] for j in judgments} - set(keys))
+    if unknown:
+        raise BundleError("judgment.item_key", f"judgments of items the bundle does not carry: {unknown[:5]}")
+    ensure_project(session, project_id)
+    session.add(Run(**bundle.run, project_id=project_id))
+    session.flush()
+    for start in range(0, len(items), _CHUNK):
+        session.execute(insert(RunItem), [{**i, "run_id": run_id} for i in items[start : start + _CHUNK]])
+    pks = dict(session.execute(select(RunItem.item_key, RunItem.id).where(RunItem.run_id == run_id)).tuples().all())
+    rows = []
+    for j in judgments:
+        row = {**j, "run_id": run_id, "item_pk": pks[j["item_key"]]}
+        if row.get("status") == "running":
+            row["status"] = "pending"
+        rows.append(row)
+    for start in range(0, len(rows), _CHUNK):
+        session.execute(insert(Judgment), rows[start : start + _CHUNK])
+    ratings = bundle.rows.get("rating", [])
+    if ratings:
+        session.execute(insert(HumanRating), [{**r, "run_id": run_id} for r in ratings])
+    _insert_missing(session, RubricSnapshot, bundle.rows.get("rubric_snapshot", []), ("rubric_id", "version"))
+    _insert_missing(session, CacheEntry, bundle.rows.get("cache_entry", []), ("key",))
+    return {
+        "run_id": run_id,
+        "items": len(items),
+        "judgments": len(judgments),
+        "human_ratings": len(ratings),
+        "pending": sum(1 for r in rows if r.get("status") == "pending"),
+    }
+
+
+def _insert_missing(session: Session, model: type[Base], rows: list[dict[str, Any]], key: tuple[str, ...]) -> None:
+    """Rows whose key this deployment has already are kept as they are (same key, same content)."""
+    for row in rows:
+        if session.get(model, tuple(row[k] for k in key) if len(key) > 1 else row[key[0]]) is None:
+            session.add(model(**row))
+    session.flush()
