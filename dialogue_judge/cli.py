@@ -243,6 +243,11 @@ def api(
     """Run the HTTP API (configured by DATABASE_URL and REDIS_URL)."""
     import uvicorn
 
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # /metrics then sums every API process's samples, whichever process answers the scrape
+        import tempfile
+
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="dj-api-metrics-")
     uvicorn.run("judge_api.app:app", host=host, port=port, workers=workers, log_level="info")
 
 
