@@ -1,9 +1,10 @@
 """Retention: deleting a run with everything only it used, and moving a whole run between deployments as a JSON
 Lines bundle (export, then import).
 
-A bundle is one JSON object per line: a header ``{"kind": "dialogue-judge-run", "version": 1, "run": {...}}``,
-then ``item``, ``judgment``, ``rating``, ``rubric_snapshot`` and ``cache_entry`` lines, each carrying the columns of
-its table (database ids and claim bookkeeping left out: the importing deployment numbers its own rows).
+A bundle is one JSON object per line; its ``record`` key says what the line is: a header ``{"record":
+"dialogue-judge-run", "version": 1, "run": {...}}``, then ``item``, ``judgment``, ``rating``, ``rubric_snapshot`` and
+``cache_entry`` lines, whose other keys are the columns of their table (database ids and claim bookkeeping left out:
+the importing deployment numbers its own rows).
 """
 
 from __future__ import annotations
@@ -127,21 +128,21 @@ def export_run(session: Session, run_id: str) -> Iterator[str]:
     run = session.get(Run, run_id)
     if run is None:
         raise KeyError(run_id)
-    yield _line({"kind": BUNDLE_KIND, "version": BUNDLE_VERSION, "run": _row("run", run)})
+    yield _line({"record": BUNDLE_KIND, "version": BUNDLE_VERSION, "run": _row("run", run)})
     for kind, query in (
         ("item", select(RunItem).where(RunItem.run_id == run_id).order_by(RunItem.id)),
         ("judgment", select(Judgment).where(Judgment.run_id == run_id).order_by(Judgment.id)),
         ("rating", select(HumanRating).where(HumanRating.run_id == run_id).order_by(HumanRating.id)),
     ):
         for obj in session.scalars(query.execution_options(yield_per=_CHUNK)):
-            yield _line({"kind": kind, **_row(kind, obj)})
+            yield _line({"record": kind, **_row(kind, obj)})
     versions = session.execute(
         select(Judgment.rubric_id, Judgment.rubric_version).where(Judgment.run_id == run_id).distinct()
     ).all()
     for rubric_id, version in sorted(versions):
         snapshot = session.get(RubricSnapshot, (rubric_id, version))
         if snapshot is not None:
-            yield _line({"kind": "rubric_snapshot", **_row("rubric_snapshot", snapshot)})
+            yield _line({"record": "rubric_snapshot", **_row("rubric_snapshot", snapshot)})
     keys = sorted(
         key
         for key in session.scalars(
@@ -153,7 +154,7 @@ def export_run(session: Session, run_id: str) -> Iterator[str]:
         for entry in session.scalars(
             select(CacheEntry).where(CacheEntry.key.in_(keys[start : start + _CHUNK])).order_by(CacheEntry.key)
         ):
-            yield _line({"kind": "cache_entry", **_row("cache_entry", entry)})
+            yield _line({"record": "cache_entry", **_row("cache_entry", entry)})
 
 
 def _row(kind: str, obj: Any) -> dict[str, Any]:
@@ -210,10 +211,10 @@ def parse_bundle(lines: Iterable[str]) -> Bundle:
             raise BundleError(where, f"not valid JSON: {exc.msg}") from None
         if not isinstance(obj, dict):
             raise BundleError(where, "a bundle line must be a JSON object")
-        kind = obj.pop("kind", None)
+        kind = obj.pop("record", None)
         if bundle is None:
             if kind != BUNDLE_KIND:
-                raise BundleError(f"{where}: kind", f"the first line must be the {BUNDLE_KIND!r} header")
+                raise BundleError(f"{where}: record", f"the first line must be the {BUNDLE_KIND!r} header")
             if obj.get("version") != BUNDLE_VERSION:
                 raise BundleError(f"{where}: version", f"bundle version {obj.get('version')!r} is not supported")
             if not isinstance(obj.get("run"), dict):
@@ -222,7 +223,7 @@ def parse_bundle(lines: Iterable[str]) -> Bundle:
             continue
         if kind not in _MODELS or kind == "run":
             raise BundleError(
-                f"{where}: kind", f"unknown kind {kind!r} (expected one of {sorted(set(_MODELS) - {'run'})})"
+                f"{where}: record", f"unknown record {kind!r} (expected one of {sorted(set(_MODELS) - {'run'})})"
             )
         bundle.rows.setdefault(kind, []).append(_checked(kind, obj, f"{where}: {kind}"))
     if bundle is None:
@@ -234,7 +235,7 @@ def _checked(kind: str, obj: dict[str, Any], where: str) -> dict[str, Any]:
     columns = {c.key: c for c in _table(kind).columns if c.key not in _SKIP[kind]}
     unknown = sorted(set(obj) - set(columns))
     if unknown:
-        raise BundleError(f"{where}.{unknown[0]}", "is not a field of this kind of row")
+        raise BundleError(f"{where}.{unknown[0]}", "is not a field of this record")
     row: dict[str, Any] = {}
     for key, column in columns.items():
         value = obj.get(key)

@@ -42,6 +42,7 @@ def report(
         judgments, ratings if len(ratings) else None, n_boot=n_boot, seed=seed, human_prefix=human_prefix
     )
     summary = repository.summarize_runs(session, [run])[0]
+    session.commit()  # keep the finished_at the summary stamped, as GET /v1/runs/{id} does: a report is stable
     return {"run": json.loads(summary.model_dump_json()), **result}
 
 
