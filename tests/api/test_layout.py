@@ -18,6 +18,7 @@ JUDGE_API = REPO_ROOT / "judge_api"
 ROUTE_MODULES = [
     ("GET", "/healthz", "health"),
     ("GET", "/readyz", "health"),
+    ("GET", "/metrics", "metrics"),
     ("GET", "/v1/rubrics", "rubrics"),
     ("GET", "/v1/rubrics/{rubric_id}/versions", "rubrics"),
     ("GET", "/v1/rubrics/{rubric_id}/versions/{version}", "rubrics"),
@@ -26,6 +27,10 @@ ROUTE_MODULES = [
     ("GET", "/v1/runs", "runs"),
     ("GET", "/v1/runs/{run_id}", "runs"),
     ("POST", "/v1/runs/{run_id}/retry", "runs"),
+    ("DELETE", "/v1/runs/{run_id}", "runs"),
+    ("POST", "/v1/runs/prune", "runs"),
+    ("GET", "/v1/runs/{run_id}/export", "bundles"),
+    ("POST", "/v1/runs/import", "bundles"),
     ("GET", "/v1/runs/{run_id}/judgments", "judgments"),
     ("GET", "/v1/runs/{run_id}/judgments.csv", "judgments"),
     ("GET", "/v1/runs/{run_id}/items", "judgments"),

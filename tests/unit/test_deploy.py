@@ -44,3 +44,87 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "./scripts/demo.sh" in first_screen and "./scripts/test.sh" in first_screen
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash scripts/test.sh" in ci and "scripts/services.sh" in ci
+
+
+def test_metrics_profile_scrapes_the_api_and_every_worker() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert services["prometheus"]["profiles"] == ["metrics"] and services["grafana"]["profiles"] == ["metrics"]
+    worker_command = services["worker"]["command"]
+    port = int(worker_command[worker_command.index("--metrics-port") + 1])
+    mounts = {m.split(":")[1]: ROOT / m.split(":")[0] for m in services["prometheus"]["volumes"] if m.startswith("./")}
+    config = yaml.safe_load(mounts["/etc/prometheus/prometheus.yml"].read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["dialogue-judge-api"]["static_configs"][0]["targets"] == ["api:8000"]
+    worker_sd = jobs["dialogue-judge-worker"]["dns_sd_configs"][0]
+    assert worker_sd["names"] == ["worker"] and worker_sd["port"] == port  # every replica of --scale worker=N
+    for job in jobs.values():
+        assert job.get("metrics_path", "/metrics") == "/metrics"
+    grafana_mounts = {m.split(":")[1]: ROOT / m.split(":")[0] for m in services["grafana"]["volumes"]}
+    provisioning = grafana_mounts["/etc/grafana/provisioning"]
+    providers = yaml.safe_load((provisioning / "dashboards" / "dialogue-judge.yml").read_text())["providers"]
+    assert providers[0]["options"]["path"] in grafana_mounts
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"][0]
+    assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
+
+
+def test_grafana_dashboard_panels_query_metrics_the_service_exports() -> None:
+    """Every panel's query names only metrics that judge_api.metrics defines (or the API's queue collector), and
+    the dashboard shows throughput, latency, 429s, cost and queue depth."""
+    import json
+    import re
+
+    from prometheus_client import REGISTRY
+
+    import judge_api.metrics  # noqa: F401  (registers the metrics)
+
+    exported = set()
+    for family in REGISTRY.collect():
+        if family.name.startswith("dj_"):
+            exported |= {family.name, f"{family.name}_total", f"{family.name}_bucket", f"{family.name}_count"}
+            exported.add(f"{family.name}_sum")
+    exported |= {"dj_queue_depth", "dj_pending_judgments", "dj_oldest_pending_age_seconds", "dj_workers_alive"}
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "dashboards" / "dialogue-judge.json").read_text())
+    datasource_uid = yaml.safe_load(
+        (ROOT / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text()
+    )["datasources"][0]["uid"]
+    assert dashboard["uid"] and dashboard["title"] and dashboard["schemaVersion"] >= 30
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    queried: set[str] = set()
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == datasource_uid
+        assert {"x", "y", "w", "h"} <= set(panel["gridPos"])
+        for target in panel["targets"]:
+            assert target["expr"].count("(") == target["expr"].count(")"), target["expr"]
+            names = set(re.findall(r"\bdj_[a-z_]+", target["expr"]))
+            assert names and names <= exported, names - exported
+            queried |= names
+    for needed in (
+        "dj_judgments_total",  # throughput
+        "dj_judge_call_duration_seconds_bucket",  # latency
+        "dj_provider_rate_limited_total",  # 429s
+        "dj_judge_cost_usd_total",  # cost
+        "dj_queue_depth",
+    ):
+        assert needed in queried, needed
+
+
+def test_metric_names_follow_prometheus_conventions() -> None:
+    from prometheus_client import REGISTRY
+
+    import judge_api.metrics
+
+    families = [f for f in REGISTRY.collect() if f.name.startswith("dj_")]
+    assert len(families) >= 12
+    for family in families:
+        if family.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in family.samples), family.name
+        if "duration" in family.name or "age" in family.name:
+            assert family.name.endswith("_seconds"), family.name
+    from prometheus_client.metrics import MetricWrapperBase
+
+    defined = [m for m in vars(judge_api.metrics).values() if isinstance(m, MetricWrapperBase)]
+    assert len(defined) == len(families)
+    for metric in defined:  # bounded label sets: never a run or judgment id
+        assert set(metric._labelnames) <= {"judge", "status", "outcome", "kind", "direction"}, metric._name
