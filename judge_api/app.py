@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from judge_api import __version__, logs
+from judge_api import __version__, logs, tracing
 from judge_api.auth import AUTH_OFF_NOTICE
 from judge_api.config import Settings, get_settings
 from judge_api.errors import install_exception_handlers
@@ -46,6 +46,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if not settings.auth_enabled:
         log.warning("%s; set DJ_AUTH=true to require API keys", AUTH_OFF_NOTICE)
     upgrade(settings.resolved_database_url())
+    tracing.setup("dialogue-judge-api")
     get_registry(refresh=True)
     try:
         warm_up_reports()  # ~0.2 s here instead of in the first GET /report

@@ -19,7 +19,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual as kombu_virtual
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from judge_api import heartbeats, logs, metrics
+from judge_api import heartbeats, logs, metrics, tracing
 from judge_api.adaptive import steps
 from judge_api.config import get_settings
 from judge_api.db import reset_engines
@@ -171,6 +171,8 @@ def _step_adaptive_runs(engine: JudgeEngine, judgment_ids: list[int]) -> None:
 def _fresh_connections(**_: Any) -> None:
     reset_engines()  # a forked pool process must not reuse the parent's database connections
     runtime.reset()
+    tracing.reset()  # a forked child exports its own spans (the parent's exporter thread is not copied)
+    tracing.setup("dialogue-judge-worker")
 
 
 @signals.after_setup_logger.connect
@@ -190,6 +192,7 @@ def _forget_process_metrics(pid: int | None = None, **_: Any) -> None:
 def _start_sweeper(sender: Any = None, **_: Any) -> None:
     global _sweeper, _heartbeat
     settings = get_settings()
+    tracing.setup("dialogue-judge-worker")
     port = _metrics_port or settings.metrics_port
     if port:
         metrics.start_http_server(port)

@@ -31,7 +31,7 @@ from sqlalchemy import Engine, update
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from judge_api import logs, metrics, repository
+from judge_api import logs, metrics, repository, tracing
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
 from judge_api.models import TERMINAL_STATUSES, Run, utcnow
@@ -172,8 +172,13 @@ class JudgeEngine:
         """Ask the judge for a judgment this worker has claimed and write the verdict (compare-and-set)."""
         judgment_id = loaded.judgment.id
         try:
-            with logs.context(
-                run_id=loaded.judgment.run_id, judgment_id=judgment_id, judge=loaded.judgment.judge, attempt=None
+            with (
+                logs.context(
+                    run_id=loaded.judgment.run_id, judgment_id=judgment_id, judge=loaded.judgment.judge, attempt=None
+                ),
+                tracing.span(
+                    "judgment", run_id=loaded.judgment.run_id, judgment_id=judgment_id, judge=loaded.judgment.judge
+                ),
             ):
                 return self._ask_and_write(loaded, token)
         finally:
@@ -460,7 +465,11 @@ class JudgeEngine:
             tally.attempts += 1
             self.limiter.acquire(spec.key, limit, estimate)
             try:
-                with metrics.provider_call(spec.key), logs.context(attempt=attempt):
+                with (
+                    metrics.provider_call(spec.key),
+                    logs.context(attempt=attempt),
+                    tracing.span("provider.call", judge=spec.key, attempt=attempt),
+                ):
                     reply = client.complete(request)
                 tally.provider_calls += 1
                 metrics.call_tokens(spec.key, reply.input_tokens, reply.output_tokens)

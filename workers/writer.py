@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from judge_api import metrics
+from judge_api import metrics, tracing
 from judge_api.repository import claims
 from workers.singleflight import Lease, SingleFlight
 
@@ -84,7 +84,12 @@ class VerdictWriter:
             if not group:  # idle: the thread ends (the next write starts another)
                 return
             try:
-                with metrics.verdict_write(len(group)):
+                with (
+                    metrics.verdict_write(len(group)),
+                    tracing.span("verdict.write", judgments=len(group)) as current,
+                ):
+                    if current is not None:
+                        tracing.set_attribute(current, "judgment_ids", [item.judgment_id for item in group])
                     written = claims.write_verdicts(
                         self.engine,
                         [(item.judgment_id, item.token, item.values) for item in group],

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from judge_api import idempotency, repository, sweeper
+from judge_api import idempotency, repository, sweeper, tracing
 from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import get_engine, session_scope
@@ -188,7 +188,9 @@ def _create(
     who = principal.key_id or "anonymous"
     reservation = rate_limit.reserve(who, settings.runs_per_minute)
     try:
-        created, stored = _create_reserved(request, principal, background, session, settings, submission, response)
+        with tracing.span("run.submit", project_id=principal.project_id) as current:
+            created, stored = _create_reserved(request, principal, background, session, settings, submission, response)
+            tracing.set_attribute(current, "run_id", created.id)
     except BaseException:
         rate_limit.release(who, reservation)  # a rejected or failed submission does not count
         raise
