@@ -4,6 +4,7 @@ correlated by run and judgment id; none when tracing is off; no prompt in any at
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -20,7 +21,7 @@ export = pytest.importorskip("opentelemetry.sdk.trace.export")
 
 
 @pytest.fixture
-def spans() -> Iterator[in_memory.InMemorySpanExporter]:
+def spans() -> Iterator[Any]:
     exporter = in_memory.InMemorySpanExporter()
     provider = sdk_trace.TracerProvider()
     provider.add_span_processor(export.SimpleSpanProcessor(exporter))
@@ -29,7 +30,7 @@ def spans() -> Iterator[in_memory.InMemorySpanExporter]:
     tracing.reset()
 
 
-def test_a_run_is_traced_from_submit_to_write(harness: Harness, spans: in_memory.InMemorySpanExporter) -> None:
+def test_a_run_is_traced_from_submit_to_write(harness: Harness, spans: Any) -> None:
     harness.build()
     reset_settings_cache()
     harness.sim.set_script({"faults": [{"kind": "rate_limit", "first_n": 1, "retry_after": 1}]})
