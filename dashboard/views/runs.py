@@ -1,13 +1,16 @@
-"""Runs: every run with status, progress, judges, rubrics, cost and tokens; start a run from a JSONL file."""
+"""Runs: every run with status, progress, judges, rubrics, cost and tokens; the selected run's live progress with
+its throughput and an ETA; start a run from a JSONL file."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import api, charts, state, widgets
+from dashboard.pace import PACE_WINDOW_S, duration, finished_count, pace
 
 REFRESH_S = 2.0
 MODES = ["single", "pairwise"]
@@ -153,6 +156,15 @@ def run_list() -> None:
         st.rerun()
 
 
+def observe(run: dict[str, Any], now: float) -> list[tuple[float, int]]:
+    """Add this refresh's count to the run's history in the page session (the window and a little more kept)."""
+    histories: dict[str, list[tuple[float, int]]] = st.session_state.setdefault("run_pace", {})
+    history = [(t, n) for t, n in histories.get(str(run.get("id")), []) if now - t <= 2 * PACE_WINDOW_S]
+    history.append((now, finished_count(run)))
+    histories[str(run.get("id"))] = history
+    return history
+
+
 def run_detail(run: dict[str, Any]) -> None:
     st.subheader(f"Run {run.get('name') or ''} `{run.get('id')}`")
     counts = run.get("counts") or {}
@@ -166,6 +178,11 @@ def run_detail(run: dict[str, Any]) -> None:
     cols[3].metric("Tokens in / out", f"{compact(run.get('input_tokens'))} / {compact(run.get('output_tokens'))}")
     cols[4].metric("Cost", f"${float(run.get('cost_usd') or 0):.4f}")
     st.progress(float(run.get("progress") or 0.0))
+    now = time.time()
+    rate, eta = pace(run, observe(run, now) if state.unfinished(run) else [], now)
+    left, right = st.columns(2)
+    left.metric("Throughput", f"{rate:.2f} judgments/s" if rate is not None else "-")
+    right.metric("ETA", "finished" if eta == 0 else duration(eta))
     widgets.chart(charts.progress_figure(counts), key="run_progress")
     st.caption(
         f"Judges: {', '.join(run.get('judges') or [])} · rubrics: {', '.join(run.get('rubrics') or [])} · "

@@ -236,3 +236,33 @@ def test_run_version_changes_with_progress() -> None:
 def test_progress_figure_stacks_statuses() -> None:
     fig = charts.progress_figure({"done": 5, "failed": 1, "pending": 0})
     assert [t.name for t in fig.data] == ["done", "failed"]
+
+
+# -- the runs page's throughput and ETA ------------------------------------------------------------------------
+RUN_PACE_CASES = [
+    # (finished, n, history [(t, finished)], now, created offset s, expected rate, expected eta)
+    ("window", 40, 100, [(100.0, 20), (110.0, 30), (120.0, 40)], 120.0, -1000.0, 1.0, 60.0),
+    ("stalled", 40, 100, [(100.0, 40), (120.0, 40)], 120.0, -1000.0, 0.0, None),
+    ("average since created", 50, 100, [], 1000.0, 900.0, 0.5, 100.0),
+    ("nothing yet", 0, 100, [], 1000.0, 900.0, None, None),
+    ("done", 100, 100, [], 1000.0, 800.0, 0.5, 0.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "finished", "n", "history", "now", "created", "rate", "eta"),
+    RUN_PACE_CASES,
+    ids=[c[0] for c in RUN_PACE_CASES],
+)
+def test_runs_page_pace(
+    case: str, finished: int, n: int, history: list, now: float, created: float, rate: float | None, eta: float | None
+) -> None:
+    from datetime import UTC, datetime
+
+    from dashboard import pace
+
+    created_at = datetime.fromtimestamp(created, UTC).replace(tzinfo=None).isoformat()
+    run = {"n_judgments": n, "counts": {"done": finished}, "created_at": created_at, "finished_at": None}
+    got_rate, got_eta = pace.pace(run, history, now)
+    assert got_rate == (pytest.approx(rate) if rate is not None else None)
+    assert got_eta == (pytest.approx(eta) if eta is not None else None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from dashboard_fakes import JUDGE, RUN_A, RUN_B, FakeApi, install
@@ -121,10 +122,22 @@ def test_runs_lists_runs_and_shows_progress(fake_api: FakeApi) -> None:
 
 def test_runs_refresh_live_while_a_run_is_unfinished(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = install(monkeypatch, FakeApi("data"))
-    fake.runs[RUN_A]["summary"].update(status="running", progress=0.4, finished_at=None)
+    started = (datetime.now(UTC) - timedelta(seconds=60)).replace(tzinfo=None).isoformat()
+    n = fake.runs[RUN_A]["summary"]["n_judgments"]
+    fake.runs[RUN_A]["summary"].update(
+        status="running",
+        progress=0.4,
+        finished_at=None,
+        created_at=started,
+        counts={"done": int(0.4 * n), "pending": n - int(0.4 * n)},
+    )
     at = open_page("runs")
     assert "Live: refreshing every 2 s" in texts(at, "caption")
     assert {m.label: m.value for m in at.metric}["Running"] == "1"
+    shown = {m.label: m.value for m in at.metric}
+    # 40% in the 60 s since it was created: ~0.6 judgments/s for 90 judgments, so ~90 s to go
+    assert shown["Throughput"].endswith("judgments/s") and 0.4 < float(shown["Throughput"].split()[0]) < 0.8
+    assert shown["ETA"].startswith("1m "), shown["ETA"]
     fake.runs[RUN_A]["summary"].update(status="done", progress=1.0)
     st_cache_clear()
     at.run()
