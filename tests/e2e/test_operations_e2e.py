@@ -154,3 +154,61 @@ def test_prefork_worker_sums_its_children(
     assert total(worker, "dj_judgments_total", judge=judge, status="done") == 12
     assert total(worker, "dj_provider_calls_total", judge=judge, outcome="ok") == 12
     assert total(worker, "dj_provider_calls_in_flight", judge=judge) == 0
+
+
+def test_runs_cli_deletes_prunes_exports_and_imports(sqlite_url: str, redis_url: str, tmp_path: Path) -> None:
+    """The README's commands as written, against a live API (no worker: the runs stay pending)."""
+    from typer.testing import CliRunner
+
+    from dialogue_judge.cli import app
+
+    runner = CliRunner()
+    service = LiveService(redis_url, sqlite_url, tmp_path / "svc")
+    try:
+        service.start_api()
+        client = service.client()
+        body = {
+            "items": make_items(2, {"a": 50, "b": 60}),
+            "rubrics": ["rsum-single"],
+            "judges": ["openai-compatible:sim@http://127.0.0.1:9/v1"],
+            "aspects": ["consistency"],
+        }
+        keep, drop, old = (client.create_run(body)["id"] for _ in range(3))
+        api = ["--api", service.api_url]
+
+        listed = runner.invoke(app, ["runs", *api])
+        assert listed.exit_code == 0 and keep in listed.output
+
+        bundle = tmp_path / "keep.jsonl"
+        exported = runner.invoke(app, ["runs", "export", keep, "-o", str(bundle), *api])
+        assert exported.exit_code == 0, exported.output
+        assert bundle.read_text().count("\n") == 1 + 2 + 4 + 1  # header, items, judgments, rubric; no cache yet
+
+        deleted = runner.invoke(app, ["runs", "delete", drop, keep, *api])
+        assert deleted.exit_code == 0, deleted.output
+        assert f"{drop} deleted" in deleted.output and "4 judgments" in deleted.output
+        assert sql(sqlite_url, f"SELECT COUNT(*) FROM judgments WHERE run_id IN ('{drop}', '{keep}')") == 0
+        missing = runner.invoke(app, ["runs", "delete", drop, *api])
+        assert missing.exit_code == 2 and "not found" in missing.output
+
+        imported = runner.invoke(app, ["runs", "import", str(bundle), *api])
+        assert imported.exit_code == 0, imported.output
+        assert f"{keep} imported: 2 items, 4 judgments" in imported.output
+        assert client.run(keep)["counts"]["pending"] == 4
+        again = runner.invoke(app, ["runs", "import", str(bundle), *api])
+        assert again.exit_code == 2 and "exists" in again.output
+
+        engine = create_engine(sqlite_url)
+        with engine.begin() as connection:
+            connection.execute(text("UPDATE runs SET created_at = '2020-01-01 00:00:00' WHERE id = :r"), {"r": old})
+        engine.dispose()
+        dry = runner.invoke(app, ["runs", "prune", "--older-than", "30d", "--dry-run", *api])
+        assert dry.exit_code == 0 and old in dry.output and "1 runs would be deleted" in dry.output
+        pruned = runner.invoke(app, ["runs", "prune", "--older-than", "30d", *api])
+        assert pruned.exit_code == 0 and "1 runs deleted" in pruned.output
+        assert sql(sqlite_url, f"SELECT COUNT(*) FROM runs WHERE id = '{old}'") == 0
+        assert sql(sqlite_url, f"SELECT COUNT(*) FROM runs WHERE id = '{keep}'") == 1
+        bad = runner.invoke(app, ["runs", "prune", "--older-than", "soon", *api])
+        assert bad.exit_code == 2 and "older_than" in bad.output
+    finally:
+        service.stop()
