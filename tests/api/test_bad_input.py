@@ -837,7 +837,54 @@ RUBRIC_CASES = [
     Case("unknown rubric version", "GET", "/v1/rubrics/rsum-single/versions/abc", 404, None, "has no version 'abc'"),
 ]
 
-ALL_CASES = RUN_CASES + JSONL_CASES + READ_CASES + RATING_CASES + RUBRIC_CASES
+RETENTION_CASES = [
+    Case("delete unknown run", "DELETE", "/v1/runs/nope", 404, None, "not found"),
+    Case("export unknown run", "GET", "/v1/runs/nope/export", 404, None, "not found"),
+    Case("prune without an age", "POST", "/v1/runs/prune", 422, ["query", "older_than"], "Field required"),
+    Case(
+        "prune with a bad age",
+        "POST",
+        "/v1/runs/prune",
+        422,
+        ["query", "older_than"],
+        "is not an age",
+        params={"older_than": "last year"},
+    ),
+    Case("import not JSON", "POST", "/v1/runs/import", 422, ["body", "line 1"], "not valid JSON", content=b"{nope"),
+    Case("import empty", "POST", "/v1/runs/import", 422, ["body", "line 1"], "empty", content=b""),
+    Case(
+        "import without a header",
+        "POST",
+        "/v1/runs/import",
+        422,
+        ["body", "line 1: record"],
+        "header",
+        content=b'{"record": "item", "item_key": "i", "payload": {}}',
+    ),
+    Case(
+        "import a run without an id",
+        "POST",
+        "/v1/runs/import",
+        422,
+        ["body", "line 1: run.id"],
+        "is required",
+        content=b'{"record": "dialogue-judge-run", "version": 1, "run": {"name": "x"}}',
+    ),
+    Case(
+        "import an item whose payload is not an object",
+        "POST",
+        "/v1/runs/import",
+        422,
+        ["body", "line 2: item.payload"],
+        "must be a JSON object",
+        content=(
+            b'{"record": "dialogue-judge-run", "version": 1, "run": {"id": "run_x", "config": {}, "n_items": 1,'
+            b' "n_judgments": 0}}\n{"record": "item", "item_key": "i", "payload": "text"}'
+        ),
+    ),
+]
+
+ALL_CASES = RUN_CASES + JSONL_CASES + READ_CASES + RATING_CASES + RUBRIC_CASES + RETENTION_CASES
 
 
 def test_every_endpoint_has_a_bad_input_case() -> None:
