@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from judge_api.models import Base, CacheEntry, HumanRating, Judgment, RubricSnapshot, Run, RunItem
+from judge_api.models import Base, CacheEntry, HumanRating, IdempotencyKey, Judgment, RubricSnapshot, Run, RunItem
 from judge_api.repository.projects import ensure_project
 
 BUNDLE_KIND = "dialogue-judge-run"
@@ -62,8 +62,9 @@ _MODELS: dict[str, type[Base]] = {
 
 
 def delete_run(session: Session, run_id: str) -> dict[str, int]:
-    """Delete the run, its items, judgments and human ratings, the rubric snapshots no other run was planned with
-    and the judge-cache entries no other run's judgment came from, in the caller's transaction (all or nothing).
+    """Delete the run, its items, judgments, human ratings and idempotency keys, the rubric snapshots no other run
+    was planned with and the judge-cache entries no other run's judgment came from, in the caller's transaction (all
+    or nothing).
 
     Messages of the run still in the queue then point at rows that are gone: a worker skips them. A judgment a
     worker is asking right now loses its claim (the compare-and-set finds no row) and writes nothing."""
@@ -105,6 +106,10 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
     removed["judgments"] = _rowcount(session.execute(delete(Judgment).where(Judgment.run_id == run_id)))
     removed["human_ratings"] = _rowcount(session.execute(delete(HumanRating).where(HumanRating.run_id == run_id)))
     removed["items"] = _rowcount(session.execute(delete(RunItem).where(RunItem.run_id == run_id)))
+    # a retried submission with the run's Idempotency-Key then creates a new run
+    removed["idempotency_keys"] = _rowcount(
+        session.execute(delete(IdempotencyKey).where(IdempotencyKey.run_id == run_id))
+    )
     removed["runs"] = _rowcount(session.execute(delete(Run).where(Run.id == run_id)))
     return removed
 

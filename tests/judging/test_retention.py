@@ -105,6 +105,7 @@ def test_deleting_a_run_leaves_nothing_of_it_and_another_runs_cache_survives(
         "judgments": 6,
         "human_ratings": 1,
         "items": 3,
+        "idempotency_keys": 0,
         "runs": 1,
     }
     assert counts_of(first) == {"runs": 0, "items": 0, "judgments": 0, "human_ratings": 0}
@@ -227,3 +228,16 @@ def test_prune_deletes_only_runs_older_than_the_age(api: TestClient, two_runs: t
     assert counts_of(second)["judgments"] == 6
     bad = api.post("/v1/runs/prune", params={"older_than": "a month"})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "older_than"]
+
+
+def test_deleting_a_run_frees_its_idempotency_key(harness: Harness, api: TestClient) -> None:
+    headers = {"Idempotency-Key": "nightly-2026-11-23"}
+    first = api.post("/v1/runs", json=request(harness, [0]), headers=headers)
+    assert first.status_code == 202, first.text
+    run_id = first.json()["id"]
+    assert api.post("/v1/runs", json=request(harness, [0]), headers=headers).json()["id"] == run_id
+    deleted = api.delete(f"/v1/runs/{run_id}").json()["deleted"]
+    assert deleted["idempotency_keys"] == 1 and deleted["runs"] == 1
+    assert int(scalar("SELECT COUNT(*) FROM idempotency_keys")) == 0
+    again = api.post("/v1/runs", json=request(harness, [0]), headers=headers)
+    assert again.status_code == 202 and again.json()["id"] != run_id
