@@ -15,7 +15,11 @@ from dialogue_judge.datasets import msc_facts
 from judge_api.facts import derived_facts, fact_sheet
 from judge_api.schemas import Item
 
-MSC = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "msc"
+
+@pytest.fixture
+def msc(shared_dir: Path) -> Path:
+    """MSC in ../shared (the test skips, like the other reference-data tests, where that folder is absent)."""
+    return shared_dir / "data" / "msc"
 
 
 def _item(**extra: Any) -> dict[str, Any]:
@@ -72,8 +76,8 @@ def test_explicit_facts_win_even_when_empty() -> None:
     assert fact_sheet(_item()) == []
 
 
-def test_msc_per_session_personas_become_session_facts() -> None:
-    record = json.loads((MSC / "msc_dialogue_session_3_test.txt").read_text().splitlines()[0])
+def test_msc_per_session_personas_become_session_facts(msc: Path) -> None:
+    record = json.loads((msc / "msc_dialogue_session_3_test.txt").read_text().splitlines()[0])
     facts = msc_facts(record)
     session1_user = [f for f in facts if f["id"].startswith("s1.user.")]
     assert [f["text"] for f in session1_user] == record["previous_dialogs"][0]["personas"][0]
@@ -83,15 +87,15 @@ def test_msc_per_session_personas_become_session_facts() -> None:
     Item.model_validate(_item(facts=facts))  # valid as an item's fact sheet
 
 
-def test_msc_accumulated_personas_without_per_session_ones() -> None:
-    record = json.loads((MSC / "msc_session5_test_episode0_sample.json").read_text())
+def test_msc_accumulated_personas_without_per_session_ones(msc: Path) -> None:
+    record = json.loads((msc / "msc_session5_test_episode0_sample.json").read_text())
     facts = msc_facts(record)
     assert facts[0] == {"id": "user.1", "text": "I own a Jeep.", "source": "persona.user"}
     assert [f["text"] for f in facts if f["source"] == "persona.bot"] == record["personas"][1]
 
 
-def test_convert_msc_emits_facts() -> None:
-    result = CliRunner().invoke(app, ["convert", "msc", str(MSC / "msc_dialogue_session_3_test.txt"), "--limit", "2"])
+def test_convert_msc_emits_facts(msc: Path) -> None:
+    result = CliRunner().invoke(app, ["convert", "msc", str(msc / "msc_dialogue_session_3_test.txt"), "--limit", "2"])
     assert result.exit_code == 0, result.output
     items = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(items) == 2
