@@ -63,6 +63,24 @@ RANK_COLUMNS = [
 ]
 
 
+PANEL = "panel"
+REFERENCE = "reference"
+METRIC_LABELS = {"f1": "F1", "bleu-1": "BLEU-1", "bleu-2": "BLEU-2", "bertscore": "BERTScore"}
+JUDGES_HUMAN_COLUMNS = [
+    "judge",
+    "aspect",
+    "n_scores",
+    "spearman",
+    "kendall",
+    "qwk",
+    "n_votes",
+    "s1",
+    "s2",
+    "kappa",
+    "cost_usd",
+]
+
+
 def section_list(report: Mapping[str, Any] | None, name: str) -> list[dict[str, Any]]:
     value = (report or {}).get(name)
     return [dict(v) for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
@@ -83,7 +101,10 @@ def judges_of(report: Mapping[str, Any] | None) -> list[str]:
     if not judges:
         found = {r.get("judge") for name in ("scores", "preferences", "ranking") for r in section_list(report, name)}
         judges = sorted(j for j in found if j)
-    return [str(j) for j in judges]
+    judges = [str(j) for j in judges]
+    if (report or {}).get("panel") and PANEL not in judges:
+        judges.append(PANEL)  # the panel pseudo-judge: the run's judges aggregated (it has no stored rows)
+    return judges
 
 
 def aspect_order(aspects: Sequence[str]) -> list[str]:
@@ -119,22 +140,114 @@ def histogram_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
 
 
 def paper_frame(report: Mapping[str, Any] | None, judge: str | None = None) -> pd.DataFrame:
-    """The seed paper's table: System x Engagingness/Coherence/Consistency/... + Average (one judge)."""
+    """The seed paper's table: System x F1/BLEU-1/BLEU-2 (reference metrics, when the items have references) x
+    Engagingness/Coherence/Consistency/... + Average of the judge's aspects (one judge; the ``reference``
+    pseudo-judge: the metrics alone)."""
     table = (report or {}).get("paper_table") or {}
-    aspects = [str(a) for a in table.get("aspects") or []]
+    metrics = [str(m) for m in table.get("metrics") or []]
+    aspects = [] if judge == REFERENCE else [str(a) for a in table.get("aspects") or []]
     rows = []
+    seen: set[Any] = set()
     for r in table.get("rows") or []:
-        if judge is not None and r.get("judge") != judge:
+        if judge == REFERENCE:
+            if r.get("system") in seen:
+                continue
+            seen.add(r.get("system"))
+        elif judge is not None and r.get("judge") != judge:
             continue
         values = r.get("values") or {}
-        row: dict[str, Any] = {"Judge": r.get("judge"), "System": r.get("system")}
+        row: dict[str, Any] = {"Judge": judge if judge == REFERENCE else r.get("judge"), "System": r.get("system")}
+        row.update({METRIC_LABELS.get(m, m): (r.get("metrics") or {}).get(m) for m in metrics})
         row.update({a.capitalize(): values.get(a) for a in aspects})
-        row["Average"] = r.get("average")
+        row["Average"] = r.get("average") if judge != REFERENCE else None
         row["Items"] = r.get("n_items")
         rows.append(row)
-    columns = ["Judge", "System", *[a.capitalize() for a in aspects], "Average", "Items"]
+    columns = [
+        "Judge",
+        "System",
+        *[METRIC_LABELS.get(m, m) for m in metrics],
+        *[a.capitalize() for a in aspects],
+        "Average",
+        "Items",
+    ]
     df = frame(rows, columns)
     return df.sort_values("Average", ascending=False, na_position="last").reset_index(drop=True) if len(df) else df
+
+
+def reference_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
+    """The reference metrics per system (mean over items, 95% bootstrap CI): the ``reference`` pseudo-judge's scores."""
+    rows = [
+        {
+            "System": r.get("system"),
+            "Metric": METRIC_LABELS.get(str(r.get("aspect")), r.get("aspect")),
+            "Mean": r.get("mean"),
+            "CI low": r.get("ci_low"),
+            "CI high": r.get("ci_high"),
+            "Items": r.get("n"),
+        }
+        for r in section_list(report, "scores")
+        if r.get("judge") == REFERENCE
+    ]
+    return frame(rows, ["System", "Metric", "Mean", "CI low", "CI high", "Items"])
+
+
+def judges_human_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Judges (and the panel, and the reference metrics) x aspects: agreement with humans beside the cost."""
+    judges = ((report or {}).get("agreement") or {}).get("judges") or {}
+    return frame(judges.get("matrix") or [], JUDGES_HUMAN_COLUMNS)
+
+
+def judge_sets_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Every set of the panel's judges aggregated like the panel, vs humans, cheapest first."""
+    judges = ((report or {}).get("agreement") or {}).get("judges") or {}
+    rows = [{**r, "judges": " + ".join(r.get("judges") or [])} for r in judges.get("sets") or []]
+    return frame(rows, ["judges", *JUDGES_HUMAN_COLUMNS[1:]])
+
+
+def inter_judge_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
+    """The panel's inter-judge agreement: alpha over all members and each judge pair, per aspect."""
+    inter = ((report or {}).get("panel") or {}).get("inter_judge") or {}
+    rows: list[dict[str, Any]] = []
+    for r in inter.get("scores") or []:
+        rows.append(
+            {
+                "aspect": r["aspect"],
+                "mode": "scores",
+                "judges": "all",
+                "n": r["n_units"],
+                "alpha": r["alpha_interval"],
+                "alpha (ordinal)": r["alpha_ordinal"],
+            }
+        )
+        rows += [
+            {
+                "aspect": r["aspect"],
+                "mode": "scores",
+                "judges": f"{p['judge_a']} ~ {p['judge_b']}",
+                "n": p["n"],
+                "spearman": p["spearman"],
+                "QWK": p["qwk"],
+            }
+            for p in r.get("pairs") or []
+        ]
+    for r in inter.get("preferences") or []:
+        rows.append(
+            {"aspect": r["aspect"], "mode": "pairwise", "judges": "all", "n": r["n_units"], "alpha": r["alpha_nominal"]}
+        )
+        rows += [
+            {
+                "aspect": r["aspect"],
+                "mode": "pairwise",
+                "judges": f"{p['judge_a']} ~ {p['judge_b']}",
+                "n": p["n"],
+                "agreement": p["agreement"],
+                "kappa": p["kappa"],
+            }
+            for p in r.get("pairs") or []
+        ]
+    return frame(
+        rows, ["aspect", "mode", "judges", "n", "alpha", "alpha (ordinal)", "spearman", "QWK", "agreement", "kappa"]
+    )
 
 
 def ranking_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:

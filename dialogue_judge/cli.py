@@ -307,6 +307,12 @@ def submit(
     temperature: float = typer.Option(0.0),
     structured: bool = typer.Option(False, help="ask for JSON schema / tool output"),
     reask: int = typer.Option(0, help="re-ask unparseable replies this many times"),
+    scoring: str = typer.Option(None, help="single scores: expected (probability-weighted, G-Eval) or parsed"),
+    metric: list[str] = typer.Option(
+        None, "--metric", help="reference metrics for items with a reference (default f1, bleu-1, bleu-2; 'none')"
+    ),
+    panel_judge: list[str] = typer.Option(None, "--panel-judge", help="the panel's members (default: every judge)"),
+    panel_aggregate: str = typer.Option("mean", help="the panel's aggregate of scores: mean or median"),
     budget: float = typer.Option(None, help="stop scheduling calls when the run has cost this many USD"),
     name: str = typer.Option(None),
     wait: bool = typer.Option(False, help="wait with a progress bar and print the report"),
@@ -333,6 +339,7 @@ def submit(
         "temperature": temperature,
         "structured_output": structured,
         "reask": reask,
+        "scoring": scoring,
     }
     if max_samples is not None:
         options["max_samples"] = max_samples
@@ -350,9 +357,12 @@ def submit(
         "aspects": aspect or None,
         "budget_usd": budget,
         "options": options,
+        "panel": {"judges": panel_judge or None, "aggregate": panel_aggregate},
     }
     if chosen_pairing == "adaptive":
         body["adaptive"] = {k: v for k, v in adaptive.items() if v is not None}
+    if metric:
+        body["metrics"] = [] if metric == ["none"] else metric
     client = api_client(api, api_key)
     client.retry_for = retry_for
     client.on_retry = _say_retrying
@@ -467,6 +477,8 @@ def report(
     run_id: str,
     fmt: str = typer.Option("table", "--format", help="table, json or md"),
     n_boot: int = typer.Option(1000),
+    panel_judge: list[str] = typer.Option(None, "--panel-judge", help="the panel's members (default: the run's)"),
+    panel_aggregate: str = typer.Option(None, help="the panel's aggregate: mean or median (default: the run's)"),
     api: str = typer.Option(None),
     api_key: str = typer.Option(None),
 ) -> None:
@@ -474,7 +486,10 @@ def report(
     if fmt not in ("table", "json", "md"):
         raise fail(f"--format must be table, json or md (got {fmt!r})")
     try:
-        emit(render_report(api_client(api, api_key).report(run_id, n_boot=n_boot), fmt))
+        report = api_client(api, api_key).report(
+            run_id, n_boot=n_boot, panel_judge=panel_judge or None, panel_aggregate=panel_aggregate
+        )
+        emit(render_report(report, fmt))
     except ApiError as exc:
         raise fail(exc.message) from None
 
@@ -741,7 +756,15 @@ def gate(
         ..., "--baseline", "-b", help="baseline: a run id, a JSONL items file (one system) or a responses file"
     ),
     candidate: str = typer.Option(..., "--candidate", "-c", help="candidate: same forms as --baseline"),
-    judge: str = typer.Option(..., "--judge", "-j", help="judge, e.g. openai:gpt-4o"),
+    judge: list[str] = typer.Option(
+        None, "--judge", "-j", help="judge, e.g. openai:gpt-4o; repeat it to gate on the judges' panel"
+    ),
+    metric: list[str] = typer.Option(
+        None,
+        "--metric",
+        help="gate on a reference metric instead of a judge: f1, bleu-1, bleu-2 (items need references)",
+    ),
+    panel_aggregate: str = typer.Option("mean", "--panel-aggregate", help="several judges: mean or median of scores"),
     rubric: str = typer.Option(None, "--rubric", "-r", help="default: rsum-single (single), rsum-pairwise (pairwise)"),
     aspect: list[str] = typer.Option(
         None, "--aspect", help="aspect(s) to gate (default: consistency, else all the rubric's)"
@@ -790,7 +813,9 @@ def gate(
     config = GateConfig(
         baseline=baseline,
         candidate=candidate,
-        judge=judge,
+        judge=list(judge or []),
+        metrics=list(metric or []) or None,
+        panel_aggregate=panel_aggregate,
         items=items,
         rubric=rubric,
         aspects=parse_aspects(aspect),

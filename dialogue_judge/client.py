@@ -148,8 +148,8 @@ class ApiClient:
     def run(self, run_id: str) -> dict[str, Any]:
         return dict(self.get(f"/v1/runs/{run_id}"))
 
-    def report(self, run_id: str, n_boot: int = 1000) -> dict[str, Any]:
-        return dict(self.get(f"/v1/runs/{run_id}/report", n_boot=n_boot))
+    def report(self, run_id: str, n_boot: int = 1000, **params: Any) -> dict[str, Any]:
+        return dict(self.get(f"/v1/runs/{run_id}/report", n_boot=n_boot, **params))
 
     def all_judgments(self, run_id: str, page: int = 1000, **filters: Any) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []

@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     write_linger_ms: float = Field(default=100.0, ge=0, le=5000, alias="DJ_WRITE_LINGER_MS")
     write_group: int = Field(default=64, ge=1, le=1000, alias="DJ_WRITE_GROUP")
 
+    # reference metrics: BERTScore from a local model directory on the workers (never downloaded)
+    bertscore_model: str | None = Field(default=None, alias="DJ_BERTSCORE_MODEL")
+    bertscore_layers: int | None = Field(default=None, ge=1, le=100, alias="DJ_BERTSCORE_LAYERS")
+
     # openai-compatible judges: base URLs (prefixes) a run may name; empty = any URL while auth is off
     judge_url_allowlist: str = Field(default="", alias="DJ_JUDGE_URL_ALLOWLIST")
 

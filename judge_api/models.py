@@ -174,6 +174,8 @@ class CacheEntry(Base):
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    # the reply's number tokens with their alternatives' log-probabilities (expected scoring), when asked for
+    logprobs: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class RubricSnapshot(Base):

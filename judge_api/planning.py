@@ -20,6 +20,7 @@ from judge_api.adaptive.planner import Pair, PlannerConfig, plan_step
 from judge_api.adaptive.replay import pair_items_of
 from judge_api.config import get_settings
 from judge_api.judges import parse_judge
+from judge_api.reference_metrics import REFERENCE_JUDGE, REFERENCE_RUBRIC, REFERENCE_VERSION, reference_rubric
 from judge_api.rubrics import PREFERENCE_LEVELS, Rubric, RubricRegistry
 from judge_api.schemas import AdaptiveOptions, Item, RunCreate
 
@@ -209,6 +210,8 @@ def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -
     """Every judgment the run needs up front, in a stable order (with adaptive pairing: the first batch of
     comparisons). Raises PlanError naming the field at fault."""
     judges = _check_judges(request)
+    check_panel(request, judges)
+    check_metrics(request, get_settings().bertscore_model)
     rubrics = resolve_rubrics(request, registry)
     first = request.options.first_samples
     planned: list[PlannedJudgment] = []
@@ -266,6 +269,9 @@ def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -
             )
     if not planned:
         raise PlanError("items", "the run plans no judgment (pairwise items need two or more candidates)")
+    planned += plan_reference_metrics(request)
+    if len(planned) > max_judgments:
+        raise PlanError("items", f"the run would need more than {max_judgments} judgments; split it into smaller runs")
     return planned
 
 
@@ -321,6 +327,68 @@ def is_adaptive(config: Mapping[str, Any]) -> bool:
     return config.get("pairing") == "adaptive" or (config.get("options") or {}).get("samples") == "adaptive"
 
 
+def plan_reference_metrics(request: RunCreate) -> list[PlannedJudgment]:
+    """One judgment of the ``reference`` pseudo-judge per metric and candidate of every item with a reference."""
+    return [
+        PlannedJudgment(
+            item.id, "single", system, None, None, REFERENCE_RUBRIC, REFERENCE_VERSION, metric, REFERENCE_JUDGE, 0
+        )
+        for item in request.items
+        if item.reference and item.reference.strip()
+        for system in item.candidates
+        for metric in request.metrics
+    ]
+
+
+def run_rubrics(request: RunCreate, registry: RubricRegistry) -> list[Rubric]:
+    """The rubrics a run is planned with, to be stored with it: the named ones, and the reference metrics'
+    pseudo-rubric when the run computes reference metrics."""
+    rubrics = [registry.get(r) for r in sorted(set(request.rubrics))]
+    if plan_reference_metrics(request):
+        rubrics.append(reference_rubric())
+    return rubrics
+
+
+def check_panel(request: RunCreate, judges: list[str]) -> None:
+    for index, judge in enumerate(request.panel.judges or []):
+        try:
+            key = parse_judge(judge).key
+        except ValueError as exc:
+            raise PlanError(f"panel.judges[{index}]", str(exc)) from None
+        if key not in judges:
+            raise PlanError(f"panel.judges[{index}]", f"{judge!r} is not one of the run's judges")
+
+
+def check_metrics(request: RunCreate, bertscore_model: str | None) -> None:
+    if "bertscore" in request.metrics and not bertscore_model:
+        raise PlanError(
+            f"metrics[{request.metrics.index('bertscore')}]",
+            "bertscore needs DJ_BERTSCORE_MODEL=<local model directory> on the service and its workers, and "
+            "pip install 'dialogue-judge[bertscore]' (BERTScore never downloads a model)",
+        )
+
+
 def run_config(request: RunCreate) -> dict[str, Any]:
     """What is stored as the run's config (everything but the items)."""
     return request.model_dump(mode="json", exclude={"items"})
+
+
+def panel_settings(
+    config: dict[str, Any] | None, judges: list[str] | None = None, aggregate: str | None = None
+) -> dict[str, Any]:
+    """The panel settings of a stored run config (``panel``), with ``judges`` / ``aggregate`` overriding them, the
+    judges as canonical judge keys (what the judgments store)."""
+    panel = dict((config or {}).get("panel") or {})
+    if judges:
+        panel["judges"] = judges
+    if aggregate:
+        panel["aggregate"] = aggregate
+    if panel.get("judges"):
+        canonical = []
+        for judge in panel["judges"]:
+            try:
+                canonical.append(parse_judge(judge).key)
+            except ValueError:
+                canonical.append(judge)  # not a judge string (an imported rater's name): matched as written
+        panel["judges"] = canonical
+    return panel

@@ -112,6 +112,11 @@ class Rubric(BaseModel):
     extraction_prompt: str | None = Field(
         default=None, description="second-pass prompt mapping a free-text verdict to a label (re-ask)"
     )
+    scoring: Literal["parsed", "expected"] = Field(
+        default="parsed",
+        description="single scores: the parsed integer, or its probability-weighted expectation over the judge's "
+        "token log-probabilities (G-Eval; falls back to the parsed score, with the reason, when there are none)",
+    )
 
     # filled by the loader
     version: str = ""
@@ -128,6 +133,8 @@ class Rubric(BaseModel):
             raise ValueError(f"parser {self.parser!r} does not fit a {self.kind} rubric (kind facts needs fact_check)")
         if self.kind == "facts" and self.scale != (1, 100):
             raise ValueError("a facts rubric's scale is [1, 100] (the consistency score of docs/facts.md)")
+        if self.scoring == "expected" and self.kind != "single":
+            raise ValueError("scoring: expected applies to single-score rubrics only")
         if self.kind == "single" and self.scale is None:
             raise ValueError("a single-score rubric needs a scale [min, max]")
         if self.scale is not None and self.scale[0] >= self.scale[1]:

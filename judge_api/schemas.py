@@ -12,6 +12,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from judge_api.reference_metrics import DEFAULT_METRICS, MetricName
+
 T = TypeVar("T")
 ADAPTIVE_MAX_SAMPLES = 5
 Speaker = Literal["user", "bot"]
@@ -122,6 +124,11 @@ class JudgeOptions(BaseModel):
     )
     structured_output: bool = Field(default=False, description="ask for JSON schema / tool output where supported")
     reask: int = Field(default=0, ge=0, le=3, description="re-ask an unparseable reply at most this many times")
+    scoring: Literal["parsed", "expected"] | None = Field(
+        default=None,
+        description="single scores: 'expected' = probability-weighted over the judge's token log-probabilities "
+        "(G-Eval), 'parsed' = the integer it wrote; default: the rubric's 'scoring'",
+    )
 
     @field_validator("samples")
     @classmethod
@@ -177,6 +184,20 @@ class AdaptiveOptions(BaseModel):
     seed: int = Field(default=0, description="orders each pair's items")
 
 
+class PanelOptions(BaseModel):
+    """The run's judge panel: which judges form it and how their verdicts are aggregated."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=True, description="add the 'panel' pseudo-judge when two or more judges take part")
+    judges: list[str] | None = Field(
+        default=None, min_length=2, max_length=10, description="the members (default: every judge of the run)"
+    )
+    aggregate: Literal["mean", "median"] = Field(
+        default="mean", description="single scores: mean or median of the members; pairwise: always the majority"
+    )
+
+
 class RunCreate(BaseModel):
     """POST /v1/runs body."""
 
@@ -204,7 +225,19 @@ class RunCreate(BaseModel):
         default=None, description="pairwise: graded preference ('2','1','0','-1','-2') -> outcome"
     )
     budget_usd: float | None = Field(default=None, gt=0)
+    metrics: list[MetricName] = Field(
+        default_factory=lambda: list(DEFAULT_METRICS),
+        max_length=4,
+        description="reference metrics computed (no judge call) for every candidate of an item with a reference; "
+        "'bertscore' needs DJ_BERTSCORE_MODEL on the workers; [] for none",
+    )
+    panel: PanelOptions = Field(default_factory=PanelOptions)
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metrics")
+    @classmethod
+    def _unique_metrics(cls, value: list[MetricName]) -> list[MetricName]:
+        return list(dict.fromkeys(value))
 
     @field_validator("mode")
     @classmethod
@@ -354,6 +387,11 @@ class JudgmentOut(BaseModel):
     preference: float | None
     outcome: str | None
     explanation: str | None
+    details: dict[str, Any] | None = Field(
+        default=None,
+        description="parser extras: memory-faithfulness error labels; expected scoring's distribution, parsed score "
+        "and mass, or the reason it fell back to the parsed score (scoring_fallback)",
+    )
     input_tokens: int
     output_tokens: int
     latency_ms: float | None

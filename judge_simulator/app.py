@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from .behaviour import JudgeRequest, approx_tokens, judge
 from .faults import FaultEngine, LatencySampler, RateLimiter
+from .logprobs import logprobs_object
 from .script import Fault, Provider, Script
 from .stats import CLIENT_CLOSED, CallRecord, Stats
 from .structured import default_object, fill_schema
@@ -266,7 +267,11 @@ class Simulator:
         text, stop = _apply_stops(text, req.stop)
         if stop is not None and anthropic:
             return ChoiceOut(content=text, finish_reason="stop_sequence", stop_sequence=stop)
-        return ChoiceOut(content=text, finish_reason=stop_reason)
+        logprobs = None
+        if req.top_logprobs is not None and not anthropic:
+            single = judgement.kind == "single"
+            logprobs = logprobs_object(text, req.top_logprobs, script.logprob_spread, script.digit_tokens, single)
+        return ChoiceOut(content=text, finish_reason=stop_reason, logprobs=logprobs)
 
     # ---- discovery and control -------------------------------------------------------------
     async def models(self, request: Request) -> Response:

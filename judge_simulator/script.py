@@ -266,6 +266,23 @@ class Script(_Strict):
         description="max +- score offset per sample when temperature > 0 (self-consistency)",
     )
     latency: Latency = Field(default_factory=Latency)
+    logprob_spread: dict[int, float] = Field(
+        default_factory=dict,
+        description="logprobs: the single score's alternatives, offset -> probability (the score keeps the rest)",
+    )
+    digit_tokens: Literal["whole", "single"] = Field(
+        default="whole", description="logprobs: a number is one token, or one token per digit"
+    )
+
+    @field_validator("logprob_spread")
+    @classmethod
+    def _spread_is_a_distribution(cls, value: dict[int, float]) -> dict[int, float]:
+        if 0 in value:
+            raise ValueError("logprob_spread: offset 0 is the score itself (it keeps the remaining probability)")
+        if any(not 0.0 < p < 1.0 for p in value.values()) or sum(value.values()) >= 1.0:
+            raise ValueError("logprob_spread: probabilities must be in (0, 1) and sum to less than 1")
+        return value
+
     faults: list[Fault] = Field(default_factory=list)
     rate_limit_rpm: int | None = Field(default=None, ge=1, description="max requests per model per window")
     rate_limit_window_seconds: float = Field(default=60.0, gt=0, description="sliding window of rate_limit_rpm")

@@ -53,6 +53,7 @@ class ParsedRequest:
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     output: OutputSpec = field(default_factory=OutputSpec)
+    top_logprobs: int | None = None  # None: no logprobs asked for; else how many alternatives per token
 
 
 def _text_of(content: Any) -> str:
@@ -143,6 +144,11 @@ def parse_openai(body: dict[str, Any]) -> ParsedRequest:
     if n > 128:
         raise RequestError("n: must be at most 128", "n")
     seed = body.get("seed")
+    top_logprobs = _optional_int(body, "top_logprobs")
+    if top_logprobs is not None and not body.get("logprobs"):
+        raise RequestError("top_logprobs: logprobs must be set to true if top_logprobs is used", "top_logprobs")
+    if top_logprobs is not None and not 0 <= top_logprobs <= 20:
+        raise RequestError("top_logprobs: must be between 0 and 20", "top_logprobs")
     output = OutputSpec()
     tools = [
         (t["function"]["name"], t["function"].get("parameters") or {})
@@ -177,6 +183,7 @@ def parse_openai(body: dict[str, Any]) -> ParsedRequest:
         max_tokens=_optional_int(body, "max_completion_tokens", "max_tokens"),
         stop=_stops(body.get("stop")),
         output=output,
+        top_logprobs=(top_logprobs or 0) if body.get("logprobs") else None,
     )
 
 
@@ -239,6 +246,7 @@ class ChoiceOut:
     tool_arguments: str | None = None
     tool_input: dict[str, Any] | None = None
     stop_sequence: str | None = None
+    logprobs: dict[str, Any] | None = None
 
 
 def openai_completion(
@@ -262,7 +270,7 @@ def openai_completion(
                 }
             ]
         out_choices.append(
-            {"index": index, "message": message, "logprobs": None, "finish_reason": choice.finish_reason}
+            {"index": index, "message": message, "logprobs": choice.logprobs, "finish_reason": choice.finish_reason}
         )
     return {
         "id": completion_id,

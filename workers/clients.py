@@ -38,6 +38,7 @@ import openai
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec
 from judge_api.secrets import provider_secret, scrub_str
+from workers.scoring import numeric_positions
 
 
 @dataclass
@@ -48,6 +49,7 @@ class JudgeRequest:
     seed: int | None = 0
     json_schema: dict[str, Any] | None = None
     schema_name: str = "verdict"
+    top_logprobs: int | None = None  # ask for token log-probabilities (expected scoring)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class JudgeReply:
     output_tokens: int
     latency_ms: float
     structured: dict[str, Any] | None = None
+    logprobs: list[dict[str, Any]] | None = None  # workers.scoring.numeric_positions of the reply, when asked
 
 
 @dataclass
@@ -156,6 +159,9 @@ class OpenAIJudgeClient:
         kwargs["max_completion_tokens" if self.spec.provider == "openai" else "max_tokens"] = request.max_tokens
         if request.seed is not None:
             kwargs["seed"] = request.seed
+        if request.top_logprobs:
+            kwargs["logprobs"] = True
+            kwargs["top_logprobs"] = request.top_logprobs
         if request.json_schema is not None and self.spec.provider == "local":
             # llama-cpp-python's server takes the schema on json_object (grammar-constrained decoding)
             kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
@@ -204,7 +210,30 @@ class OpenAIJudgeClient:
             output_tokens=_count(usage.get("completion_tokens")),
             latency_ms=latency_ms,
             structured=structured,
+            logprobs=_logprobs(choice.get("logprobs")) if request.top_logprobs else None,
         )
+
+
+def _logprobs(data: Any) -> list[dict[str, Any]] | None:
+    """Token log-probabilities of a chat completion (OpenAI's ``{"content": [{token, logprob, top_logprobs}]}``,
+    also llama.cpp's server and vLLM; or the completions layout ``{tokens, token_logprobs, top_logprobs}``) as
+    ``numeric_positions``; None when the reply has none or they cannot be read."""
+    tokens: list[tuple[str, float, list[tuple[str, float]]]] = []
+    try:
+        if isinstance(data, dict) and isinstance(data.get("content"), list):
+            for entry in data["content"]:
+                top = [(str(t["token"]), float(t["logprob"])) for t in entry.get("top_logprobs") or []]
+                tokens.append((str(entry["token"]), float(entry["logprob"]), top))
+        elif isinstance(data, dict) and isinstance(data.get("tokens"), list):
+            tops = data.get("top_logprobs") or [None] * len(data["tokens"])
+            for token, logprob, top in zip(data["tokens"], data["token_logprobs"], tops, strict=True):
+                alternatives = [(str(t), float(lp)) for t, lp in (top or {}).items()]
+                tokens.append((str(token), float(logprob if logprob is not None else "nan"), alternatives))
+        else:
+            return None
+    except (KeyError, TypeError, ValueError):
+        return None
+    return numeric_positions(tokens) if tokens else None
 
 
 class AnthropicJudgeClient:

@@ -35,6 +35,7 @@ from judge_api import logs, metrics, repository, tracing
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
 from judge_api.models import TERMINAL_STATUSES, Run, utcnow
+from judge_api.reference_metrics import is_reference_judge
 from judge_api.repository import cache, claims
 from judge_api.repository.claims import JudgmentTask
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
@@ -45,6 +46,8 @@ from workers.parsing import ParsedVerdict, parse_reply
 from workers.pricing import cost_usd
 from workers.prompting import parse_context, render
 from workers.ratelimit import RateLimiter, limit_for
+from workers.reference import reference_values
+from workers.scoring import TOP_LOGPROBS, apply_expected_scoring
 from workers.singleflight import Lease, SingleFlight
 from workers.writer import VerdictWrite, VerdictWriter
 
@@ -237,13 +240,7 @@ class JudgeEngine:
 
     def _settle_from_cache(self, loaded: Loaded, ready: Prepared, entry: Any) -> dict[str, Any] | None:
         reply = cached_reply(entry)
-        parsed = parse_reply(
-            reply.text,
-            ready.rubric,
-            finish_reason=reply.finish_reason,
-            structured=reply.structured,
-            context=ready.context,
-        )
+        parsed = parse_scored(reply, ready.rubric, ready.request, ready.context)
         if not parsed.ok and int(loaded.judgment.judge_params.get("reask", 0)) > 0:
             return None  # the re-ask needs the full path
         tally = _Tally()
@@ -261,6 +258,8 @@ class JudgeEngine:
     def _prepare(self, loaded: Loaded) -> Prepared | dict[str, Any]:
         """The request and cache key of a judgment, or the values of a judgment that cannot be asked."""
         judgment = loaded.judgment
+        if is_reference_judge(judgment.judge):  # a reference metric: computed here, no judge to ask
+            return reference_values(judgment, self.settings)
         item = judgment.item
         try:
             rubric = self._rubric(judgment.rubric_id, judgment.rubric_version)
@@ -292,6 +291,7 @@ class JudgeEngine:
             seed=seed,
             json_schema=schema,
             schema_name=rubric.structured_output.name if rubric.structured_output else "verdict",
+            top_logprobs=TOP_LOGPROBS if expected_scoring(rubric, options) else None,
         )
         key = cache_key(rubric, spec, request, judgment.sample_index, 0)
         base: dict[str, Any] = {"prompt_hash": prompt.prompt_hash, "cache_key": key, "injection_flags": flags}
@@ -319,9 +319,7 @@ class JudgeEngine:
                 "status": "cancelled",
                 "error": f"run budget of ${judgment.budget_usd} reached before this call",
             }
-        parsed = parse_reply(
-            reply.text, rubric, finish_reason=reply.finish_reason, structured=reply.structured, context=ready.context
-        )
+        parsed = parse_scored(reply, rubric, request, ready.context)
         raw = reply.text
         for attempt in range(1, int(options.get("reask", 0)) + 1):
             if parsed.ok:
@@ -345,13 +343,7 @@ class JudgeEngine:
                 break
             reply = again
             raw += f"\n\n--- re-ask {attempt} ---\n{again.text}"
-            parsed = parse_reply(
-                again.text,
-                rubric,
-                finish_reason=again.finish_reason,
-                structured=again.structured,
-                context=ready.context,
-            )
+            parsed = parse_scored(again, rubric, request_again, ready.context)
         return {
             **base,
             **tally.values(spec, self.settings),
@@ -400,7 +392,13 @@ class JudgeEngine:
                 {"role": "user", "content": REASK_MESSAGE.format(error=parsed.error)},
             ]
         return JudgeRequest(
-            messages, request.temperature, request.max_tokens, request.seed, request.json_schema, request.schema_name
+            messages,
+            request.temperature,
+            request.max_tokens,
+            request.seed,
+            request.json_schema,
+            request.schema_name,
+            request.top_logprobs,
         )
 
     def _reply(
@@ -591,6 +589,8 @@ def cache_key(rubric: Rubric, spec: JudgeSpec, request: JudgeRequest, sample_ind
         "sample": sample_index,
         "reask": reask,
     }
+    if request.top_logprobs:  # only then: the keys of every other request stay what they were
+        material["top_logprobs"] = request.top_logprobs
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
@@ -604,14 +604,38 @@ def cache_row(key: str, spec: JudgeSpec, reply: JudgeReply) -> dict[str, Any]:
         "input_tokens": reply.input_tokens,
         "output_tokens": reply.output_tokens,
         "created_at": utcnow(),
+        "logprobs": reply.logprobs,
     }
 
 
 def cached_reply(entry: Any) -> JudgeReply:
     """A cache entry (row) as the reply it stores; no latency, nothing paid."""
     return JudgeReply(
-        entry.raw_output, entry.finish_reason, entry.input_tokens, entry.output_tokens, 0.0, entry.structured
+        entry.raw_output,
+        entry.finish_reason,
+        entry.input_tokens,
+        entry.output_tokens,
+        0.0,
+        entry.structured,
+        getattr(entry, "logprobs", None),
     )
+
+
+def expected_scoring(rubric: Rubric, options: dict[str, Any]) -> bool:
+    """Does this judgment want the probability-weighted score (the run's option over the rubric's)?"""
+    return rubric.kind == "single" and (options.get("scoring") or rubric.scoring) == "expected"
+
+
+def parse_scored(
+    reply: JudgeReply, rubric: Rubric, request: JudgeRequest, context: dict[str, Any] | None = None
+) -> ParsedVerdict:
+    """Parse a reply; with expected scoring (log-probabilities asked for) weight the score by them."""
+    parsed = parse_reply(
+        reply.text, rubric, finish_reason=reply.finish_reason, structured=reply.structured, context=context
+    )
+    if request.top_logprobs:
+        parsed = apply_expected_scoring(parsed, rubric, reply.text, reply.logprobs, reply.structured is not None)
+    return parsed
 
 
 def verdict_values(rubric: Rubric, judgment: JudgmentTask, parsed: ParsedVerdict) -> dict[str, Any]:

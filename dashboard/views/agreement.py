@@ -27,6 +27,34 @@ def tables(report: dict) -> None:
     widgets.table(analysis.score_agreement_frame(report), "score_agreement", "agr_scores")
     st.subheader("Krippendorff's alpha")
     widgets.table(analysis.alpha_frame(report), "alpha", "agr_alpha")
+    judges_matrix(report)
+
+
+def judges_matrix(report: dict) -> None:
+    matrix = analysis.judges_human_frame(report)
+    if matrix.empty:
+        return
+    st.subheader("Judges × humans, with cost")
+    st.caption(
+        "Each judge, the panel (its judges aggregated) and the reference metrics against the human ratings: "
+        "Spearman / QWK for scores, S1 / kappa for preferences, and what each cost."
+    )
+    widgets.table(matrix, "judges_vs_humans", "agr_judges")
+    sets = analysis.judge_sets_frame(report)
+    if not sets.empty:
+        st.subheader("Judge sets (cheapest first)")
+        st.caption("Every set of the panel's judges aggregated like the panel: pick the cheapest set that agrees.")
+        widgets.table(sets, "judge_sets", "agr_sets")
+
+
+def inter_judge(report: dict) -> None:
+    inter = analysis.inter_judge_frame(report)
+    if inter.empty:
+        return
+    panel = report.get("panel") or {}
+    st.subheader(f"Agreement between judges (panel: {panel.get('aggregate')} of {len(panel.get('members') or [])})")
+    st.caption("Krippendorff's alpha across the panel's judges, and each pair's Spearman / QWK or agreement / kappa.")
+    widgets.table(inter, "inter_judge", "agr_inter")
 
 
 def item_level(run: dict, ratings: pd.DataFrame) -> None:
@@ -83,8 +111,11 @@ def render() -> None:
         return
     if ratings.empty:
         widgets.empty(EMPTY)
+        if run.get("judges") and len(run["judges"]) > 1:
+            inter_judge(state.require_report(run))  # how the judges agree needs no human
         return
     report = state.require_report(run)
+    inter_judge(report)
     st.caption(f"{len(ratings):,} human ratings from {ratings['rater'].nunique()} raters.")
     tables(report)
     preference_confusions(report)

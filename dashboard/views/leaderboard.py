@@ -35,6 +35,18 @@ def score_section(report: dict, judge: str | None) -> None:
         widgets.table(paired[paired["judge"] == judge] if judge else paired, "paired", "lb_paired")
 
 
+def reference_section(report: dict) -> None:
+    metrics = analysis.reference_frame(report)
+    if metrics.empty:
+        return
+    st.subheader("Reference metrics (no judge: F1, BLEU-1/2 against the items' references)")
+    st.caption(
+        "ParlAI's definitions (lower-case, punctuation and articles removed); BLEU via nltk with "
+        "SmoothingFunction(epsilon=1e-12).method1. Mean over items with a 95% bootstrap CI."
+    )
+    widgets.table(metrics, "reference_metrics", "lb_reference")
+
+
 def ranking_section(report: dict, judge: str | None) -> None:
     st.subheader("Bradley–Terry ranking (pairwise, 95% bootstrap CI)")
     ranking = analysis.ranking_frame(report)
@@ -65,6 +77,7 @@ def render() -> None:
     judge = widgets.pick("Judge", judges, key="lb_judge")
     if state.unfinished(run):
         st.warning(f"Run still going ({100 * float(run.get('progress') or 0):.0f}% done): numbers will change.")
+    reference_section(report)
     score_section(report, judge)
     ranking_section(report, judge)
 

@@ -21,7 +21,9 @@ class GateConfig:
 
     baseline: Any
     candidate: Any
-    judge: str
+    judge: str | list[str] = ""
+    """One judge, or several: their panel decides (scores: ``panel_aggregate`` of the judges'; pairwise: the
+    majority of their order-combined outcomes)."""
     items: Any = None
     rubric: str | None = None
     aspects: list[str] | None = None
@@ -50,6 +52,16 @@ class GateConfig:
     structured_output: bool = False
     reask: int = 0
     max_tokens: int = 512
+    metrics: list[str] | None = None
+    """Gate on these reference metrics (``f1``, ``bleu-1``, ``bleu-2``, ``bertscore``) of each side's responses
+    against the items' references instead of a judge: computed here, no judge call."""
+    panel_aggregate: str = "mean"
+
+
+def judges_of(config: GateConfig) -> list[str]:
+    """The judges named (``--judge`` once or repeated), in order, without duplicates."""
+    judges = [config.judge] if isinstance(config.judge, str) else list(config.judge or [])
+    return list(dict.fromkeys(j for j in judges if j))
 
 
 def check_config(config: GateConfig) -> None:
@@ -68,5 +80,18 @@ def check_config(config: GateConfig) -> None:
         raise GateInputError("--budget must be positive")
     if config.workers < 1:
         raise GateInputError("--workers must be at least 1")
-    if not config.judge:
-        raise GateInputError("--judge is required (e.g. openai:gpt-4o)")
+    if config.panel_aggregate not in ("mean", "median"):
+        raise GateInputError(f"--panel-aggregate must be mean or median (got {config.panel_aggregate!r})")
+    if config.metrics:
+        from judge_api.reference_metrics import METRICS
+
+        unknown = [m for m in config.metrics if m not in METRICS]
+        if unknown:
+            raise GateInputError(f"--metric {unknown[0]!r} is not a reference metric (known: {', '.join(METRICS)})")
+        if judges_of(config):
+            raise GateInputError(
+                "--metric gates on reference metrics without a judge: give --judge or --metric, not both"
+            )
+        return
+    if not judges_of(config):
+        raise GateInputError("--judge is required (e.g. openai:gpt-4o), or --metric f1 to gate on a reference metric")

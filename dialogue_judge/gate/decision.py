@@ -47,8 +47,10 @@ class GateDecider:
         scale: gs.Scale,
         sequential: bool,
         max_failed: float,
+        panel_aggregate: str = "mean",
     ) -> None:
         self.mode = mode
+        self.panel_aggregate = panel_aggregate
         self.aspects = aspects
         self.threshold = threshold
         self.alpha = alpha
@@ -73,9 +75,10 @@ class GateDecider:
             for a in self.aspects
         }
 
-    @staticmethod
-    def scores(rows: list[dict[str, Any]], aspect: str) -> dict[tuple[str, str], float]:
-        sums: dict[tuple[str, str], list[float]] = defaultdict(list)
+    def scores(self, rows: list[dict[str, Any]], aspect: str) -> dict[tuple[str, str], float]:
+        """(item, system) -> score: each judge's samples averaged, then the judges' scores aggregated with the
+        panel aggregate (mean or median) when several judges form a panel."""
+        sums: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         for row in rows:
             if (
                 row["mode"] == "single"
@@ -83,8 +86,12 @@ class GateDecider:
                 and row["status"] == DONE
                 and row.get("score") is not None
             ):
-                sums[(row["item_id"], row["system_a"])].append(float(row["score"]))
-        return {key: float(np.mean(values)) for key, values in sums.items()}
+                sums[(row["item_id"], row["system_a"], str(row.get("judge") or ""))].append(float(row["score"]))
+        per_judge: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for (item_id, system, _), values in sums.items():
+            per_judge[(item_id, system)].append(float(np.mean(values)))
+        combine = np.median if self.panel_aggregate == "median" else np.mean
+        return {key: float(combine(values)) for key, values in per_judge.items()}
 
     def drops(
         self, rows: list[dict[str, Any]], item_ids: list[str], aspect: str
@@ -127,7 +134,27 @@ class GateDecider:
             ]
         )
         combined = combine_orders(frame)
-        return {(str(row["aspect"]), str(row["item_id"])): dict(row) for row in combined.to_dict("records")}
+        by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for row in combined.to_dict("records"):
+            by_key[(str(row["aspect"]), str(row["item_id"]))].append(dict(row))
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for key, judged in by_key.items():
+            if len(judged) == 1:
+                out[key] = judged[0]
+                continue
+            # a panel: the majority of the judges' order-combined outcomes (an even split is a tie)
+            vote = int(np.sign(sum({"win": 1, "tie": 0, "loss": -1}[j["outcome"]] for j in judged)))
+            outcome = {1: "win", 0: "tie", -1: "loss"}[vote]
+            out[key] = {
+                **judged[0],
+                "judge": "panel",
+                "outcome": outcome,
+                "preference": float(np.mean([float(j.get("preference") or 0.0) for j in judged])),
+                "outcome_ab": outcome if any(j.get("outcome_ab") == outcome for j in judged) else None,
+                "outcome_ba": outcome if any(j.get("outcome_ba") == outcome for j in judged) else None,
+                "judges": {str(j["judge"]): j["outcome"] for j in judged},
+            }
+        return out
 
     def counts(self, rows: list[dict[str, Any]], aspect: str | None = None) -> tuple[int, int, int]:
         """(asked, failed, unparseable) among the gated judgments."""

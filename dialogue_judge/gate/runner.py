@@ -17,7 +17,7 @@ from typing import Any
 
 from dialogue_judge.gate import stats as gs
 from dialogue_judge.gate.backends import ApiBackend, Backend, LocalBackend
-from dialogue_judge.gate.config import DEFAULT_RUBRIC, GateConfig, check_config
+from dialogue_judge.gate.config import DEFAULT_RUBRIC, GateConfig, check_config, judges_of
 from dialogue_judge.gate.decision import GateDecider, Look, conclude
 from dialogue_judge.gate.inputs import (
     BASELINE,
@@ -55,7 +55,7 @@ def _only_system(items: list[dict[str, Any]], run_id: str, label: str) -> str:
 
 
 def _reuse_rows(
-    backend: Backend, baseline: Side, candidate: Side, judge_key: str, rubric: str, aspects: list[str]
+    backend: Backend, baseline: Side, candidate: Side, judge_keys: list[str], rubric: str, aspects: list[str]
 ) -> list[dict[str, Any]] | None:
     """Existing single-mode verdicts of both runs, relabelled baseline/candidate; None when incomplete."""
     assert baseline.run_id and candidate.run_id
@@ -65,12 +65,13 @@ def _reuse_rows(
             dict(r)
             for r in backend.run_judgments(run_id)
             if r["mode"] == "single"
-            and r["judge"] == judge_key
+            and r["judge"] in judge_keys
             and r["rubric_id"] == rubric
             and r["aspect"] in aspects
             and r["system_a"] == side.system
         ]
-        if {(r["item_id"], r["aspect"]) for r in rows} != {(i, a) for i in side.responses for a in aspects}:
+        wanted = {(i, a, j) for i in side.responses for a in aspects for j in judge_keys}
+        if {(r["item_id"], r["aspect"], r["judge"]) for r in rows} != wanted:
             return None
         for row in rows:
             row["system_a"] = label
@@ -88,7 +89,7 @@ def run_gate(config: GateConfig) -> GateResult:
         alpha=config.alpha,
         sequential=config.sequential,
         seed=config.seed,
-        judge=config.judge,
+        judge=" + ".join(judges_of(config)) or "reference",
         baseline=_label(config.baseline),
         candidate=_label(config.candidate),
         backend="api" if config.api else "standalone",
@@ -119,13 +120,18 @@ def _label(spec: Any) -> str:
 def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
     from judge_api.judges import JudgeSpecError, parse_judge
     from judge_api.planning import PlanError
-    from judge_api.schemas import JudgeOptions, RunCreate
+    from judge_api.schemas import JudgeOptions, PanelOptions, RunCreate
 
+    if config.metrics:
+        _run_metrics(config, backend, result)
+        return
     try:
-        judge_key = parse_judge(config.judge).key
+        judge_keys = [parse_judge(j).key for j in judges_of(config)]
     except JudgeSpecError as exc:
         raise GateInputError(str(exc)) from None
-    result.judge = judge_key
+    result.judge = (
+        judge_keys[0] if len(judge_keys) == 1 else f"panel ({config.panel_aggregate} of {', '.join(judge_keys)})"
+    )
     rubric = backend.rubric(config.rubric or DEFAULT_RUBRIC[config.mode])
     result.rubric = rubric.id
     if rubric.kind != config.mode:
@@ -160,7 +166,7 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
 
     reused = None
     if config.mode == "single" and baseline.run_id and candidate.run_id:
-        reused = _reuse_rows(backend, baseline, candidate, judge_key, rubric.id, aspects)
+        reused = _reuse_rows(backend, baseline, candidate, judge_keys, rubric.id, aspects)
         if reused is None:
             result.notes.append(
                 "the runs hold no complete single-mode verdicts for this rubric, judge and aspect: "
@@ -179,6 +185,7 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
             scale=scale,
             sequential=False,
             max_failed=config.max_failed,
+            panel_aggregate=config.panel_aggregate,
         )
         decider.look(Look(reused, seeded_order(order_ids, config.seed), 1, 1, True))
         asked, _, _ = decider.counts(reused)
@@ -202,7 +209,7 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
             name=config.name or f"gate: {result.candidate} vs {result.baseline}"[:200],
             items=validated,
             rubrics=[rubric.id],
-            judges=[config.judge],
+            judges=judges_of(config),
             mode=[config.mode],  # type: ignore[list-item]  # checked in check_config
             aspects=aspects,
             pairing="baseline" if config.mode == "pairwise" else "all",
@@ -215,6 +222,8 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
                 reask=config.reask,
             ),
             budget_usd=config.budget_usd,
+            metrics=[],  # the judge gate judges; reference metrics are what --metric gates on
+            panel=PanelOptions(aggregate=config.panel_aggregate),  # type: ignore[arg-type]  # checked in check_config
             meta={"gate": {"baseline": result.baseline, "candidate": result.candidate, "seed": config.seed}},
         )
     except Exception as exc:
@@ -228,8 +237,11 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
         scale=scale,
         sequential=config.sequential,
         max_failed=config.max_failed,
+        panel_aggregate=config.panel_aggregate,
     )
-    per_item = 2 * len(aspects)  # two systems (single) or two presentation orders (pairwise) per aspect
+    per_item = (
+        2 * len(aspects) * len(judge_keys)
+    )  # two systems (single) or two presentation orders (pairwise) per aspect
     abort_after = math.floor(config.max_failed * per_item * len(validated))
     try:
         result.calls = backend.judge(request, looks, decider.look, abort_after)
@@ -241,6 +253,78 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
         result.notes.append(
             f"the early stop saved {result.calls.saved} of {result.calls.planned} judge calls ({share:.0f}%)"
         )
+
+
+def _run_metrics(config: GateConfig, backend: Backend, result: GateResult) -> None:
+    """Gate on reference metrics: each side's responses scored against the items' references here (the same
+    definitions the workers use), a fixed-sample test at the full alpha on the 0..1 scale; no judge call."""
+    from dialogue_judge.gate.standalone import seeded_order
+    from judge_api.config import get_settings
+    from judge_api.reference_metrics import REFERENCE_JUDGE, REFERENCE_RUBRIC, lexical_metrics
+
+    metrics = list(dict.fromkeys(config.metrics or []))
+    result.judge, result.rubric = REFERENCE_JUDGE, REFERENCE_RUBRIC
+    if config.mode != "single":
+        raise GateInputError("--metric compares scores: use it with --mode single")
+    baseline = _side(config.baseline, "baseline", config.baseline_system, backend)
+    candidate = _side(config.candidate, "candidate", config.candidate_system, backend)
+    items = load_items(config.items) if config.items is not None else None
+    merged = merge_sides(baseline, candidate, items)
+    without = [m["id"] for m in merged if not str(m.get("reference") or "").strip()]
+    if without:
+        listed = ", ".join(without[:10]) + (" ..." if len(without) > 10 else "")
+        raise GateInputError(f"--metric needs a reference in every item: {len(without)} have none ({listed})")
+    responses = {m["id"]: dict(m["candidates"]) for m in merged}
+    result.n_items = len(merged)
+    # 0.05 of the 0..1 range: the share of the scale default_max_drop gives a 1-100 judge scale
+    threshold = config.max_drop if config.max_drop is not None else 0.05
+    result.threshold, result.threshold_name = threshold, "max_drop"
+    rows: list[dict[str, Any]] = []
+    for item in merged:
+        for system, text in item["candidates"].items():
+            values = lexical_metrics(text, item["reference"], tuple(metrics))
+            if "bertscore" in metrics:
+                from workers.bertscore import BertScoreUnavailable, bertscore_f1
+
+                settings = get_settings()
+                try:
+                    values["bertscore"] = bertscore_f1(
+                        [text], [item["reference"]], settings.bertscore_model, settings.bertscore_layers
+                    )[0]
+                except BertScoreUnavailable as exc:
+                    raise GateInputError(str(exc)) from None
+            rows += [
+                {
+                    "item_id": item["id"],
+                    "mode": "single",
+                    "system_a": system,
+                    "system_b": None,
+                    "aspect": metric,
+                    "judge": REFERENCE_JUDGE,
+                    "status": "done",
+                    "score": value,
+                    "order": None,
+                }
+                for metric, value in values.items()
+            ]
+    decider = GateDecider(
+        mode="single",
+        aspects=metrics,
+        threshold=threshold,
+        alpha=config.alpha,
+        scale=gs.Scale("single", 0.0, 1.0),
+        sequential=False,
+        max_failed=config.max_failed,
+    )
+    order_ids = sorted(responses)
+    decider.look(Look(rows, seeded_order(order_ids, config.seed), 1, 1, True))
+    result.sequential = False
+    result.calls = CallStats(planned=0, judged=0, looks_done=1, looks_planned=1, items_judged=len(order_ids))
+    result.notes.append(
+        "reference metrics computed here (ParlAI's F1 / BLEU definitions): no judge call; fixed-sample test at the "
+        "full alpha"
+    )
+    conclude(result, decider, responses, config.worst)
 
 
 # -- command-line helpers -------------------------------------------------------------------------------------------

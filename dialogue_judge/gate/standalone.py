@@ -37,7 +37,7 @@ from judge_api import repository
 from judge_api.config import Settings
 from judge_api.db import make_engine, session_scope
 from judge_api.models import Judgment, Run
-from judge_api.planning import plan_run
+from judge_api.planning import plan_run, run_rubrics
 from judge_api.schemas import RunCreate, RunSummary
 
 EARLY_STOP = "early stop"
@@ -159,9 +159,7 @@ class InProcessRunner:
         registry = get_registry()
         planned = plan_run(request, registry, self.settings.max_judgments_per_run)
         with self.session() as session:
-            run = repository.create_run(
-                session, request, planned, rubrics=[registry.get(r) for r in sorted(set(request.rubrics))]
-            )
+            run = repository.create_run(session, request, planned, rubrics=run_rubrics(request, registry))
             return run.id
 
     def pending_ids(self, run_id: str, item_ids: Sequence[str] | None = None) -> list[int]:

@@ -47,6 +47,7 @@ from judge_api.planning import (
     planner_config,
     round_robin_calls,
 )
+from judge_api.reference_metrics import REFERENCE_JUDGE
 from judge_api.repository import plans
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric
 from judge_api.schemas import AdaptiveOptions, JudgeOptions
@@ -138,6 +139,7 @@ def _sampling_rule(rubric: Rubric, options: JudgeOptions, judge_params: dict[str
 
 
 def _keys(rows: pd.DataFrame) -> Iterable[tuple[tuple[Any, ...], pd.DataFrame]]:
+    rows = rows[rows["judge"] != REFERENCE_JUDGE]  # reference metrics are exact: one computation, never sampled
     if rows.empty:
         return []
     keyed = rows.assign(system_b=rows["system_b"].fillna(""), order=rows["order"].fillna(""))

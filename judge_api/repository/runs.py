@@ -20,6 +20,7 @@ from judge_api.models import (
     utcnow,
 )
 from judge_api.planning import PlannedJudgment, is_adaptive, run_config
+from judge_api.reference_metrics import reference_rubric
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
 from judge_api.repository.rubric_snapshots import store_rubric_snapshots
 from judge_api.rubrics import Rubric
@@ -39,6 +40,9 @@ def create_run(
 ) -> Run:
     """Store the run, its items, its pending judgments and a snapshot of every rubric version it was planned with
     (``rubrics``: the very objects the plan came from) in the caller's transaction."""
+    reference = reference_rubric()
+    if any(p.rubric_id == reference.id for p in planned) and reference not in rubrics:
+        rubrics = [*rubrics, reference]  # the reference metrics' definitions are stored with the run like a rubric
     versions = {(r.id, r.version) for r in rubrics}
     unsnapshotted = sorted({(p.rubric_id, p.rubric_version) for p in planned} - versions)
     if unsnapshotted:
@@ -317,6 +321,7 @@ def judgment_out(j: Judgment) -> JudgmentOut:
         preference=j.preference,
         outcome=j.outcome,
         explanation=j.explanation,
+        details=j.details,
         input_tokens=j.input_tokens,
         output_tokens=j.output_tokens,
         latency_ms=j.latency_ms,

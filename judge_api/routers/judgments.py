@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -31,6 +32,7 @@ def scrub_judgment(judgment: JudgmentOut) -> JudgmentOut:
             "error": scrub(judgment.error),
             "raw_output": scrub(judgment.raw_output),
             "explanation": scrub(judgment.explanation),
+            "details": json.loads(scrub(json.dumps(judgment.details)) or "null") if judgment.details else None,
         }
     )
 

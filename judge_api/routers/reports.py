@@ -8,7 +8,7 @@ API starts, and the app's start-up builds one small report (``stats.report.warm_
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 from sqlalchemy.orm import Session
@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from judge_api import repository
 from judge_api.auth import Principal
 from judge_api.deps import get_session, require, run_or_404
+from judge_api.planning import panel_settings
 from judge_api.stats.report import build_report
 
 router = APIRouter(tags=["reports"])
@@ -24,6 +25,10 @@ HUMAN_PREFIX = Query(
     None, max_length=100, description="only human raters whose id starts with this (MT-Bench: 'expert_')"
 )
 MAX_SEED = 2**32 - 1
+PANEL_JUDGES = Query(
+    None, max_length=10, description="the panel's members for this report (default: the run's panel setting)"
+)
+PANEL_AGGREGATE = Query(None, description="the panel's aggregate of single scores (default: the run's setting)")
 
 
 @router.get("/v1/runs/{run_id}/report")
@@ -32,6 +37,8 @@ def report(
     n_boot: int = Query(1000, ge=0, le=20000),
     seed: int = Query(0, ge=0, le=MAX_SEED),
     human_prefix: str | None = HUMAN_PREFIX,
+    panel_judge: list[str] | None = PANEL_JUDGES,
+    panel_aggregate: Literal["mean", "median"] | None = PANEL_AGGREGATE,
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
@@ -39,7 +46,12 @@ def report(
     judgments = repository.judgments_frame(session, run_id)
     ratings = repository.ratings_frame(session, run_id)
     result = build_report(
-        judgments, ratings if len(ratings) else None, n_boot=n_boot, seed=seed, human_prefix=human_prefix
+        judgments,
+        ratings if len(ratings) else None,
+        n_boot=n_boot,
+        seed=seed,
+        human_prefix=human_prefix,
+        panel=panel_settings(run.config, panel_judge, panel_aggregate),
     )
     summary = repository.summarize_runs(session, [run])[0]
     session.commit()  # keep the finished_at the summary stamped, as GET /v1/runs/{id} does: a report is stable
@@ -53,9 +65,15 @@ def agreement(
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
-    run_or_404(session, run_id, principal)
+    run = run_or_404(session, run_id, principal)
     ratings = repository.ratings_frame(session, run_id)
     if not len(ratings):
         raise HTTPException(409, "this run has no human ratings yet: POST /v1/runs/{id}/human-ratings first")
-    result = build_report(repository.judgments_frame(session, run_id), ratings, n_boot=200, human_prefix=human_prefix)
+    result = build_report(
+        repository.judgments_frame(session, run_id),
+        ratings,
+        n_boot=200,
+        human_prefix=human_prefix,
+        panel=panel_settings(run.config),
+    )
     return {"run_id": run_id, "n_ratings": len(ratings), "agreement": result.get("agreement")}

@@ -29,7 +29,7 @@ from judge_api.deps import MAX_OFFSET, app_settings, get_session, require, run_o
 from judge_api.errors import field_error
 from judge_api.guards import check_storable
 from judge_api.models import utcnow
-from judge_api.planning import PlanError, plan_run
+from judge_api.planning import PlanError, plan_run, run_rubrics
 from judge_api.repository import retention
 from judge_api.rubrics import get_registry
 from judge_api.schemas import Page, RunCreate, RunCreated, RunSummary
@@ -220,9 +220,7 @@ def _create_reserved(
         raise field_error(loc, exc.message) from None
     ensure_project_row(principal.project_id)
     try:
-        run = repository.create_run(
-            session, request, planned, principal.project_id, [registry.get(r) for r in sorted(set(request.rubrics))]
-        )
+        run = repository.create_run(session, request, planned, principal.project_id, run_rubrics(request, registry))
         sweeper.mark_run_enqueued(session, run.id)
         submission.record(session, run.id)
         session.commit()

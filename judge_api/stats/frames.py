@@ -51,6 +51,8 @@ OUTPUT_TOKENS = "output_tokens"
 LATENCY_MS = "latency_ms"
 COST_USD = "cost_usd"
 CACHED = "cached"
+REFERENCE_JUDGE = "reference"
+"""The pseudo-judge of the reference metrics (``judge_api.reference_metrics.REFERENCE_JUDGE``)."""
 
 SINGLE = "single"
 PAIRWISE = "pairwise"
@@ -237,6 +239,14 @@ def validate_judgments(df: pd.DataFrame) -> pd.DataFrame:
     if CONFIDENCE not in df.columns:
         out[CONFIDENCE] = 1.0
 
+    # the reference metrics' pseudo-judge scores on 0..1 (judge_api.reference_metrics); its pseudo-rubric is in no
+    # rubric folder, so a frame built from storage may not know that scale
+    reference = (out[JUDGE] == REFERENCE_JUDGE).to_numpy()
+    if reference.any():
+        for col, bound in ((SCALE_MIN, 0.0), (SCALE_MAX, 1.0)):
+            values = out[col].to_numpy(copy=True)
+            values[reference & np.isnan(values)] = bound
+            out[col] = values
     _check_values(out[MODE], MODES, MODE)
     _check_values(out[STATUS], STATUSES, STATUS)
     _check_values(out[ORDER], ORDERS, ORDER)

@@ -30,6 +30,16 @@ from judge_api.stats import frames as F
 from judge_api.stats.agreement import preference_agreement, score_agreement, score_alpha
 from judge_api.stats.bias import BiasThresholds, bias_report
 from judge_api.stats.consistency import self_consistency_section
+from judge_api.stats.panel import (
+    AGGREGATES,
+    PANEL_JUDGE,
+    PSEUDO_JUDGES,
+    REFERENCE_JUDGE,
+    inter_judge_agreement,
+    judges_vs_humans,
+    panel_members,
+    with_panel,
+)
 from judge_api.stats.preferences import combine_orders, preference_summary
 from judge_api.stats.ranking import bradley_terry
 from judge_api.stats.scores import item_scores, paired_comparisons, paper_table, score_summary
@@ -46,6 +56,7 @@ SECTIONS = (
     "bias",
     "cost",
     "self_consistency",
+    "panel",
 )
 
 
@@ -114,19 +125,40 @@ def cost_section(judgments: pd.DataFrame) -> dict[str, Any]:
 
 
 def _paper_section(table: pd.DataFrame) -> dict[str, Any]:
+    """The paper table: systems x judge aspects per judge, with the reference metrics (same for every judge) as
+    extra columns on each row, as the recursive-summarisation paper shows F1 / BLEU beside the judge's scores."""
     fixed = {F.JUDGE, "system", "average", "n_items"}
     aspects = [c for c in table.columns if c not in fixed]
+    reference = table[table[F.JUDGE] == REFERENCE_JUDGE]
+    judged = table[table[F.JUDGE] != REFERENCE_JUDGE]
+    present = [a for a in aspects if reference[a].notna().any()] if not reference.empty else []
+    metrics = [m for m in METRIC_LABELS if m in present] + [m for m in present if m not in METRIC_LABELS]
+    judge_aspects = [a for a in aspects if judged[a].notna().any()] if not judged.empty else []
+    by_system = {r["system"]: r for r in reference.to_dict(orient="records")}
+    records = judged.to_dict(orient="records")
+    if not records:  # nothing judged (yet): the reference metrics alone
+        records = [{F.JUDGE: None, "system": s, "average": None, "n_items": r["n_items"]} for s, r in by_system.items()]
     rows = [
         {
             "judge": r[F.JUDGE],
             "system": r["system"],
-            "values": {a: r[a] for a in aspects},
+            "metrics": {m: by_system.get(r["system"], {}).get(m) for m in metrics},
+            "values": {a: r.get(a) for a in judge_aspects},
             "average": r["average"],
             "n_items": r["n_items"],
         }
-        for r in table.to_dict(orient="records")
+        for r in records
     ]
-    return {"aspects": aspects, "rows": rows}
+    return {"metrics": metrics, "aspects": judge_aspects, "rows": rows}
+
+
+def panel_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A run's panel settings (``RunCreate.panel``) with their defaults: all judges, mean."""
+    panel = dict(config or {})
+    aggregate = panel.get("aggregate") or "mean"
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"panel.aggregate {aggregate!r} is not one of {list(AGGREGATES)}")
+    return {"judges": panel.get("judges"), "aggregate": aggregate, "enabled": panel.get("enabled", True)}
 
 
 def build_report(
@@ -140,6 +172,7 @@ def build_report(
     human_prefix: str | None = None,
     families: Mapping[str, str] | None = None,
     n_bins: int = 5,
+    panel: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every statistic of a run as one JSON-serialisable dict (see the module docstring).
 
@@ -147,11 +180,16 @@ def build_report(
     the human raters to ids starting with it (MT-Bench: ``"expert_"``).  ``n_boot`` bootstrap
     resamples with ``seed`` for every CI; ``thresholds`` for the bias flags; ``families`` overrides
     the model-family substring map of the self-preference check; ``n_bins`` is the common scale of
-    the score kappa.
+    the score kappa. ``panel`` (``{"judges": [...] or None, "aggregate": "mean"|"median", "enabled": bool}``,
+    default: every judge, mean) adds the ``panel`` pseudo-judge when it has two or more members (``stats.panel``).
     """
-    df = F.validate_judgments(judgments)
+    stored = F.validate_judgments(judgments)
+    settings = panel_config(panel)
+    members = panel_members(stored, settings["judges"]) if settings["enabled"] else []
+    df, panel_rows = with_panel(stored, members, settings["aggregate"])
     combined = combine_orders(df, validated=True)
     items = item_scores(df, validated=True)
+    real = stored[~stored[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()]
     report: dict[str, Any] = {
         "meta": {
             "n_boot": n_boot,
@@ -162,26 +200,47 @@ def build_report(
                 "paired": "paired percentile bootstrap over items; Wilcoxon signed-rank p",
                 "win_rate": "Wilson score interval, ties counted as half wins",
                 "ranking": "Bradley-Terry (MM), percentile bootstrap over items",
+                "reference_metrics": "ParlAI normalisation; F1 of tokens; BLEU-1/2 nltk sentence_bleu with "
+                "SmoothingFunction(epsilon=1e-12).method1",
             },
         },
-        "counts": counts_section(df),
+        "counts": counts_section(stored),
         "scores": score_summary(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
         "paired": paired_comparisons(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
         "paper_table": _paper_section(paper_table(df, items=items)),
         "preferences": preference_summary(df, ci=ci, combined=combined),
         "ranking": bradley_terry(df, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
         "agreement": None,
-        "bias": bias_report(df, thresholds=thresholds, families=families, combined=combined, items=items),
-        "cost": cost_section(df),
-        "self_consistency": self_consistency_section(df, validated=True),
+        "bias": bias_report(
+            real,
+            thresholds=thresholds,
+            families=families,
+            combined=combined[~combined[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()],
+            items=items[~items[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()],
+        ),
+        "cost": cost_section(stored),
+        "self_consistency": self_consistency_section(stored, validated=True),
+        "panel": None,
     }
+    if len(members) >= 2:
+        report["panel"] = {
+            "judge": PANEL_JUDGE,
+            "members": members,
+            "aggregate": settings["aggregate"],
+            "n_rows": len(panel_rows),
+            "cost_usd": float(stored.loc[stored[F.JUDGE].isin(members).to_numpy(), F.COST_USD].sum()),
+            "inter_judge": inter_judge_agreement(stored, members, n_bins=n_bins, items=items, combined=combined),
+        }
     if ratings is not None:
         r = F.validate_ratings(ratings)
         report["agreement"] = {
             "human_prefix": human_prefix,
             "preferences": preference_agreement(df, r, human_prefix=human_prefix, combined=combined),
             "scores": score_agreement(df, r, n_bins=n_bins, human_prefix=human_prefix, items=items),
-            "alpha": score_alpha(df, r, n_bins=n_bins, human_prefix=human_prefix, items=items),
+            "alpha": score_alpha(real, r, n_bins=n_bins, human_prefix=human_prefix),
+            "judges": judges_vs_humans(
+                stored, r, members, settings["aggregate"], human_prefix=human_prefix, n_bins=n_bins
+            ),
         }
     out = F.jsonable(report)
     assert isinstance(out, dict)
@@ -232,6 +291,7 @@ def warm_up() -> None:
 
 
 # --- rendering -------------------------------------------------------------------------------------
+METRIC_LABELS = {"f1": "F1", "bleu-1": "BLEU-1", "bleu-2": "BLEU-2", "bertscore": "BERTScore"}
 Cell = Callable[[Mapping[str, Any]], Any]
 
 
@@ -334,7 +394,68 @@ def _agreement_tables(agr: Mapping[str, Any]) -> list[tuple[str, list[str], list
             ],
         )
     )
+    if agr.get("judges"):
+        out += _judges_human_tables(agr["judges"])
     return out
+
+
+def _pair_cells(pair: Mapping[str, Any]) -> list[str]:
+    if "spearman" in pair:
+        return [_fmt(pair["spearman"], 3), _fmt(pair["qwk"], 3)]
+    return [_fmt(pair["agreement"], 3), _fmt(pair["kappa"], 3)]
+
+
+def _panel_tables(panel: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    inter = panel.get("inter_judge") or {}
+    title = f"Judge panel: {panel['aggregate']} of {', '.join(panel['members'])} (cost ${_fmt(panel['cost_usd'], 4)})"
+    rows: list[list[str]] = []
+    for r in inter.get("scores") or []:
+        alphas = [_fmt(r["alpha_interval"], 3), _fmt(r["alpha_ordinal"], 3)]
+        rows.append([r["aspect"], "scores", "all", _fmt(r["n_units"]), *alphas, "-", "-"])
+        rows += [
+            [r["aspect"], "scores", f"{p['judge_a']} ~ {p['judge_b']}", _fmt(p["n"]), "-", "-", *_pair_cells(p)]
+            for p in r["pairs"]
+        ]
+    for r in inter.get("preferences") or []:
+        rows.append([r["aspect"], "pairwise", "all", _fmt(r["n_units"]), _fmt(r["alpha_nominal"], 3), "-", "-", "-"])
+        rows += [
+            [r["aspect"], "pairwise", f"{p['judge_a']} ~ {p['judge_b']}", _fmt(p["n"]), "-", "-", *_pair_cells(p)]
+            for p in r["pairs"]
+        ]
+    return [
+        (
+            title + " - inter-judge agreement",
+            ["aspect", "mode", "judges", "units", "alpha", "alpha (ordinal)", "spearman / agree", "QWK / kappa"],
+            rows,
+        )
+    ]
+
+
+def _judges_human_tables(judges: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    def figures(r: Mapping[str, Any]) -> list[str]:
+        return [
+            _fmt(r.get("n_scores")),
+            _fmt(r.get("spearman"), 3),
+            _fmt(r.get("qwk"), 3),
+            _fmt(r.get("n_votes")),
+            _fmt(r.get("s1"), 3),
+            _fmt(r.get("kappa"), 3),
+            _fmt(r.get("cost_usd"), 4),
+        ]
+
+    headers = ["n", "spearman", "QWK", "votes", "S1", "kappa", "cost USD"]
+    return [
+        (
+            "Judges vs humans, with cost",
+            ["judge", "aspect", *headers],
+            [[r["judge"], r["aspect"], *figures(r)] for r in judges.get("matrix") or []],
+        ),
+        (
+            "Judge sets vs humans (cheapest first)",
+            ["judges", "aspect", *headers],
+            [[" + ".join(r["judges"]), r["aspect"], *figures(r)] for r in judges.get("sets") or []],
+        ),
+    ]
 
 
 def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -393,14 +514,22 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         )
     )
     pt = report.get("paper_table") or {"aspects": [], "rows": []}
+    metrics = pt.get("metrics") or []
     out.append(
         (
             "Paper table (mean scores)",
-            ["judge", "system", *[a.capitalize() for a in pt["aspects"]], "Average"],
+            [
+                "judge",
+                "system",
+                *[METRIC_LABELS.get(m, m) for m in metrics],
+                *[a.capitalize() for a in pt["aspects"]],
+                "Average",
+            ],
             [
                 [
-                    r["judge"],
+                    r["judge"] or "-",
                     r["system"],
+                    *[_fmt((r.get("metrics") or {}).get(m), 3) for m in metrics],
                     *[_fmt(r["values"].get(a)) for a in pt["aspects"]],
                     _fmt(r["average"]),
                 ]
@@ -468,6 +597,9 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         )
     )
     out += _economy_tables((report.get("run") or {}).get("economy"))
+    panel = report.get("panel")
+    if panel:
+        out += _panel_tables(panel)
     agr = report.get("agreement")
     if agr:
         out += _agreement_tables(agr)

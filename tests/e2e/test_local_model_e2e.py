@@ -63,6 +63,7 @@ def test_local_smollm2_judges_through_the_real_stack(
                 "rubrics": ["dj-consistency" if structured else "rsum-single"],
                 "judges": ["local:smollm2"],
                 "aspects": ["consistency"],
+                "metrics": [],
                 "options": {"structured_output": structured, "max_tokens": 96},
             }
         )
@@ -81,3 +82,43 @@ def test_local_smollm2_judges_through_the_real_stack(
             assert score is not None and 1 <= score <= 100
         else:
             assert status == "unparseable" and score is None
+
+
+def test_local_smollm2_expected_scoring_and_reference_metrics(
+    local_judge_url: str, sqlite_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """llama.cpp's server returns top_logprobs: the 1-5 G-Eval rubric's score is weighted by them (or, where the
+    scale token cannot be read, the parsed score stays with the reason); the reference metrics need no judge."""
+    item = json.loads(EXAMPLE.read_text().splitlines()[0])
+    item["candidates"] = {k: item["candidates"][k] for k in ("gold", "mismatched")}
+    env = {"DJ_LOCAL_JUDGE_URL": local_judge_url, "DJ_JUDGE_TIMEOUT": "300"}
+    with LiveService(redis_url, sqlite_url, tmp_path / "svc", env_overrides=env, worker_concurrency=1) as service:
+        created = service.client().create_run(
+            {
+                "items": [item],
+                "rubrics": ["geval-consistency"],
+                "judges": ["local:smollm2"],
+                "aspects": ["consistency"],
+                "metrics": ["f1"],
+                "options": {"structured_output": True, "max_tokens": 16},
+            }
+        )
+        summary = service.wait_run(created["id"], timeout_s=600, poll_s=1)
+        report = service.client().report(created["id"], n_boot=50)
+    assert summary["counts"]["done"] + summary["counts"]["unparseable"] == 4
+    engine = create_engine(sqlite_url)
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT judge, system_a, status, score, details FROM judgments")).all()
+    engine.dispose()
+    judged = [r for r in rows if r.judge == "local:smollm2" and r.status == "done"]
+    assert judged, "SmolLM2 gave no parseable 1-5 score"
+    for row in judged:
+        details = json.loads(row.details) if isinstance(row.details, str) else row.details
+        if details["scoring"] == "expected":
+            assert 1 <= row.score <= 5 and abs(sum(details["score_distribution"].values()) - 1) < 1e-9
+            assert details["parsed_score"] in (1, 2, 3, 4, 5)
+        else:
+            assert details["scoring_fallback"] and row.score in (1, 2, 3, 4, 5)
+    f1 = {r.system_a: r.score for r in rows if r.judge == "reference"}
+    assert f1["gold"] == 1.0 and f1["mismatched"] < 0.5  # gold is the reference itself
+    assert report["paper_table"]["metrics"] == ["f1"]

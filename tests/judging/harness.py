@@ -85,7 +85,7 @@ class Harness:
         registry = get_registry()
         planned = planning.plan_run(req, registry, 1_000_000)
         with session_scope() as session:
-            return repository.create_run(session, req, planned, rubrics=[registry.get(r) for r in req.rubrics]).id
+            return repository.create_run(session, req, planned, rubrics=planning.run_rubrics(req, registry)).id
 
     def pending(self, run_id: str) -> list[int]:
         with session_scope() as session:

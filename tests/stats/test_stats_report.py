@@ -36,9 +36,11 @@ def test_counts_add_up(synthetic: pd.DataFrame, report: dict[str, Any]) -> None:
     assert counts["n_rows"] == len(synthetic) == 6000
     assert sum(counts["by_status"].values()) == 6000
     assert counts["systems"] == sorted(SYSTEM_QUALITY)
-    single_total = sum(r["n_total"] for r in report["scores"])
-    pair_total = sum(r["n_total"] for r in report["preferences"])
+    # the panel's rows are synthetic (aggregates of the judges' rows): they are not stored judgments
+    single_total = sum(r["n_total"] for r in report["scores"] if r["judge"] != "panel")
+    pair_total = sum(r["n_total"] for r in report["preferences"] if r["judge"] != "panel")
     assert single_total + pair_total == 6000
+    assert "panel" not in counts["judges"]
 
 
 def test_planted_quality_order_shows_in_scores_ranking_and_paper_table(report: dict[str, Any]) -> None:
@@ -51,7 +53,7 @@ def test_planted_quality_order_shows_in_scores_ranking_and_paper_table(report: d
             assert entry["system"] == best
     assert report["paper_table"]["aspects"] == ["engagingness", "coherence", "consistency"]
     n_pairs = len(SYSTEM_QUALITY) * (len(SYSTEM_QUALITY) - 1) // 2
-    assert len(report["paired"]) == n_pairs * 3 * 2  # pairs x aspects x judges
+    assert len(report["paired"]) == n_pairs * 3 * 3  # pairs x aspects x (two judges and their panel)
 
 
 def test_bias_section_detects_the_planted_position_bias(report: dict[str, Any]) -> None:
@@ -77,6 +79,19 @@ def test_deterministic_for_a_seed(synthetic: pd.DataFrame, report: dict[str, Any
     other = build_report(synthetic, n_boot=200, seed=1)
     assert other["scores"][0]["ci_low"] != report["scores"][0]["ci_low"]
     assert other["scores"][0]["mean"] == report["scores"][0]["mean"]
+
+
+def test_panel_can_be_turned_off(synthetic: pd.DataFrame, report: dict[str, Any]) -> None:
+    assert report["panel"]["members"] == ["anthropic:claude-3-5-sonnet", "openai:gpt-4o"]
+    off = build_report(synthetic, n_boot=20, panel={"enabled": False})
+    assert off["panel"] is None and {r["judge"] for r in off["scores"]} == {
+        "anthropic:claude-3-5-sonnet",
+        "openai:gpt-4o",
+    }
+    one = build_report(synthetic, n_boot=20, panel={"judges": ["openai:gpt-4o"]})
+    assert one["panel"] is None  # a panel needs two members
+    with pytest.raises(ValueError, match="aggregate"):
+        build_report(synthetic, n_boot=20, panel={"aggregate": "mode"})
 
 
 def test_empty_frame() -> None:
@@ -130,7 +145,7 @@ def test_agreement_section_with_score_ratings(synthetic: pd.DataFrame) -> None:
     )
     rep = build_report(synthetic, ratings, n_boot=20)
     agreement = rep["agreement"]
-    assert {r["judge"] for r in agreement["scores"]} == {"openai:gpt-4o", "anthropic:claude-3-5-sonnet"}
+    assert {r["judge"] for r in agreement["scores"]} == {"openai:gpt-4o", "anthropic:claude-3-5-sonnet", "panel"}
     gpt = next(r for r in agreement["scores"] if r["judge"] == "openai:gpt-4o" and r["aspect"] == "coherence")
     assert gpt["spearman"] > 0.95 and gpt["qwk"] > 0.6  # QWK loses a little to bin edges
     table = agreement_to_table(agreement)

@@ -16,6 +16,7 @@ from judge_api.rubrics import get_registry
 SHIPPED = [
     "dj-consistency",
     "fact-check",
+    "geval-consistency",
     "memochat-consistency",
     "memory-faithfulness",
     "mtbench-pair-v2",

@@ -1,0 +1,348 @@
+"""Judge panels ("juries", Verga et al. 2024): several judges' verdicts aggregated into one pseudo-judge, how much
+the judges agree with each other, and what each judge set costs against how well it agrees with humans.
+
+Conventions
+-----------
+* Members: the judges named in the panel config, else every judge of the run except the pseudo-judges
+  (``reference``, ``panel``). A panel needs two members; with fewer there is no panel.
+* Single mode: per (item, system, aspect) the members' item scores (self-consistency samples averaged first, as
+  ``scores.item_scores``) are aggregated with the ``mean`` or the ``median`` over the members that scored it. When
+  the members' rubric scales differ, each score is first mapped to [0, 1] (linear min-max on its own scale) and the
+  panel's scale is 0..1.
+* Pairwise: each member's outcome per (item, system pair, aspect) is its order-combined outcome
+  (``preferences.combine_orders``: FastChat's rule); the panel's outcome is the majority of the members' outcomes
+  (win = +1, tie = 0, loss = -1; the sign of the sum, so an even split is a tie).
+* The panel's rows are synthetic judgments (judge ``panel``, status ``done``, order ``ab``, cost 0) appended to the
+  judgments frame, so every section of the report (scores with CIs, paired comparisons, the paper table,
+  preferences, ranking, agreement with humans) shows the panel beside its members. Its cost is the members' cost.
+* Inter-judge agreement, per aspect over the members: Krippendorff's alpha (interval on [0, 1] scores, ordinal on
+  the ``n_bins``-point bins, nominal on pairwise outcomes), units (item, system) / (item, pair); and per judge pair
+  Spearman and quadratic-weighted kappa of the item scores (on the bins), Cohen's kappa and raw agreement of the
+  pairwise outcomes, on the units both judged.
+* Judge sets (only with human ratings): every set of at least one member (at most ``MAX_SET_MEMBERS`` members, so
+  at most 63 sets) aggregated like the panel, with its agreement with humans (Spearman / QWK of scores, S1 / kappa
+  of preferences) and its cost, cheapest first: the cheapest set that agrees well enough is the one to use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import combinations
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from judge_api.stats import frames as F
+from judge_api.stats.agreement import (
+    cohen_kappa,
+    correlations,
+    preference_agreement,
+    quadratic_weighted_kappa,
+    score_agreement,
+    to_bins,
+    to_unit,
+)
+from judge_api.stats.krippendorff import krippendorff_alpha_long
+from judge_api.stats.preferences import combine_orders
+from judge_api.stats.scores import item_scores
+
+PANEL_JUDGE = "panel"
+REFERENCE_JUDGE = F.REFERENCE_JUDGE
+PSEUDO_JUDGES = (PANEL_JUDGE, REFERENCE_JUDGE)
+Aggregate = Literal["mean", "median"]
+AGGREGATES: tuple[Aggregate, ...] = ("mean", "median")
+MAX_SET_MEMBERS = 6
+
+
+def real_judges(judgments: pd.DataFrame) -> list[str]:
+    """The judges of a frame that are not pseudo-judges, sorted."""
+    return [j for j in F.distinct(judgments[F.JUDGE]) if j not in PSEUDO_JUDGES]
+
+
+def panel_members(judgments: pd.DataFrame, judges: Sequence[str] | None = None) -> list[str]:
+    """The panel's members: ``judges`` (those present in the frame) or every real judge of the frame."""
+    present = real_judges(judgments)
+    if judges is None:
+        return present
+    return [j for j in dict.fromkeys(judges) if j in present]
+
+
+def _single_panel(items: pd.DataFrame, members: Sequence[str], aggregate: Aggregate, name: str) -> pd.DataFrame:
+    sub = items[items[F.JUDGE].isin(list(members))]
+    if sub.empty:
+        return pd.DataFrame()
+    lo, hi = sub[F.SCALE_MIN].to_numpy("float64"), sub[F.SCALE_MAX].to_numpy("float64")
+    same_scale = len({(a, b) for a, b in zip(lo, hi, strict=True)}) == 1 and np.isfinite(lo[0]) and np.isfinite(hi[0])
+    values = sub[F.SCORE].to_numpy("float64") if same_scale else to_unit(sub[F.SCORE], lo, hi)
+    frame = pd.DataFrame(
+        {
+            F.ITEM_ID: F.column(sub[F.ITEM_ID]),
+            F.SYSTEM_A: F.column(sub["system"]),
+            F.ASPECT: F.column(sub[F.ASPECT]),
+            F.SCORE: values,
+            F.LEN_A: sub["length"].to_numpy("float64"),
+        }
+    )
+    grouped = frame.groupby([F.ITEM_ID, F.SYSTEM_A, F.ASPECT], sort=True)
+    out = grouped.agg(score=(F.SCORE, aggregate), len_a=(F.LEN_A, "mean"), n_members=(F.SCORE, "size")).reset_index()
+    out[F.MODE] = F.SINGLE
+    out[F.SCALE_MIN] = float(lo[0]) if same_scale else 0.0
+    out[F.SCALE_MAX] = float(hi[0]) if same_scale else 1.0
+    out[F.JUDGE] = name
+    return out
+
+
+def _pairwise_panel(combined: pd.DataFrame, members: Sequence[str], name: str) -> pd.DataFrame:
+    sub = combined[combined[F.JUDGE].isin(list(members))]
+    if sub.empty:
+        return pd.DataFrame()
+    frame = pd.DataFrame(
+        {
+            F.ITEM_ID: F.column(sub[F.ITEM_ID]),
+            F.SYSTEM_A: F.column(sub[F.SYSTEM_A]),
+            F.SYSTEM_B: F.column(sub[F.SYSTEM_B]),
+            F.ASPECT: F.column(sub[F.ASPECT]),
+            "code": sub[F.OUTCOME].map(F.OUTCOME_CODE).to_numpy("float64"),
+            F.LEN_A: sub[F.LEN_A].to_numpy("float64"),
+            F.LEN_B: sub[F.LEN_B].to_numpy("float64"),
+        }
+    )
+    keys = [F.ITEM_ID, F.SYSTEM_A, F.SYSTEM_B, F.ASPECT]
+    out = (
+        frame.groupby(keys, sort=True)
+        .agg(code=("code", "sum"), len_a=(F.LEN_A, "mean"), len_b=(F.LEN_B, "mean"), n_members=("code", "size"))
+        .reset_index()
+    )
+    sign = np.sign(out["code"].to_numpy("float64")).astype(np.int64)
+    out[F.OUTCOME] = np.array([F.LOSS, F.TIE, F.WIN], dtype=object)[sign + 1]
+    out[F.PREFERENCE] = 2.0 * sign
+    out[F.ORDER] = F.ORDER_AB
+    out[F.MODE] = F.PAIRWISE
+    out[F.JUDGE] = name
+    return out.drop(columns=["code"])
+
+
+def panel_rows(
+    judgments: pd.DataFrame,
+    members: Sequence[str],
+    aggregate: Aggregate = "mean",
+    *,
+    name: str = PANEL_JUDGE,
+    items: pd.DataFrame | None = None,
+    combined: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The panel's synthetic judgments (a validated judgments frame; empty when the members judged nothing)."""
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"panel aggregate {aggregate!r} is not one of {list(AGGREGATES)}")
+    df = F.validate_judgments(judgments)
+    items = item_scores(df, validated=True) if items is None else items
+    combined = combine_orders(df, validated=True) if combined is None else combined
+    parts = [
+        p
+        for p in (_single_panel(items, members, aggregate, name), _pairwise_panel(combined, members, name))
+        if not p.empty
+    ]
+    if not parts:
+        return F.empty_judgments()
+    rows = pd.concat(parts, ignore_index=True).drop(columns=["n_members"])
+    rows[F.STATUS] = F.DONE
+    rows[F.RUBRIC_ID] = PANEL_JUDGE
+    rows[F.CACHED] = True
+    return F.validate_judgments(rows)
+
+
+def with_panel(
+    judgments: pd.DataFrame, members: Sequence[str], aggregate: Aggregate = "mean"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the frame with the panel's rows appended, the panel's rows); unchanged when fewer than two members."""
+    df = F.validate_judgments(judgments)
+    if len(members) < 2:
+        return df, F.empty_judgments()
+    rows = panel_rows(df, members, aggregate)
+    if rows.empty:
+        return df, rows
+    rows = rows.assign(**{F.JUDGMENT_ID: -np.arange(1, len(rows) + 1)})
+    return F.validate_judgments(pd.concat([df, rows], ignore_index=True)), rows
+
+
+# --- agreement between judges ------------------------------------------------------------------------------------
+def _score_units(items: pd.DataFrame, members: Sequence[str], n_bins: int) -> pd.DataFrame:
+    sub = items[items[F.JUDGE].isin(list(members))]
+    unit = to_unit(sub[F.SCORE], sub[F.SCALE_MIN], sub[F.SCALE_MAX])
+    return pd.DataFrame(
+        {
+            F.ASPECT: F.column(sub[F.ASPECT]),
+            F.JUDGE: F.column(sub[F.JUDGE]),
+            "unit_key": (sub[F.ITEM_ID].astype(str) + "\x1f" + sub["system"].astype(str)).to_numpy(),
+            "unit": unit,
+            "bin": to_bins(unit, 0.0, 1.0, n_bins),
+        }
+    )
+
+
+def _outcome_units(combined: pd.DataFrame, members: Sequence[str]) -> pd.DataFrame:
+    sub = combined[combined[F.JUDGE].isin(list(members))]
+    key = sub[F.ITEM_ID].astype(str) + "\x1f" + sub[F.SYSTEM_A].astype(str) + "\x1f" + sub[F.SYSTEM_B].astype(str)
+    return pd.DataFrame(
+        {
+            F.ASPECT: F.column(sub[F.ASPECT]),
+            F.JUDGE: F.column(sub[F.JUDGE]),
+            "unit_key": key.to_numpy(),
+            "code": sub[F.OUTCOME].map(F.OUTCOME_CODE).to_numpy("float64"),
+        }
+    )
+
+
+def _pair_scores(grp: pd.DataFrame, a: str, b: str, n_bins: int) -> dict[str, Any]:
+    wide_unit = grp.pivot_table(index="unit_key", columns=F.JUDGE, values="unit", aggfunc="first")
+    both = wide_unit[[a, b]].dropna() if {a, b} <= set(wide_unit.columns) else pd.DataFrame(columns=[a, b])
+    corr = correlations(both[a], both[b]) if len(both) else {"n": 0, "spearman": None}
+    qwk = (
+        quadratic_weighted_kappa(to_bins(both[a], 0.0, 1.0, n_bins), to_bins(both[b], 0.0, 1.0, n_bins), n_bins)
+        if len(both)
+        else None
+    )
+    diff = (both[a] - both[b]).abs().to_numpy("float64")
+    return {
+        "n": len(both),
+        "spearman": corr["spearman"],
+        "pearson": corr.get("pearson"),
+        "qwk": qwk,
+        "mean_abs_diff_unit": float(diff.mean()) if diff.size else None,
+    }
+
+
+def _pair_outcomes(grp: pd.DataFrame, a: str, b: str) -> dict[str, Any]:
+    wide = grp.pivot_table(index="unit_key", columns=F.JUDGE, values="code", aggfunc="first")
+    both = wide[[a, b]].dropna() if {a, b} <= set(wide.columns) else pd.DataFrame(columns=[a, b])
+    x = both[a].to_numpy("int64") + 1 if len(both) else np.zeros(0, dtype=np.int64)
+    y = both[b].to_numpy("int64") + 1 if len(both) else np.zeros(0, dtype=np.int64)
+    confusion = np.bincount(x * 3 + y, minlength=9).reshape(3, 3)
+    return {
+        "n": len(both),
+        "agreement": float(np.trace(confusion) / confusion.sum()) if confusion.sum() else None,
+        "kappa": cohen_kappa(confusion) if confusion.sum() else None,
+    }
+
+
+def inter_judge_agreement(
+    judgments: pd.DataFrame,
+    members: Sequence[str],
+    *,
+    n_bins: int = 5,
+    items: pd.DataFrame | None = None,
+    combined: pd.DataFrame | None = None,
+) -> dict[str, Any]:
+    """Agreement among the members, per aspect: alpha across all of them and every judge pair (module docstring)."""
+    df = F.validate_judgments(judgments)
+    items = item_scores(df, validated=True) if items is None else items
+    combined = combine_orders(df, validated=True) if combined is None else combined
+    scores = _score_units(items, members, n_bins)
+    outcomes = _outcome_units(combined, members)
+    out: dict[str, Any] = {"judges": list(members), "scores": [], "preferences": []}
+    for aspect, grp in scores.groupby(F.ASPECT, sort=True):
+        out["scores"].append(
+            {
+                F.ASPECT: aspect,
+                "n_units": int(grp["unit_key"].nunique()),
+                "n_judges": int(grp[F.JUDGE].nunique()),
+                "alpha_interval": krippendorff_alpha_long(grp["unit_key"], grp["unit"], "interval"),
+                "alpha_ordinal": krippendorff_alpha_long(grp["unit_key"], grp["bin"], "ordinal"),
+                "pairs": [
+                    {"judge_a": a, "judge_b": b, **_pair_scores(grp, a, b, n_bins)}
+                    for a, b in combinations(sorted(grp[F.JUDGE].unique()), 2)
+                ],
+            }
+        )
+    for aspect, grp in outcomes.groupby(F.ASPECT, sort=True):
+        out["preferences"].append(
+            {
+                F.ASPECT: aspect,
+                "n_units": int(grp["unit_key"].nunique()),
+                "n_judges": int(grp[F.JUDGE].nunique()),
+                "alpha_nominal": krippendorff_alpha_long(grp["unit_key"], grp["code"], "nominal"),
+                "pairs": [
+                    {"judge_a": a, "judge_b": b, **_pair_outcomes(grp, a, b)}
+                    for a, b in combinations(sorted(grp[F.JUDGE].unique()), 2)
+                ],
+            }
+        )
+    return out
+
+
+# --- judges and judge sets against humans, with cost ------------------------------------------------------------
+def _judge_costs(df: pd.DataFrame) -> dict[str, dict[str, float]]:
+    finished = df[df[F.STATUS].isin(F.FINISHED_STATUSES)]
+    g = finished.groupby(F.JUDGE, sort=True)
+    return {str(j): {"cost_usd": float(grp[F.COST_USD].sum()), "n_judgments": len(grp)} for j, grp in g}
+
+
+def _human_rows(
+    frame: pd.DataFrame, ratings: pd.DataFrame, human_prefix: str | None, n_bins: int
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(judge, aspect) -> agreement figures with the humans, scores and preferences merged."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    scores = score_agreement(frame, ratings, n_bins=n_bins, human_prefix=human_prefix)
+    for r in scores.to_dict(orient="records"):
+        out.setdefault((r[F.JUDGE], r[F.ASPECT]), {}).update(
+            n_scores=r["n"], spearman=r["spearman"], kendall=r["kendall"], qwk=r["qwk"]
+        )
+    prefs = preference_agreement(frame, ratings, human_prefix=human_prefix)
+    for r in prefs["judge_vs_human"]:
+        out.setdefault((r[F.JUDGE], r[F.ASPECT]), {}).update(
+            n_votes=r["s1"]["total"], s1=r["s1"]["rate"], s2=r["s2"]["rate"], kappa=r["kappa_s1"]
+        )
+    return out
+
+
+def judges_vs_humans(
+    judgments: pd.DataFrame,
+    ratings: pd.DataFrame,
+    members: Sequence[str],
+    aggregate: Aggregate = "mean",
+    *,
+    human_prefix: str | None = None,
+    n_bins: int = 5,
+) -> dict[str, Any]:
+    """Each judge's, the panel's and every judge set's agreement with humans beside its cost (module docstring).
+
+    ``judgments`` is the stored frame (no panel rows). ``matrix``: one row per judge (members, the panel, and the
+    ``reference`` metrics when present) and aspect. ``sets``: one row per judge set and aspect, cheapest first.
+    """
+    df = F.validate_judgments(judgments)
+    df = df[df[F.JUDGE] != PANEL_JUDGE]
+    costs = _judge_costs(df)
+    frame, _ = with_panel(df, members, aggregate)
+    human = _human_rows(frame, ratings, human_prefix, n_bins)
+    panel_cost = sum(costs.get(j, {}).get("cost_usd", 0.0) for j in members)
+    matrix = []
+    for (judge, aspect), figures in sorted(human.items()):
+        cost = panel_cost if judge == PANEL_JUDGE else costs.get(judge, {}).get("cost_usd", 0.0)
+        matrix.append({F.JUDGE: judge, F.ASPECT: aspect, "cost_usd": cost, **figures})
+    sets: list[dict[str, Any]] = []
+    pool = list(members)[:MAX_SET_MEMBERS]
+    if len(pool) >= 1:
+        items = item_scores(df, validated=True)
+        combined = combine_orders(df, validated=True)
+        for size in range(1, len(pool) + 1):
+            for subset in combinations(pool, size):
+                if size == 1:
+                    sub_frame = df[df[F.JUDGE] == subset[0]]
+                    name = subset[0]
+                else:
+                    name = PANEL_JUDGE
+                    sub_frame = panel_rows(df, subset, aggregate, items=items, combined=combined)
+                figures_by_aspect = _human_rows(sub_frame, ratings, human_prefix, n_bins)
+                cost = sum(costs.get(j, {}).get("cost_usd", 0.0) for j in subset)
+                for (judge, aspect), figures in sorted(figures_by_aspect.items()):
+                    if judge == name:
+                        sets.append({"judges": list(subset), F.ASPECT: aspect, "cost_usd": cost, **figures})
+    sets.sort(key=lambda r: (r[F.ASPECT], r["cost_usd"], len(r["judges"]), r["judges"]))
+    return {
+        "members": list(members),
+        "aggregate": aggregate,
+        "panel_cost_usd": panel_cost,
+        "matrix": matrix,
+        "sets": sets,
+    }
