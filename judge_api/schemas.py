@@ -404,6 +404,23 @@ class JudgmentOut(BaseModel):
     updated_at: datetime | None
 
 
+class FactLabelOut(BaseModel):
+    """One fact labelled by a fact-check judgment (docs/facts.md), with the fact's text from the item's sheet."""
+
+    judgment_id: int
+    item_id: str
+    system: str
+    judge: str
+    rubric_id: str
+    aspect: str
+    sample_index: int
+    fact_id: str
+    text: str | None
+    source: str
+    label: Literal["supported", "contradicted", "not_addressed"]
+    evidence: str
+
+
 class Page(BaseModel, Generic[T]):
     total: int
     offset: int

@@ -14,7 +14,13 @@ not at all). A verdict write is a compare-and-set on the claim token, so a redel
 write a second verdict.
 """
 
-from judge_api.repository.frames import JUDGMENT_FRAME_COLUMNS, RATING_FRAME_COLUMNS, judgments_frame, ratings_frame
+from judge_api.repository.frames import (
+    JUDGMENT_FRAME_COLUMNS,
+    RATING_FRAME_COLUMNS,
+    fact_labels_frame,
+    judgments_frame,
+    ratings_frame,
+)
 from judge_api.repository.idempotency_keys import (
     find_idempotency_key,
     prune_idempotency_keys,
@@ -53,6 +59,7 @@ __all__ = [
     "cancel_pending",
     "create_run",
     "ensure_project",
+    "fact_labels_frame",
     "find_idempotency_key",
     "get_items",
     "get_run",

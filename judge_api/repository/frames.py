@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from judge_api.models import (
     HumanRating,
     Judgment,
+    RunItem,
 )
 
 JUDGMENT_FRAME_COLUMNS = [
@@ -130,3 +131,84 @@ def ratings_frame(session: Session, run_id: str) -> pd.DataFrame:
         for r in rows
     ]
     return pd.DataFrame(records, columns=RATING_FRAME_COLUMNS)
+
+
+def fact_labels_frame(session: Session, run_id: str) -> pd.DataFrame:
+    """The run's fact-check labels (``stats.facts``, docs/data-contract.md): one row per fact a finished fact-check
+    judgment labelled, with the fact's text from the item's fact sheet; one row with ``fact_id`` None for a finished
+    judgment that labelled none (empty sheet, unparseable, failed). Empty when the run has no fact-check judgment.
+
+    A judgment is a fact-check judgment when its rubric is of kind ``facts`` in the registry, or (a rubric no longer
+    loaded) when its details carry fact labels."""
+    from judge_api.facts import fact_sheet
+    from judge_api.rubrics import get_registry
+    from judge_api.stats.facts import FACT_COLUMNS
+
+    registry = get_registry()
+    rubric_ids = session.scalars(select(Judgment.rubric_id).where(Judgment.run_id == run_id).distinct()).all()
+    facts_rubrics = [r for r in rubric_ids if r in registry and registry.get(r).kind == "facts"]
+    others = [r for r in rubric_ids if r not in registry]
+    if not facts_rubrics and not others:
+        return pd.DataFrame(columns=FACT_COLUMNS)
+    query = (
+        select(
+            Judgment.id,
+            Judgment.item_key,
+            Judgment.system_a,
+            Judgment.judge,
+            Judgment.rubric_id,
+            Judgment.aspect,
+            Judgment.sample_index,
+            Judgment.status,
+            Judgment.details,
+        )
+        .where(
+            Judgment.run_id == run_id,
+            Judgment.mode == "single",
+            Judgment.rubric_id.in_(facts_rubrics + others),
+            Judgment.status.in_(("done", "unparseable", "failed")),
+        )
+        .order_by(Judgment.id)
+    )
+    rows = [r for r in session.execute(query).all() if r.rubric_id in facts_rubrics or _has_fact_labels(r.details)]
+    if not rows:
+        return pd.DataFrame(columns=FACT_COLUMNS)
+    keys = sorted({r.item_key for r in rows})
+    texts: dict[tuple[str, str], str] = {}
+    for key, payload in session.execute(
+        select(RunItem.item_key, RunItem.payload).where(RunItem.run_id == run_id, RunItem.item_key.in_(keys))
+    ):
+        for fact in fact_sheet(payload or {}):
+            texts[(key, fact["id"])] = fact["text"]
+    records: list[dict[str, object]] = []
+    for r in rows:
+        base = {
+            "judgment_id": r.id,
+            "item_id": r.item_key,
+            "system": r.system_a,
+            "judge": r.judge,
+            "rubric_id": r.rubric_id,
+            "aspect": r.aspect,
+            "sample_index": r.sample_index,
+            "status": r.status,
+        }
+        labelled = (r.details or {}).get("facts") if r.status == "done" else None
+        if not labelled:
+            records.append({**base, "fact_id": None, "text": None, "source": None, "label": None, "evidence": None})
+            continue
+        records += [
+            {
+                **base,
+                "fact_id": f["id"],
+                "text": texts.get((r.item_key, f["id"])),
+                "source": f.get("source"),
+                "label": f["label"],
+                "evidence": f.get("evidence") or "",
+            }
+            for f in labelled
+        ]
+    return pd.DataFrame.from_records(records, columns=FACT_COLUMNS)
+
+
+def _has_fact_labels(details: object) -> bool:
+    return isinstance(details, dict) and isinstance(details.get("facts"), list) and "contradiction_rate" in details

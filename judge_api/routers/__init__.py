@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from judge_api.routers import bundles, health, judgments, metrics, ratings, reports, rubrics, runs
+from judge_api.routers import bundles, facts, health, judgments, metrics, ratings, reports, rubrics, runs
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -18,5 +18,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     runs.router,
     judgments.router,
     reports.router,
+    facts.router,
     ratings.router,
 )

@@ -52,6 +52,7 @@ def report(
         seed=seed,
         human_prefix=human_prefix,
         panel=panel_settings(run.config, panel_judge, panel_aggregate),
+        fact_labels=repository.fact_labels_frame(session, run_id),
     )
     summary = repository.summarize_runs(session, [run])[0]
     session.commit()  # keep the finished_at the summary stamped, as GET /v1/runs/{id} does: a report is stable

@@ -30,6 +30,7 @@ from judge_api.stats import frames as F
 from judge_api.stats.agreement import preference_agreement, score_agreement, score_alpha
 from judge_api.stats.bias import BiasThresholds, bias_report
 from judge_api.stats.consistency import self_consistency_section
+from judge_api.stats.facts import facts_section
 from judge_api.stats.panel import (
     AGGREGATES,
     PANEL_JUDGE,
@@ -57,6 +58,7 @@ SECTIONS = (
     "cost",
     "self_consistency",
     "panel",
+    "facts",
 )
 
 
@@ -173,6 +175,7 @@ def build_report(
     families: Mapping[str, str] | None = None,
     n_bins: int = 5,
     panel: Mapping[str, Any] | None = None,
+    fact_labels: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Every statistic of a run as one JSON-serialisable dict (see the module docstring).
 
@@ -182,6 +185,8 @@ def build_report(
     the model-family substring map of the self-preference check; ``n_bins`` is the common scale of
     the score kappa. ``panel`` (``{"judges": [...] or None, "aggregate": "mean"|"median", "enabled": bool}``,
     default: every judge, mean) adds the ``panel`` pseudo-judge when it has two or more members (``stats.panel``).
+    ``fact_labels`` (the fact labels frame of fact-check judgments) fills the ``facts`` section (``stats.facts``;
+    None without fact-check judgments).
     """
     stored = F.validate_judgments(judgments)
     settings = panel_config(panel)
@@ -221,6 +226,7 @@ def build_report(
         "cost": cost_section(stored),
         "self_consistency": self_consistency_section(stored, validated=True),
         "panel": None,
+        "facts": facts_section(fact_labels, n_boot=n_boot, seed=seed, ci=ci),
     }
     if len(members) >= 2:
         report["panel"] = {
@@ -665,6 +671,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             ],
         )
     )
+    out += _facts_tables(report.get("facts"), ci_label)
     sampled = report.get("self_consistency") or []
     if sampled:
         out.append(
@@ -688,6 +695,51 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             )
         )
     return out
+
+
+def _facts_tables(facts: Mapping[str, Any] | None, ci_label: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Fact-check runs: contradiction and retention rates per system, and each system's most-contradicted facts."""
+    if not facts:
+        return []
+    systems = facts.get("systems") or []
+    rates = [
+        [
+            r["system"],
+            r["judge"],
+            r["rubric_id"],
+            _fmt(r["n_responses"]),
+            _fmt(r["n_unparseable"]),
+            f"{r['supported']}/{r['contradicted']}/{r['not_addressed']}",
+            _fmt(r["contradiction_rate"], 3),
+            _ci(r["contradiction_rate_ci_low"], r["contradiction_rate_ci_high"], 3),
+            _fmt(r["retention_rate"], 3),
+            _ci(r["retention_rate_ci_low"], r["retention_rate_ci_high"], 3),
+        ]
+        for r in systems
+    ]
+    top = [
+        [f["item_id"], f["fact_id"], f["source"], _fmt(f["count"]), ", ".join(f["systems"]), f["text"] or "-"]
+        for f in facts.get("most_contradicted") or []
+    ]
+    return [
+        (
+            "Facts (fact-check)",
+            [
+                "system",
+                "judge",
+                "rubric",
+                "responses",
+                "unparseable",
+                "sup/contr/n.a.",
+                "contradiction rate",
+                ci_label,
+                "retention rate",
+                ci_label,
+            ],
+            rates,
+        ),
+        ("Most-contradicted facts", ["item", "fact", "source", "count", "systems", "text"], top),
+    ]
 
 
 def _economy_tables(economy: Mapping[str, Any] | None) -> list[tuple[str, list[str], list[list[str]]]]:

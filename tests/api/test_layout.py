@@ -36,6 +36,7 @@ ROUTE_MODULES = [
     ("GET", "/v1/runs/{run_id}/items", "judgments"),
     ("GET", "/v1/runs/{run_id}/report", "reports"),
     ("GET", "/v1/runs/{run_id}/agreement", "reports"),
+    ("GET", "/v1/runs/{run_id}/facts", "facts"),
     ("POST", "/v1/runs/{run_id}/human-ratings", "ratings"),
     ("GET", "/v1/runs/{run_id}/human-ratings", "ratings"),
 ]
