@@ -76,8 +76,16 @@ class Settings(BaseSettings):
 
     # auth: off on the embedded default (loopback only); compose turns it on
     auth_enabled: bool = Field(default=False, alias="DJ_AUTH")
+    # the judge cache: per project (a project never reads another's entries), unless the operator opts in to one
+    # cache for every project (a single-tenant deployment); unset: shared with auth off (one project), not with auth on
+    shared_cache: bool | None = Field(default=None, alias="DJ_SHARED_CACHE")
     api_url: str = Field(default="http://127.0.0.1:8000", alias="DJ_API_URL")
     api_key: str | None = Field(default=None, alias="DJ_API_KEY")
+
+    @property
+    def cache_shared(self) -> bool:
+        """Do all projects read and write one judge cache (``DJ_SHARED_CACHE``; default: only with auth off)?"""
+        return self.shared_cache if self.shared_cache is not None else not self.auth_enabled
 
     def judge_url_allowed(self, base_url: str) -> bool:
         """May runs send prompts (and OPENAI_COMPATIBLE_API_KEY) to this openai-compatible base URL?

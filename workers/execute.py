@@ -38,6 +38,7 @@ from judge_api.models import TERMINAL_STATUSES, Run, utcnow
 from judge_api.reference_metrics import is_reference_judge
 from judge_api.repository import cache, claims
 from judge_api.repository.claims import JudgmentTask
+from judge_api.repository.projects import DEFAULT_PROJECT
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
 from workers.injection import scan_item
@@ -293,7 +294,7 @@ class JudgeEngine:
             schema_name=rubric.structured_output.name if rubric.structured_output else "verdict",
             top_logprobs=TOP_LOGPROBS if expected_scoring(rubric, options) else None,
         )
-        key = cache_key(rubric, spec, request, judgment.sample_index, 0)
+        key = cache_key(rubric, spec, request, judgment.sample_index, 0, cache_scope(judgment, self.settings))
         base: dict[str, Any] = {"prompt_hash": prompt.prompt_hash, "cache_key": key, "injection_flags": flags}
         return Prepared(rubric, spec, request, key, base, parse_context(rubric, item, first))
 
@@ -330,7 +331,14 @@ class JudgeEngine:
                     judgment,
                     spec,
                     request_again,
-                    cache_key(rubric, spec, request_again, judgment.sample_index, attempt),
+                    cache_key(
+                        rubric,
+                        spec,
+                        request_again,
+                        judgment.sample_index,
+                        attempt,
+                        cache_scope(judgment, self.settings),
+                    ),
                     tally,
                 )
             except JudgeCallError as exc:  # the first reply stays the result: unparseable, raw kept
@@ -574,9 +582,21 @@ def retry_delay(exc: JudgeCallError, attempt: int, settings: Settings, rng: rand
     return rng.uniform(0, backoff)
 
 
-def cache_key(rubric: Rubric, spec: JudgeSpec, request: JudgeRequest, sample_index: int, reask: int) -> str:
+def cache_scope(judgment: JudgmentTask, settings: Settings) -> str | None:
+    """Whose cache entries a judgment may read and write: its run's project, or None for the unscoped keys (the
+    shared cache of a single-tenant deployment, ``DJ_SHARED_CACHE``, and the default project, whose keys stay those
+    derived before the cache was scoped, so an existing cache stays valid)."""
+    if settings.cache_shared or judgment.project_id == DEFAULT_PROJECT:
+        return None
+    return judgment.project_id
+
+
+def cache_key(
+    rubric: Rubric, spec: JudgeSpec, request: JudgeRequest, sample_index: int, reask: int, project: str | None = None
+) -> str:
     """Content address of one provider reply: rubric version, rendered prompt, judge, every request parameter,
-    the self-consistency sample and the re-ask round."""
+    the self-consistency sample, the re-ask round and the project whose cache it is (``cache_scope``): one project
+    never reads another's entries, nor learns from a hit that another judged the same text."""
     material = {
         "rubric_version": rubric.version,
         "judge": spec.key,
@@ -591,6 +611,8 @@ def cache_key(rubric: Rubric, spec: JudgeSpec, request: JudgeRequest, sample_ind
     }
     if request.top_logprobs:  # only then: the keys of every other request stay what they were
         material["top_logprobs"] = request.top_logprobs
+    if project is not None:  # likewise: unscoped keys (default project, shared cache) are the keys of old
+        material["project"] = project
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 

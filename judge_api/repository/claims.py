@@ -87,7 +87,8 @@ def claim_judgment(session: Session, judgment_id: int, lease_s: float) -> str | 
 
 @dataclass(frozen=True, slots=True)
 class JudgmentTask:
-    """What a worker needs of a stored judgment to ask its judge: the row's plan, its item, its run's budget."""
+    """What a worker needs of a stored judgment to ask its judge: the row's plan, its item, its run's budget and
+    project (the judge cache's scope)."""
 
     id: int
     run_id: str
@@ -103,13 +104,14 @@ class JudgmentTask:
     sample_index: int
     item: dict[str, Any]
     budget_usd: float | None
+    project_id: str
 
 
 def _task_query() -> Any:
     judgments, items, runs = _judgments(), cast(Table, RunItem.__table__), cast(Table, Run.__table__)
     columns = [judgments.c[name] for name in JudgmentTask.__slots__ if name in judgments.c]
     return (
-        select(*columns, items.c.payload.label("item"), runs.c.budget_usd)
+        select(*columns, items.c.payload.label("item"), runs.c.budget_usd, runs.c.project_id)
         .join_from(judgments, items, items.c.id == judgments.c.item_pk)
         .join(runs, runs.c.id == judgments.c.run_id)
         .where(judgments.c.id.in_(bindparam("ids", expanding=True)))

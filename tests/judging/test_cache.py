@@ -20,6 +20,8 @@ from workers.singleflight import LocalSingleFlight, RedisSingleFlight
 from .harness import Harness, Timer, dialogue_item, run_threads
 
 REPO = Path(__file__).resolve().parents[2]
+# the key of test_cache_key_of_the_default_project_is_the_unscoped_key_of_old, computed before the cache was scoped
+PINNED_KEY = "d1ba9c22bb28ccde84bc0f152178b4821d23368f978357a0c51d864f2bc44649"
 
 
 def items(n: int = 3) -> list[dict]:
@@ -109,6 +111,51 @@ def test_cache_key_covers_version_prompt_judge_parameters_and_sample() -> None:
         cache_key(rubric, judge, request, 0, 1),
     ]
     assert len({base, *variants}) == len(variants) + 1
+
+
+def test_cache_key_of_the_default_project_is_the_unscoped_key_of_old() -> None:
+    """Scoping the cache by project (issue 14) kept the default project's (and the shared cache's) keys: the key of a
+    fixed request is pinned, so an existing cache stays valid; another project's key differs."""
+    from judge_api.judges import parse_judge
+
+    rubric = get_registry(refresh=True).get("rsum-single").model_copy(update={"version": "pinned"})
+    judge = parse_judge("openai:gpt-4o")
+    request = JudgeRequest([{"role": "user", "content": "p"}], 0.0, 512, 0)
+    unscoped = cache_key(rubric, judge, request, 0, 0)
+    assert unscoped == PINNED_KEY
+    assert cache_key(rubric, judge, request, 0, 0, None) == unscoped
+    scoped = {cache_key(rubric, judge, request, 0, 0, project) for project in ("team-a", "team-b")}
+    assert len(scoped) == 2 and unscoped not in scoped
+
+
+@pytest.mark.parametrize(
+    ("project", "auth", "shared", "scope"),
+    [
+        ("default", "false", None, None),  # the embedded default: one project, the keys of old
+        ("team-a", "false", None, None),  # auth off: single-tenant, shared unless the operator says otherwise
+        ("team-a", "false", "false", "team-a"),
+        ("team-a", "true", None, "team-a"),  # auth on: per project by default
+        ("team-a", "true", "false", "team-a"),
+        ("team-a", "true", "true", None),  # the operator's opt-in: one cache for every project
+        ("default", "true", None, None),  # the default project keeps its keys
+    ],
+)
+def test_cache_scope(
+    monkeypatch: pytest.MonkeyPatch, project: str, auth: str, shared: str | None, scope: str | None
+) -> None:
+    from judge_api.config import Settings
+    from judge_api.repository.claims import JudgmentTask
+    from workers.execute import cache_scope
+
+    monkeypatch.setenv("DJ_AUTH", auth)
+    if shared is None:
+        monkeypatch.delenv("DJ_SHARED_CACHE", raising=False)
+    else:
+        monkeypatch.setenv("DJ_SHARED_CACHE", shared)
+    task = JudgmentTask(
+        1, "run", "pending", "rsum-single", "v", "consistency", "j", {}, "a", None, None, 0, {}, None, project
+    )
+    assert cache_scope(task, Settings()) == scope
 
 
 def _identical_runs(harness: Harness, n: int) -> list[int]:
