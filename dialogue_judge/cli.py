@@ -29,6 +29,7 @@ app.add_typer(keys_app, name="keys")
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
+HUMAN_PREFIX_HELP = "only human raters whose id starts with this (MT-Bench: expert_), as the API's ?human_prefix="
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 if not EXAMPLES.is_dir():  # installed wheel
     EXAMPLES = Path(__file__).resolve().parent / "examples"
@@ -479,6 +480,7 @@ def report(
     n_boot: int = typer.Option(1000),
     panel_judge: list[str] = typer.Option(None, "--panel-judge", help="the panel's members (default: the run's)"),
     panel_aggregate: str = typer.Option(None, help="the panel's aggregate: mean or median (default: the run's)"),
+    human_prefix: str = typer.Option(None, "--human-prefix", help=HUMAN_PREFIX_HELP),
     api: str = typer.Option(None),
     api_key: str = typer.Option(None),
 ) -> None:
@@ -487,7 +489,11 @@ def report(
         raise fail(f"--format must be table, json or md (got {fmt!r})")
     try:
         report = api_client(api, api_key).report(
-            run_id, n_boot=n_boot, panel_judge=panel_judge or None, panel_aggregate=panel_aggregate
+            run_id,
+            n_boot=n_boot,
+            panel_judge=panel_judge or None,
+            panel_aggregate=panel_aggregate,
+            human_prefix=human_prefix,
         )
         emit(render_report(report, fmt))
     except ApiError as exc:
@@ -580,12 +586,13 @@ def import_ratings(
 def agreement(
     run_id: str,
     fmt: str = typer.Option("table", "--format", help="table or json"),
+    human_prefix: str = typer.Option(None, "--human-prefix", help=HUMAN_PREFIX_HELP),
     api: str = typer.Option(None),
     api_key: str = typer.Option(None),
 ) -> None:
     """Judge-human and human-human agreement for a run with human ratings."""
     try:
-        result = api_client(api, api_key).get(f"/v1/runs/{run_id}/agreement")
+        result = api_client(api, api_key).get(f"/v1/runs/{run_id}/agreement", human_prefix=human_prefix)
     except ApiError as exc:
         raise fail(exc.message) from None
     if fmt == "json":
