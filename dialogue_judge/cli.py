@@ -769,7 +769,8 @@ def gate(
     metric: list[str] = typer.Option(
         None,
         "--metric",
-        help="gate on a reference metric instead of a judge: f1, bleu-1, bleu-2 (items need references)",
+        help="gate on a reference metric instead of a judge: f1, bleu-1, bleu-2 (items need references); or, with "
+        "--judge and a fact-check rubric, on contradiction_rate (--max-drop: the allowed increase, default 0.05)",
     ),
     panel_aggregate: str = typer.Option("mean", "--panel-aggregate", help="several judges: mean or median of scores"),
     rubric: str = typer.Option(None, "--rubric", "-r", help="default: rsum-single (single), rsum-pairwise (pairwise)"),

@@ -29,6 +29,8 @@ class RubricInfo:
     kind: str
     aspects: list[str]
     scale: tuple[float, float] | None
+    facts: bool = False
+    """A fact-check rubric (kind ``facts``): its judgments carry per-response fact figures."""
 
 
 class Backend(Protocol):
@@ -73,7 +75,7 @@ class LocalBackend:
             rubric = get_registry().get(rubric_id)
         except RubricError as exc:
             raise GateInputError(str(exc)) from None
-        return RubricInfo(rubric.id, rubric.mode, rubric.aspect_names, rubric.scale)
+        return RubricInfo(rubric.id, rubric.mode, rubric.aspect_names, rubric.scale, rubric.kind == "facts")
 
     def run_items(self, run_id: str) -> list[dict[str, Any]]:
         if self.runner.summary(run_id) is None:
@@ -169,6 +171,7 @@ class ApiBackend:
                     "pairwise" if rubric["kind"] == "pairwise" else "single",  # a facts rubric yields scores
                     list(rubric["aspects"]),
                     scale,
+                    rubric["kind"] == "facts",
                 )
         known = ", ".join(sorted(r["id"] for r in rubrics))
         raise GateInputError(f"unknown rubric {rubric_id!r} on the service (known: {known})")

@@ -13,6 +13,11 @@ from dialogue_judge.gate.inputs import GateInputError
 DEFAULT_RUBRIC = {"single": "rsum-single", "pairwise": "rsum-pairwise"}
 DEFAULT_MAX_LOSS_RATE = 0.6
 DEFAULT_MAX_FAILED = 0.10
+FACT_METRICS = ("contradiction_rate",)
+"""Per-response figures of a fact-check rubric (kind ``facts``, docs/facts.md) the gate can gate on with a judge;
+higher is worse."""
+FACT_RUBRIC = "fact-check"
+DEFAULT_MAX_INCREASE = 0.05
 
 
 @dataclass
@@ -54,7 +59,9 @@ class GateConfig:
     max_tokens: int = 512
     metrics: list[str] | None = None
     """Gate on these reference metrics (``f1``, ``bleu-1``, ``bleu-2``, ``bertscore``) of each side's responses
-    against the items' references instead of a judge: computed here, no judge call."""
+    against the items' references instead of a judge: computed here, no judge call. Or, with a judge and a
+    fact-check rubric, on ``contradiction_rate`` (``FACT_METRICS``): the judge labels each response's facts and the
+    gate tests the increase of the per-response contradiction rate (``max_drop`` is then the allowed increase)."""
     panel_aggregate: str = "mean"
 
 
@@ -62,6 +69,12 @@ def judges_of(config: GateConfig) -> list[str]:
     """The judges named (``--judge`` once or repeated), in order, without duplicates."""
     judges = [config.judge] if isinstance(config.judge, str) else list(config.judge or [])
     return list(dict.fromkeys(j for j in judges if j))
+
+
+def fact_metric(config: GateConfig) -> str | None:
+    """The fact-check figure the gate is asked to gate on (``--metric contradiction_rate``), if any."""
+    named = [m for m in config.metrics or [] if m in FACT_METRICS]
+    return named[0] if named else None
 
 
 def check_config(config: GateConfig) -> None:
@@ -82,12 +95,31 @@ def check_config(config: GateConfig) -> None:
         raise GateInputError("--workers must be at least 1")
     if config.panel_aggregate not in ("mean", "median"):
         raise GateInputError(f"--panel-aggregate must be mean or median (got {config.panel_aggregate!r})")
+    if fact_metric(config):
+        others = [m for m in dict.fromkeys(config.metrics or []) if m not in FACT_METRICS]
+        if others or len(set(config.metrics or [])) > 1:
+            raise GateInputError(
+                f"--metric {fact_metric(config)} is judged by a fact-check rubric: give it alone (not with "
+                f"{', '.join(map(repr, others)) or 'another metric'})"
+            )
+        if config.mode != "single":
+            raise GateInputError(f"--metric {fact_metric(config)} compares responses one by one: use --mode single")
+        if not judges_of(config):
+            raise GateInputError(
+                f"--metric {fact_metric(config)} needs a judge to label the facts (e.g. --judge openai:gpt-4o)"
+            )
+        if config.max_drop is not None and not 0 < config.max_drop < 1:
+            raise GateInputError(
+                f"--max-drop is the allowed increase of the contradiction rate: between 0 and 1 (got {config.max_drop})"
+            )
+        return
     if config.metrics:
         from judge_api.reference_metrics import METRICS
 
         unknown = [m for m in config.metrics if m not in METRICS]
         if unknown:
-            raise GateInputError(f"--metric {unknown[0]!r} is not a reference metric (known: {', '.join(METRICS)})")
+            known = ", ".join([*METRICS, *FACT_METRICS])
+            raise GateInputError(f"--metric {unknown[0]!r} is not a reference metric or fact figure (known: {known})")
         if judges_of(config):
             raise GateInputError(
                 "--metric gates on reference metrics without a judge: give --judge or --metric, not both"

@@ -48,8 +48,12 @@ class GateDecider:
         sequential: bool,
         max_failed: float,
         panel_aggregate: str = "mean",
+        higher_is_worse: bool = False,
     ) -> None:
         self.mode = mode
+        self.higher_is_worse = higher_is_worse
+        """Single mode: the values are figures where higher is worse (a contradiction rate), so the gated change is
+        candidate - baseline (an increase) instead of baseline - candidate (a drop)."""
         self.panel_aggregate = panel_aggregate
         self.aspects = aspects
         self.threshold = threshold
@@ -100,7 +104,7 @@ class GateDecider:
         nan = float("nan")
         base = np.array([scores.get((i, BASELINE), nan) for i in item_ids], dtype="float64")
         cand = np.array([scores.get((i, CANDIDATE), nan) for i in item_ids], dtype="float64")
-        return base, cand, base - cand
+        return base, cand, (cand - base) if self.higher_is_worse else (base - cand)
 
     @staticmethod
     def outcomes(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -246,6 +250,7 @@ def aspect_reports(decider: GateDecider, responses: dict[str, dict[str, str]], w
             n_judgments=asked,
             n_failed=failed,
             n_unparseable=unparseable,
+            change="increase" if decider.higher_is_worse else "drop",
         )
         if evidence is not None:
             verdict: str = evidence.decision

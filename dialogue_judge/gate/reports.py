@@ -57,8 +57,8 @@ def fmt_level(level: float | None) -> str:
 def describe(report: AspectReport, mode: str) -> str:
     """``mean drop 14.60 points, 98.75% CI [11.20, 18.00]`` / ``loss rate 0.920, 98.75% CI [0.800, 0.970]``."""
     digits = 2 if mode == "single" else 3
-    what = "mean drop" if mode == "single" else "loss rate"
-    unit = " points" if mode == "single" else ""
+    what = f"mean {report.change}" if mode == "single" else "loss rate"
+    unit = " points" if mode == "single" and report.change == "drop" else ""
     ci = ""
     if report.ci_low is not None and report.ci_high is not None:
         ci = f", {fmt_level(report.ci_level)} CI [{fmt_num(report.ci_low, digits)}, {fmt_num(report.ci_high, digits)}]"
@@ -85,7 +85,8 @@ def _aspect_row(report: AspectReport, result: GateResult) -> list[str]:
         effect = (
             f"{report.effect_size_name} {fmt_num(report.effect_size, 2)}" if report.effect_size is not None else "n/a"
         )
-        means = f"{fmt_num(report.baseline_mean, 1)} → {fmt_num(report.candidate_mean, 1)}"
+        places = 1 if report.change == "drop" else 3
+        means = f"{fmt_num(report.baseline_mean, places)} → {fmt_num(report.candidate_mean, places)}"
     else:
         effect = f"{report.losses} L / {report.ties} T / {report.wins} W"
         means = ""
@@ -125,14 +126,18 @@ def to_markdown(result: GateResult) -> str:
         setup.append(f"{result.n_items} items")
     setup.append(f"alpha {result.alpha:g}")
     if result.threshold is not None:
-        name = "max drop" if result.threshold_name == "max_drop" else "max loss rate"
+        name = {"max_drop": "max drop", "max_increase": "max increase"}.get(result.threshold_name, "max loss rate")
         setup.append(f"{name} {result.threshold:g}")
     lines += [" · ".join(setup), ""]
     if result.aspects:
-        what = "mean drop" if result.mode == "single" else "loss rate"
+        what = f"mean {result.aspects[0].change}" if result.mode == "single" else "loss rate"
         headers = ["aspect", "verdict", what, "CI", "allowed", "p (adj.)", "effect size"]
         if result.mode == "single":
-            headers.append("mean score baseline → candidate")
+            headers.append(
+                "mean score baseline → candidate"
+                if result.aspects[0].change == "drop"
+                else f"mean {result.aspects[0].aspect} baseline → candidate"
+            )
         headers += ["items", "failed / judged", "decided by"]
         lines.append("| " + " | ".join(headers) + " |")
         lines.append("|" + "|".join("---" for _ in headers) + "|")
@@ -162,14 +167,17 @@ def to_markdown(result: GateResult) -> str:
     for report in result.aspects:
         if not report.worst:
             continue
-        title = "Worst regressed items" if report.verdict == "regression" else "Largest drops (for information)"
+        title = (
+            "Worst regressed items" if report.verdict == "regression" else f"Largest {report.change}s (for information)"
+        )
         if result.mode == "pairwise" and report.verdict != "regression":
             title = "Losses (for information)"
         lines.append(f"### {title}: {report.aspect}")
         lines.append("")
         if result.mode == "single":
-            lines.append("| item | baseline | candidate | drop | judge's explanation (candidate) |")
+            lines.append(f"| item | baseline | candidate | {report.change} | judge's explanation (candidate) |")
             lines.append("|---|---|---|---|---|")
+            places = 0 if report.change == "drop" else 2
             for row in report.worst:
                 lines.append(
                     "| "
@@ -177,9 +185,9 @@ def to_markdown(result: GateResult) -> str:
                         _cell(c)
                         for c in (
                             _code(row["item_id"]),
-                            fmt_num(row["baseline_score"], 0),
-                            fmt_num(row["candidate_score"], 0),
-                            fmt_num(row["drop"], 0),
+                            fmt_num(row["baseline_score"], places),
+                            fmt_num(row["candidate_score"], places),
+                            fmt_num(row["drop"], places),
                             row["explanation"][:300] or "—",
                         )
                     )

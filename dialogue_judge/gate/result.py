@@ -44,6 +44,9 @@ class AspectReport:
     n_failed: int = 0
     n_unparseable: int = 0
     worst: list[dict[str, Any]] = field(default_factory=list)
+    change: str = "drop"
+    """Single mode: what the estimate measures, ``drop`` (baseline - candidate, higher is better) or ``increase``
+    (candidate - baseline of a figure where higher is worse, e.g. ``contradiction_rate``)."""
 
 
 @dataclass

@@ -17,7 +17,15 @@ from typing import Any
 
 from dialogue_judge.gate import stats as gs
 from dialogue_judge.gate.backends import ApiBackend, Backend, LocalBackend
-from dialogue_judge.gate.config import DEFAULT_RUBRIC, GateConfig, check_config, judges_of
+from dialogue_judge.gate.config import (
+    DEFAULT_MAX_INCREASE,
+    DEFAULT_RUBRIC,
+    FACT_RUBRIC,
+    GateConfig,
+    check_config,
+    fact_metric,
+    judges_of,
+)
 from dialogue_judge.gate.decision import GateDecider, Look, conclude
 from dialogue_judge.gate.inputs import (
     BASELINE,
@@ -79,6 +87,16 @@ def _reuse_rows(
     return out
 
 
+def metric_rows(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """Judgment rows of a fact-check rubric as rows of ``metric``: the aspect is the metric's name and the score the
+    figure the parser stored in ``details`` (None when the judgment is not done or has no such figure)."""
+    out = []
+    for row in rows:
+        value = (row.get("details") or {}).get(metric) if row.get("status") == "done" else None
+        out.append({**row, "aspect": metric, "score": None if value is None else float(value)})
+    return out
+
+
 def run_gate(config: GateConfig) -> GateResult:
     """Run the gate; never raises for bad input or judge trouble (those give ``status == "error"``)."""
     started = time.monotonic()
@@ -122,7 +140,8 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
     from judge_api.planning import PlanError
     from judge_api.schemas import JudgeOptions, PanelOptions, RunCreate
 
-    if config.metrics:
+    metric = fact_metric(config)
+    if config.metrics and metric is None:
         _run_metrics(config, backend, result)
         return
     try:
@@ -132,8 +151,13 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
     result.judge = (
         judge_keys[0] if len(judge_keys) == 1 else f"panel ({config.panel_aggregate} of {', '.join(judge_keys)})"
     )
-    rubric = backend.rubric(config.rubric or DEFAULT_RUBRIC[config.mode])
+    rubric = backend.rubric(config.rubric or (FACT_RUBRIC if metric else DEFAULT_RUBRIC[config.mode]))
     result.rubric = rubric.id
+    if metric and not rubric.facts:
+        raise GateInputError(
+            f"--metric {metric} needs a fact-check rubric (kind facts, e.g. --rubric {FACT_RUBRIC}); "
+            f"{rubric.id!r} is a {rubric.kind} rubric"
+        )
     if rubric.kind != config.mode:
         raise GateInputError(
             f"rubric {rubric.id!r} is a {rubric.kind} rubric; use --mode {rubric.kind} or a {config.mode} rubric"
@@ -146,7 +170,12 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
         raise GateInputError(
             f"rubric {rubric.id!r} has no aspect {', '.join(map(repr, unknown))} (has: {', '.join(rubric.aspects)})"
         )
-    if config.mode == "single":
+    gated = [metric] if metric else aspects  # what the decider tests (fact-check: the figure, not the aspect)
+    if metric:
+        scale = gs.Scale("single", 0.0, 1.0)
+        threshold = config.max_drop if config.max_drop is not None else DEFAULT_MAX_INCREASE
+        result.threshold_name = "max_increase"
+    elif config.mode == "single":
         low, high = rubric.scale or (1.0, 100.0)
         scale = gs.Scale("single", float(low), float(high))
         threshold = config.max_drop if config.max_drop is not None else gs.default_max_drop(low, high)
@@ -167,6 +196,8 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
     reused = None
     if config.mode == "single" and baseline.run_id and candidate.run_id:
         reused = _reuse_rows(backend, baseline, candidate, judge_keys, rubric.id, aspects)
+        if reused is not None and metric:
+            reused = metric_rows(reused, metric)
         if reused is None:
             result.notes.append(
                 "the runs hold no complete single-mode verdicts for this rubric, judge and aspect: "
@@ -179,13 +210,14 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
 
         decider = GateDecider(
             mode=config.mode,
-            aspects=aspects,
+            aspects=gated,
             threshold=threshold,
             alpha=config.alpha,
             scale=scale,
             sequential=False,
             max_failed=config.max_failed,
             panel_aggregate=config.panel_aggregate,
+            higher_is_worse=metric is not None,
         )
         decider.look(Look(reused, seeded_order(order_ids, config.seed), 1, 1, True))
         asked, _, _ = decider.counts(reused)
@@ -231,20 +263,34 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
     looks = gs.look_schedule(len(validated), config.batch, sequential=config.sequential)
     decider = GateDecider(
         mode=config.mode,
-        aspects=aspects,
+        aspects=gated,
         threshold=threshold,
         alpha=config.alpha,
         scale=scale,
         sequential=config.sequential,
         max_failed=config.max_failed,
         panel_aggregate=config.panel_aggregate,
+        higher_is_worse=metric is not None,
     )
+
+    def on_look(look: Look) -> bool:
+        if metric:  # the judged rows become rows of the figure the gate tests
+            look = Look(
+                metric_rows(look.rows, metric),
+                look.item_ids,
+                look.look,
+                look.n_looks,
+                look.final,
+                look.budget_exhausted,
+            )
+        return decider.look(look)
+
     per_item = (
         2 * len(aspects) * len(judge_keys)
     )  # two systems (single) or two presentation orders (pairwise) per aspect
     abort_after = math.floor(config.max_failed * per_item * len(validated))
     try:
-        result.calls = backend.judge(request, looks, decider.look, abort_after)
+        result.calls = backend.judge(request, looks, on_look, abort_after)
     except PlanError as exc:
         raise GateInputError(f"{exc.field}: {exc.message}") from None
     conclude(result, decider, responses, config.worst)
