@@ -13,12 +13,19 @@ the judges limited to R calls per minute (``DJ_RATE_LIMITS``) - then, in one go:
 
 Achieved judgments/s is set against the ideal ``min(R/60, concurrency/L)`` where concurrency = N x M threads.
 
+``--side-by-side`` instead sets the service (a: submit -> run done) against a minimal ``asyncio`` +
+``openai.AsyncOpenAI`` client with a semaphore (b), over the same prompts (the rubric rendered over the same items),
+the same simulator latency and the same calls in flight (workers x ``--concurrency``, which is also
+``DJ_CALL_CONCURRENCY``; no rate limit), in one process window, ``--rounds`` rounds; it prints min/median of both,
+the service's CPU per judgment (API + workers + Redis; workers alone) and the ratio a/b last.
+
 Usage (defaults: --judgments 10000 --latency 0.5 --rpm 3000 --workers 2 --concurrency 16, PostgreSQL)::
 
     python bench/bench_throughput.py
     python bench/bench_throughput.py --judgments 2000 --workers 1 --concurrency 32
     python bench/bench_throughput.py --database sqlite          # the embedded default
     python bench/bench_throughput.py --profile                  # py-spy record the API and workers (flame SVGs)
+    python bench/bench_throughput.py --side-by-side --latency 0.3 --workers 1 --concurrency 32 --judgments 2080
 
 Figures are printed, not asserted: they depend on the machine and on what else runs on it.
 """
@@ -32,6 +39,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,6 +61,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from dialogue_judge.stack import free_port  # noqa: E402
 from dialogue_judge.testing import LiveService  # noqa: E402
+from judge_api.config import Settings  # noqa: E402
 from judge_simulator.process import SimulatorProcess  # noqa: E402
 
 PG_ADMIN = os.environ.get("DJ_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -69,6 +78,13 @@ PRODUCTION_ENV = {
     "DJ_JUDGE_TIMEOUT": "60",
     "DJ_AUTH": "false",
     "DJ_RUNS_PER_MINUTE": "0",
+}
+# the recovery timers as shipped (judge_api.config's defaults), for the side-by-side mode
+DEFAULT_RECOVERY_ENV = {
+    "DJ_CLAIM_LEASE": str(Settings.model_fields["claim_lease_s"].default),
+    "DJ_REQUEUE_AFTER": str(Settings.model_fields["requeue_after_s"].default),
+    "DJ_SWEEP_INTERVAL": str(Settings.model_fields["sweep_interval_s"].default),
+    "DJ_VISIBILITY_TIMEOUT": str(Settings.model_fields["visibility_timeout_s"].default),
 }
 
 
@@ -370,7 +386,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-pairwise", action="store_true")
     parser.add_argument("--profile", action="store_true", help="py-spy record API and workers during run 1")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="the service against a minimal asyncio + AsyncOpenAI client: same prompts, latency and concurrency "
+        "(--concurrency is the calls in flight per worker, DJ_CALL_CONCURRENCY; no rate limit)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="side-by-side rounds (default 3)")
     args = parser.parse_args(argv)
+    if args.side_by_side:
+        return side_by_side(args)
 
     concurrency = args.workers * args.concurrency
     ideal = min(args.rpm / 60.0, concurrency / args.latency)
@@ -578,6 +603,167 @@ def print_summary(results: dict[str, Any], args: argparse.Namespace) -> None:
         f"{rerun['wall_s']:.2f} s = {rerun['wall_s'] / first['wall_s']:.1%} of the first run (target < 5%), "
         f"{rerun['cpu_ms_per_judgment']:.2f} ms CPU/judgment"
     )
+
+
+# -- side by side: the service against a minimal asyncio client --------------------------------------------------
+
+
+def plain_client_prompts(body: dict[str, Any]) -> list[list[dict[str, str]]]:
+    """The messages the service sends for a single-mode run body: the same rubric rendered over the same stored
+    items, so the plain client replays exactly the prompts the workers send."""
+    from judge_api.rubrics import get_registry
+    from judge_api.schemas import RunCreate
+    from workers.prompting import render
+
+    request = RunCreate.model_validate(body)
+    rubric = get_registry().get(body["rubrics"][0])
+    out = []
+    for item in request.items:
+        payload = item.model_dump(mode="json")
+        for system in sorted(payload["candidates"]):
+            for aspect in body["aspects"]:
+                out.append(render(rubric, payload, aspect, payload["candidates"][system]).messages)
+    return out
+
+
+def run_plain_client(base_url: str, prompts: list[list[dict[str, str]]], concurrency: int) -> float:
+    """(b): ``asyncio`` + ``openai.AsyncOpenAI`` with a semaphore; returns the wall time for every prompt."""
+    import asyncio
+
+    import openai
+
+    async def go() -> float:
+        client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key="sk-bench",
+            max_retries=0,
+            timeout=60,
+        )  # the SDK's default pool (1,000 connections, 100 kept alive) is more than the semaphore lets through
+        semaphore = asyncio.Semaphore(concurrency)
+
+        async def one(messages: list[dict[str, str]]) -> str:
+            async with semaphore:
+                reply = await client.chat.completions.create(
+                    model="sim-judge",
+                    messages=messages,  # type: ignore[arg-type]
+                    temperature=0.0,
+                    max_tokens=512,
+                )
+                return reply.choices[0].message.content or ""
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(m) for m in prompts))
+        wall = time.perf_counter() - started
+        await client.close()
+        return wall
+
+    return asyncio.run(go())
+
+
+def run_service_round(
+    service: LiveService, sim: SimulatorProcess, body: dict[str, Any], redis_pid: int
+) -> dict[str, float]:
+    """(a): submit -> run done (the API's own status), with the service's CPU (API + workers + Redis)."""
+    procs = [*service_processes(service).values(), psutil.Process(redis_pid)]
+    cpu_before = sum(cpu_seconds(p) for p in procs)
+    worker_before = sum(cpu_seconds(p) for p in procs[1:-1])
+    sim_before = int(sim.stats()["total_calls"])
+    client = service.client()
+    started = time.perf_counter()
+    response = httpx.post(f"{service.api_url}/v1/runs", json=body, timeout=600)
+    response.raise_for_status()
+    run_id, n = response.json()["id"], int(response.json()["n_judgments"])
+    while True:
+        summary = client.run(run_id)
+        if summary["status"] in ("done", "budget_exhausted"):
+            break
+        time.sleep(0.1)
+    wall = time.perf_counter() - started
+    cpu = sum(cpu_seconds(p) for p in procs) - cpu_before
+    worker_cpu = sum(cpu_seconds(p) for p in procs[1:-1]) - worker_before
+    return {
+        "n": n,
+        "wall_s": wall,
+        "rate": n / wall,
+        "cpu_ms": 1000 * cpu / n,
+        "worker_cpu_ms": 1000 * worker_cpu / n,
+        "sim_calls": int(sim.stats()["total_calls"]) - sim_before,
+        "provider_calls_db": int(summary.get("provider_calls", -1)),
+    }
+
+
+def side_by_side(args: argparse.Namespace) -> int:
+    concurrency = args.workers * args.concurrency
+    n_items = math.ceil(args.judgments / 2)
+    systems = ["alpha", "beta"]
+    workdir = Path(tempfile.mkdtemp(prefix="dj-bench-sbs-"))
+    print(
+        f"side by side ({os.cpu_count()} CPUs, load avg {', '.join(f'{x:.1f}' for x in os.getloadavg())}): "
+        f"{n_items * 2} single judgments per round, L = {args.latency} s, no rate limit, {args.workers} worker(s) x "
+        f"{args.concurrency} calls in flight = {concurrency}; (a) the service, (b) asyncio + AsyncOpenAI with a "
+        f"semaphore of {concurrency}; {args.rounds} rounds, database {args.database}"
+    )
+    redis_server = PrivateRedis(workdir)
+    service_rounds: list[dict[str, float]] = []
+    plain_rates: list[float] = []
+    try:
+        with (
+            database(args.database, workdir) as database_url,
+            SimulatorProcess({"latency": {"kind": "fixed", "seconds": args.latency}}) as sim,
+        ):
+            env = {**PRODUCTION_ENV, **DEFAULT_RECOVERY_ENV, "DJ_CALL_CONCURRENCY": str(args.concurrency)}
+            service = LiveService(
+                redis_server.url, database_url, workdir / "svc", env_overrides=env, worker_concurrency=args.concurrency
+            )
+            try:
+                service.start_api()
+                for _ in range(args.workers):
+                    service.start_worker()
+                wait_workers_ready(service, args.workers)
+                judge = f"openai-compatible:sim-judge@{sim.base_url}"
+                for round_no in range(1, args.rounds + 1):
+                    body = {
+                        "items": bench_items(n_items, systems, f"sbs{round_no}-{uuid.uuid4().hex[:6]}"),
+                        "rubrics": ["rsum-single"],
+                        "judges": [judge],
+                        "mode": ["single"],
+                        "aspects": ["consistency"],
+                        "name": f"side-by-side-{round_no}",
+                    }
+                    prompts = plain_client_prompts(body)
+                    a = run_service_round(service, sim, body, redis_server.process.pid)
+                    sim_before = int(sim.stats()["total_calls"])
+                    b_wall = run_plain_client(sim.base_url, prompts, concurrency)
+                    b_calls = int(sim.stats()["total_calls"]) - sim_before
+                    b_rate = len(prompts) / b_wall
+                    service_rounds.append(a)
+                    plain_rates.append(b_rate)
+                    print(
+                        f"  round {round_no}: (a) service {a['rate']:7.2f}/s ({a['wall_s']:.2f} s, "
+                        f"{a['sim_calls']} calls seen, {a['provider_calls_db']} recorded, CPU {a['cpu_ms']:.2f} "
+                        f"ms/judgment of which workers {a['worker_cpu_ms']:.2f})   (b) plain client {b_rate:7.2f}/s "
+                        f"({b_wall:.2f} s, {b_calls} calls)   a/b {a['rate'] / b_rate:.3f}"
+                    )
+            finally:
+                service.stop()
+    finally:
+        redis_server.stop()
+    a_rates = [r["rate"] for r in service_rounds]
+    ratios = [a / b for a, b in zip(a_rates, plain_rates, strict=True)]
+    cpu = [r["cpu_ms"] for r in service_rounds]
+    worker_cpu = [r["worker_cpu_ms"] for r in service_rounds]
+    print(f"  (a) service       min {min(a_rates):7.2f}  median {statistics.median(a_rates):7.2f} judgments/s")
+    print(f"  (b) plain client  min {min(plain_rates):7.2f}  median {statistics.median(plain_rates):7.2f} calls/s")
+    print(
+        f"  service CPU (API + workers + Redis) median {statistics.median(cpu):.2f} ms/judgment, "
+        f"workers {statistics.median(worker_cpu):.2f} ms/judgment   (target <= 4 ms)"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps({"service": service_rounds, "plain_rates": plain_rates, "ratios": ratios}, indent=2)
+        )
+    print(f"  a/b  min {min(ratios):.3f}  median {statistics.median(ratios):.3f}   (target >= 0.95)")
+    return 0
 
 
 if __name__ == "__main__":
