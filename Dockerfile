@@ -9,6 +9,7 @@ COPY dashboard ./dashboard
 COPY dialogue_judge ./dialogue_judge
 COPY judge_simulator ./judge_simulator
 COPY rubrics ./rubrics
+COPY strategies ./strategies
 COPY examples ./examples
 RUN pip install . && useradd --create-home --uid 10001 judge
 USER judge

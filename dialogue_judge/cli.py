@@ -608,6 +608,9 @@ def convert(
     dataset: str = typer.Argument(..., help="msc or mtbench-plus"),
     file: Path = typer.Argument(...),
     limit: int = typer.Option(0, help="at most this many items (0 = all)"),
+    every_turn: bool = typer.Option(
+        False, "--every-turn", help="msc: one item per bot turn of the current session (default: its last turn)"
+    ),
 ) -> None:
     """Convert a public dataset file to dialogue-judge items (JSONL on stdout, candidates left empty)."""
     from dialogue_judge import datasets
@@ -616,13 +619,69 @@ def convert(
         raise fail(f"{file}: no such file")
     if dataset == "msc":
         records = list(datasets.read_msc_lines(file)) if file.suffix == ".txt" else [json.loads(file.read_text())]
-        items = [datasets.msc_record_to_item(r, f"msc-{i}") for i, r in enumerate(records)]
+        if every_turn:
+            items = [item for i, r in enumerate(records) for item in datasets.msc_record_to_items(r, f"msc-{i}")]
+        else:
+            items = [datasets.msc_record_to_item(r, f"msc-{i}") for i, r in enumerate(records)]
     elif dataset == "mtbench-plus":
         items = [datasets.mtbench_plus_to_item(r) for r in json.loads(file.read_text())]
     else:
         raise fail(f"unknown dataset {dataset!r} (msc or mtbench-plus)")
     for item in items[: limit or None]:
         sys.stdout.write(json.dumps(item) + "\n")
+
+
+@app.command()
+def generate(
+    items: Path = typer.Argument(..., help="items (JSONL or JSON) whose dialogue ends with the user's turn to answer"),
+    system: list[str] = typer.Option(
+        ...,
+        "--system",
+        "-s",
+        help="NAME=RESPONDER, repeatable: a chat model ('openai-compatible:<model>@<url>', 'local:smollm2', ...), "
+        "'strategy:<name>@<chat model>', 'http:<url>' or 'python:<module>:<function>'",
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="candidates JSONL (reused and completed when it exists)"),
+    concurrency: int = typer.Option(None, "--concurrency", min=1, help="items in flight (default DJ_CALL_CONCURRENCY)"),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="cap every chat call's max_tokens"),
+    memory_out: Path = typer.Option(None, "--memory-out", help="also write each system's generated memory as items"),
+    progress: bool = typer.Option(None, "--progress/--no-progress", help="progress bar (default: on a terminal)"),
+) -> None:
+    """Generate the responses of systems under test (memory strategies on a chat model, a service, a function):
+    items with their candidates filled, ready for submit. Failures are recorded per item, never empty responses."""
+    from dialogue_judge.generation import (
+        GenerationInputError,
+        build_systems,
+        check_items,
+        parse_system_args,
+        run_generation,
+    )
+    from judge_api.config import get_settings
+
+    settings = get_settings()
+    try:
+        parsed = parse_system_args(list(system))
+        rows = read_items(items)
+        check_items(rows)
+        systems = build_systems(parsed, settings, max_tokens)
+    except GenerationInputError as exc:
+        raise fail(str(exc)) from None
+    _, summary = run_generation(
+        rows,
+        systems,
+        output,
+        concurrency=concurrency or settings.call_concurrency,
+        progress=sys.stderr.isatty() if progress is None else progress,
+        memory_out=memory_out,
+        console=err,
+    )
+    for item_id, name, error in summary.failures:
+        err.print(f"[yellow]failed:[/yellow] {item_id} / {name}: {error}", highlight=False)
+    err.print(
+        f"{output}: {summary.items} items x {len(systems)} systems: generated {summary.generated}, "
+        f"reused {summary.reused}, failed {summary.failed}" + (f"; memories in {memory_out}" if memory_out else ""),
+        highlight=False,
+    )
 
 
 @app.command("memory-audit")

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 
-def msc_record_to_item(record: dict[str, Any], item_id: str, bot_speaker: str = "Speaker 2") -> dict[str, Any]:
-    """Context = previous sessions + the current session up to the bot's last turn; reference = that turn."""
+def msc_record_to_item(
+    record: dict[str, Any], item_id: str, bot_speaker: str = "Speaker 2", bot_turn: int | None = None
+) -> dict[str, Any]:
+    """Context = previous sessions + the current session up to the bot's last turn (or its turn at index
+    ``bot_turn`` of the current session); reference = that turn."""
     dialogue: list[dict[str, Any]] = []
     for session_number, previous in enumerate(record.get("previous_dialogs") or [], start=1):
         for position, turn in enumerate(previous["dialog"]):
@@ -25,7 +28,7 @@ def msc_record_to_item(record: dict[str, Any], item_id: str, bot_speaker: str = 
             dialogue.append({"speaker": speaker, "text": turn["text"].strip(), "session": session_number})
     current = len(record.get("previous_dialogs") or []) + 1
     turns = record["dialog"]
-    last_bot = max(i for i, t in enumerate(turns) if t.get("id") == bot_speaker)
+    last_bot = max(i for i, t in enumerate(turns) if t.get("id") == bot_speaker) if bot_turn is None else bot_turn
     for turn in turns[:last_bot]:
         speaker = "bot" if turn.get("id") == bot_speaker else "user"
         dialogue.append({"speaker": speaker, "text": turn["text"].strip(), "session": current})
@@ -39,6 +42,17 @@ def msc_record_to_item(record: dict[str, Any], item_id: str, bot_speaker: str = 
         "candidates": {},
         "meta": {"source": "msc", "session": current},
     }
+
+
+def msc_record_to_items(record: dict[str, Any], prefix: str, bot_speaker: str = "Speaker 2") -> list[dict[str, Any]]:
+    """One item per bot turn of the current session that follows a user turn (ids ``<prefix>.t<index>``): every point
+    where a system under test must answer."""
+    turns = record["dialog"]
+    return [
+        msc_record_to_item(record, f"{prefix}.t{index}", bot_speaker, bot_turn=index)
+        for index, turn in enumerate(turns)
+        if turn.get("id") == bot_speaker and index > 0 and turns[index - 1].get("id") != bot_speaker
+    ]
 
 
 def msc_facts(record: dict[str, Any], bot_index: int = 1) -> list[dict[str, str]]:

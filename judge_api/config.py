@@ -28,6 +28,7 @@ class Settings(BaseSettings):
 
     # extra rubric folders (os.pathsep separated); the shipped rubrics/ folder is always read first
     rubrics_path: str = Field(default="", alias="DJ_RUBRICS_PATH")
+    strategies_path: str = Field(default="", alias="DJ_STRATEGIES_PATH")
     prices_file: Path | None = Field(default=None, alias="DJ_PRICES_FILE")
 
     # judging
@@ -114,6 +115,15 @@ class Settings(BaseSettings):
         if installed not in dirs:
             dirs.append(installed)
         dirs += [Path(p) for p in self.rubrics_path.split(":") if p.strip()]
+        return [d for d in dirs if d.is_dir()]
+
+    def strategy_dirs(self) -> list[Path]:
+        """Where memory strategies are read from (strategies/ of the checkout or the wheel, then DJ_STRATEGIES_PATH)."""
+        dirs = [REPO_ROOT / "strategies"]
+        installed = Path(__file__).resolve().parent.parent / "strategies"
+        if installed not in dirs:
+            dirs.append(installed)
+        dirs += [Path(p) for p in self.strategies_path.split(":") if p.strip()]
         return [d for d in dirs if d.is_dir()]
 
 

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from sqlalchemy import Engine, update
@@ -244,7 +244,7 @@ class JudgeEngine:
         parsed = parse_scored(reply, ready.rubric, ready.request, ready.context)
         if not parsed.ok and int(loaded.judgment.judge_params.get("reask", 0)) > 0:
             return None  # the re-ask needs the full path
-        tally = _Tally()
+        tally = CallTally()
         tally.add(reply, from_cache=True)
         return {
             **ready.base,
@@ -308,7 +308,7 @@ class JudgeEngine:
         judgment = loaded.judgment
         rubric, spec, request, key, base = ready.rubric, ready.spec, ready.request, ready.key, ready.base
         options = judgment.judge_params
-        tally = _Tally()
+        tally = CallTally()
         try:
             reply = self._reply(judgment, spec, request, key, tally, paid)
         except JudgeCallError as exc:
@@ -415,7 +415,7 @@ class JudgeEngine:
         spec: JudgeSpec,
         request: JudgeRequest,
         key: str,
-        tally: _Tally,
+        tally: CallTally,
         paid: _Paid | None = None,
     ) -> JudgeReply | None:
         if paid is not None:
@@ -461,41 +461,62 @@ class JudgeEngine:
                 return True
         return False
 
-    def _call_with_retries(self, spec: JudgeSpec, request: JudgeRequest, tally: _Tally) -> JudgeReply:
+    def _call_with_retries(self, spec: JudgeSpec, request: JudgeRequest, tally: CallTally) -> JudgeReply:
         client = self.client_factory(spec, self.settings)
-        limit = limit_for(spec.key, self.settings)
-        estimate = sum(len(m["content"]) for m in request.messages) // 4 + request.max_tokens
-        attempt = 0
-        while True:
-            attempt += 1
-            tally.attempts += 1
-            self.limiter.acquire(spec.key, limit, estimate)
-            try:
-                with (
-                    metrics.provider_call(spec.key),
-                    logs.context(attempt=attempt),
-                    tracing.span("provider.call", judge=spec.key, attempt=attempt),
-                ):
-                    reply = client.complete(request)
-                tally.provider_calls += 1
-                metrics.call_tokens(spec.key, reply.input_tokens, reply.output_tokens)
-                return reply
-            except JudgeCallError as exc:
-                tally.provider_calls += 1
-                tally.errors.append(str(exc))
-                metrics.call_failed(
-                    spec.key, exc.kind, will_retry=exc.retryable and attempt < self.settings.max_attempts
-                )
-                if not exc.retryable or attempt >= self.settings.max_attempts:
-                    if attempt > 1:
-                        exc.message = f"{exc.message} (after {attempt} attempts)"
-                    raise
-                delay = retry_delay(exc, attempt, self.settings, self.rng)
-                if exc.kind == "rate_limited":
-                    self.limiter.pause(spec.key, delay)  # every worker holds this judge, not only this one
-                with logs.context(attempt=attempt):
-                    log.info("judge %s: %s; retry %d in %.2fs", spec.key, exc, attempt, delay)
-                self.sleep(delay)
+        return call_with_retries(client, spec.key, request, self.settings, self.limiter, tally, self.sleep, self.rng)
+
+
+class Completer(Protocol):
+    """What call_with_retries calls: a judge client, or anything answering a request the same way (a responder)."""
+
+    def complete(self, request: JudgeRequest) -> JudgeReply: ...
+
+
+def call_with_retries(
+    client: Completer,
+    key: str,
+    request: JudgeRequest,
+    settings: Settings,
+    limiter: RateLimiter,
+    tally: CallTally,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> JudgeReply:
+    """One provider reply with the judge path's machinery: the rate limit of ``key`` (``DJ_RATE_LIMITS``), bounded
+    retries with back-off and ``Retry-After`` (``DJ_MAX_ATTEMPTS``), a 429 pausing ``key`` for every worker, and the
+    metrics and log context of each attempt. Judgments and the responders of systems under test both call it."""
+    rng = rng or random.Random()
+    limit = limit_for(key, settings)
+    estimate = sum(len(m["content"]) for m in request.messages) // 4 + request.max_tokens
+    attempt = 0
+    while True:
+        attempt += 1
+        tally.attempts += 1
+        limiter.acquire(key, limit, estimate)
+        try:
+            with (
+                metrics.provider_call(key),
+                logs.context(attempt=attempt),
+                tracing.span("provider.call", judge=key, attempt=attempt),
+            ):
+                reply = client.complete(request)
+            tally.provider_calls += 1
+            metrics.call_tokens(key, reply.input_tokens, reply.output_tokens)
+            return reply
+        except JudgeCallError as exc:
+            tally.provider_calls += 1
+            tally.errors.append(str(exc))
+            metrics.call_failed(key, exc.kind, will_retry=exc.retryable and attempt < settings.max_attempts)
+            if not exc.retryable or attempt >= settings.max_attempts:
+                if attempt > 1:
+                    exc.message = f"{exc.message} (after {attempt} attempts)"
+                raise
+            delay = retry_delay(exc, attempt, settings, rng)
+            if exc.kind == "rate_limited":
+                limiter.pause(key, delay)  # every worker holds this judge, not only this one
+            with logs.context(attempt=attempt):
+                log.info("judge %s: %s; retry %d in %.2fs", key, exc, attempt, delay)
+            sleep(delay)
 
 
 @dataclass
@@ -538,7 +559,7 @@ _POOL_LOCK = threading.Lock()
 
 
 @dataclass
-class _Tally:
+class CallTally:
     attempts: int = 0
     provider_calls: int = 0
     input_tokens: int = 0

@@ -34,7 +34,7 @@ def test_dockerfile_targets_exist_for_compose() -> None:
     targets = {s["build"]["target"] for s in compose["services"].values() if "build" in s}
     for target in targets:
         assert f" AS {target}" in dockerfile
-    for folder in ("judge_api", "workers", "dashboard", "dialogue_judge", "rubrics"):
+    for folder in ("judge_api", "workers", "dashboard", "dialogue_judge", "rubrics", "strategies"):
         assert f"COPY {folder} ./{folder}" in dockerfile
 
 
