@@ -165,7 +165,7 @@ class Rubric(BaseModel):
         raise RubricError(f"rubric {self.id!r} has no aspect {name!r} (has: {', '.join(self.aspect_names)})")
 
 
-def _hash_files(files: list[Path], base: Path) -> str:
+def hash_files(files: list[Path], base: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(files):
         digest.update(str(path.relative_to(base)).encode())
@@ -220,7 +220,7 @@ def load_rubric(path: Path) -> Rubric:
             source = message.text or ""
         _check_template(config_path, message.template or "inline text", source)
     rubric.templates = templates
-    rubric.version = _hash_files(files, base)
+    rubric.version = hash_files(files, base)
     rubric.folder = str(path)
     return rubric
 

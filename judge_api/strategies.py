@@ -11,7 +11,6 @@ its version is the hash of the folder and is part of every generation's cache ke
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from judge_api.config import get_settings
 from judge_api.responders import STRATEGY_ID_PATTERN
+from judge_api.rubrics import hash_files  # a strategy's version is its folder's hash, as a rubric's
 
 log = logging.getLogger(__name__)
 
@@ -100,16 +100,6 @@ class Strategy(BaseModel):
         return self
 
 
-def _hash_files(files: list[Path], base: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(str(path.relative_to(base)).encode())
-        digest.update(b"\0")
-        digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()[:16]
-
-
 _check_env = jinja2.Environment(autoescape=False)
 
 
@@ -155,7 +145,7 @@ def load_strategy(path: Path) -> Strategy:
         known.add(step.into)
     files = [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     strategy.templates = templates
-    strategy.version = _hash_files(files, path)
+    strategy.version = hash_files(files, path)
     strategy.folder = str(path)
     return strategy
 
