@@ -214,6 +214,40 @@ def item_judgments(conn: Conn, run_id: str, item_id: str, version: str) -> list[
             return rows
 
 
+FACT_COLUMNS = (
+    "judgment_id",
+    "item_id",
+    "system",
+    "judge",
+    "rubric_id",
+    "aspect",
+    "sample_index",
+    "fact_id",
+    "text",
+    "source",
+    "label",
+    "evidence",
+)
+
+
+@st.cache_data(ttl=60, max_entries=32, show_spinner=False)
+def fact_labels(conn: Conn, run_id: str, version: str, filters: tuple[tuple[str, Any], ...] = ()) -> pd.DataFrame:
+    """The run's fact-check labels (``/facts``, every page) with API-side filters (label, system, source,
+    item_id); ``version`` only keys the cache."""
+    del version
+    rows: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = _dict(
+            _get(conn, f"/v1/runs/{run_id}/facts", offset=offset, limit=PAGE_LIMIT, **dict(filters)), "the fact labels"
+        )
+        items = list(page.get("items") or [])
+        rows.extend(items)
+        offset += PAGE_LIMIT
+        if not items or offset >= int(page.get("total") or 0):
+            return pd.DataFrame(rows, columns=list(FACT_COLUMNS))
+
+
 # -- items -----------------------------------------------------------------------------------------------
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
 def items_page(conn: Conn, run_id: str, offset: int = 0, limit: int = 100) -> dict[str, Any]:

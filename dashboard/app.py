@@ -28,6 +28,7 @@ PAGES = [
     st.Page("views/bias.py", title="Bias", icon=":material/balance:", url_path="bias"),
     st.Page("views/explorer.py", title="Item explorer", icon=":material/forum:", url_path="explorer"),
     st.Page("views/disagreements.py", title="Disagreements", icon=":material/rule:", url_path="disagreements"),
+    st.Page("views/contradictions.py", title="Contradictions", icon=":material/fact_check:", url_path="contradictions"),
     st.Page("views/annotate.py", title="Annotate", icon=":material/edit_note:", url_path="annotate"),
     st.Page("views/compare.py", title="Compare runs", icon=":material/compare_arrows:", url_path="compare"),
 ]

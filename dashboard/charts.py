@@ -368,3 +368,18 @@ def progress_figure(counts: dict[str, int]) -> go.Figure:
         yaxis={"visible": False},
     )
     return fig
+
+
+def contradiction_chart(counts: pd.DataFrame) -> AltairChart:
+    """Contradicted facts per system, stacked by the kind of the fact's source."""
+    return (
+        alt.Chart(counts)
+        .mark_bar()
+        .encode(
+            x=alt.X("contradictions:Q", title="contradicted facts"),
+            y=alt.Y("system:N", title=None),
+            color=alt.Color("source_kind:N", title="fact source"),
+            tooltip=["system:N", "source_kind:N", "contradictions:Q"],
+        )
+        .properties(height=_height(counts["system"].nunique(), minimum=110, per_row=40))
+    )

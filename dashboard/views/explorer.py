@@ -77,7 +77,41 @@ def context(item: dict[str, Any]) -> None:
         st.json(item["meta"], expanded=False)
 
 
-def candidates(item: dict[str, Any], judgments: pd.DataFrame) -> None:
+FACT_ICONS = {"supported": "✅", "contradicted": "❌", "not_addressed": "➖"}
+
+
+def fact_labels(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The labelled facts of a fact-check judgment (docs/facts.md), else []."""
+    details = row.get("details")
+    facts = details.get("facts") if isinstance(details, dict) and row.get("status") == "done" else None
+    return [f for f in facts if isinstance(f, dict)] if isinstance(facts, list) else []
+
+
+def fact_check(row: dict[str, Any], response: str, texts: dict[str, str], key: str) -> None:
+    """A fact-check judgment: the response with each label's evidence highlighted, then every fact with its label."""
+    facts = fact_labels(row)
+    st.markdown(analysis.highlight_evidence(response, facts))
+    st.caption(
+        f"contradiction rate {float(row['details'].get('contradiction_rate') or 0):.2f} · retention rate "
+        + ("–" if row["details"].get("retention_rate") is None else f"{float(row['details']['retention_rate']):.2f}")
+        + " · evidence: :green-background[supported] :red-background[contradicted]"
+    )
+    table = pd.DataFrame(
+        [
+            {
+                "fact": f.get("id"),
+                "label": f"{FACT_ICONS.get(str(f.get('label')), '')} {f.get('label')}",
+                "source": f.get("source"),
+                "text": texts.get(str(f.get("id")), ""),
+                "evidence": f.get("evidence") or "",
+            }
+            for f in facts
+        ]
+    )
+    st.dataframe(table, hide_index=True, key=key)
+
+
+def candidates(item: dict[str, Any], judgments: pd.DataFrame, texts: dict[str, str]) -> None:
     cands = item.get("candidates") or {}
     single = judgments[judgments["mode"] == "single"] if not judgments.empty else judgments
     cols = st.columns(max(1, min(4, len(cands))))
@@ -87,7 +121,10 @@ def candidates(item: dict[str, Any], judgments: pd.DataFrame) -> None:
             st.write(text)
             for row in single[single["system_a"] == system].to_dict(orient="records") if not single.empty else []:
                 score = "–" if pd.isna(row.get("score")) else f"{row['score']:g}"
-                with st.expander(f"{row['aspect']}: {score} ({row['status']})"):
+                checked = fact_labels(row)
+                with st.expander(f"{row['aspect']}: {score} ({row['status']})", expanded=bool(checked)):
+                    if checked:
+                        fact_check(row, str(text), texts, key=f"ex_facts_{row['id']}")
                     st.write(row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)")
 
 
@@ -139,6 +176,24 @@ def judge_prompts(judgments: pd.DataFrame) -> None:
                 st.code(text or "", language="jinja2")
 
 
+def fact_texts(run: dict[str, Any], item_id: str, judgments: pd.DataFrame) -> dict[str, str]:
+    """The text of each fact of the item's sheet (from ``/facts``), asked only when the item has fact-check labels."""
+    if judgments.empty or "details" not in judgments or not any(fact_labels(r) for r in judgments.to_dict("records")):
+        return {}
+    labels = widgets.guard(
+        api.fact_labels,
+        state.conn(),
+        str(run["id"]),
+        api.run_version(run),
+        (("item_id", item_id),),
+        what="the fact texts",
+        quiet=True,
+    )
+    if labels is None or labels.empty:
+        return {}
+    return {str(f): str(t) for f, t in zip(labels["fact_id"], labels["text"], strict=True) if isinstance(t, str)}
+
+
 def item_view(run: dict[str, Any], item_id: str) -> None:
     conn, run_id = state.conn(), str(run["id"])
     item = widgets.guard(api.get_item, conn, run_id, item_id, what=f"item {item_id}")
@@ -160,7 +215,7 @@ def item_view(run: dict[str, Any], item_id: str) -> None:
     if not bars.empty:
         aspects = analysis.aspect_order(bars["aspect"].tolist())
         widgets.chart(charts.score_means_chart(bars, aspects).properties(height=220), key="ex_item_chart")
-    candidates(item, judgments)
+    candidates(item, judgments, fact_texts(run, item_id, judgments))
     verdicts(judgments)
     judge_prompts(judgments)
     ratings = widgets.guard(api.ratings, conn, run_id, state.ratings_rev(), what="the human ratings")

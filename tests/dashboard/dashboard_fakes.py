@@ -2,6 +2,8 @@
 
 ``data``: two finished runs (6 items x 3 systems; single scores on three aspects, pairwise in both orders, a
 few failed / unparseable rows, human ratings) whose report is computed by the real ``build_report``;
+``facts``: one run judged with the fact-check rubric (2 items x 2 systems, labels with evidence in ``details``,
+served by ``/facts`` as the API does);
 ``empty``: no runs at all; ``error``: every request answers HTTP 500; ``unreachable``: every request fails to
 connect.
 """
@@ -26,6 +28,7 @@ JUDGE = "openai-compatible:sim@http://127.0.0.1:9/v1"
 QUALITY = {"rsum": [85, 78, 90, 70, 88, 82], "memgpt": [60, 72, 55, 65, 58, 75], "vanilla": [40, 35, 52, 45, 30, 48]}
 ASPECTS = ("engagingness", "coherence", "consistency")
 RUN_A, RUN_B = "run_aaaa", "run_bbbb"
+RUN_F = "run_ffff"
 FRAME_COLUMNS = [
     "judgment_id", "run_id", "item_id", "mode", "system_a", "system_b", "aspect", "judge", "rubric_id",
     "rubric_version", "order", "sample_index", "status", "score", "preference", "outcome", "len_a", "len_b",
@@ -188,6 +191,68 @@ RUBRICS: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
+FACT_RESPONSES = {  # item -> system -> (response, [(fact id, label, evidence)])
+    "msc-f0": {
+        "keeper": ("How is your dog Rex? I like animals too.",
+                   [("user.1", "supported", "your dog Rex"), ("bot.1", "supported", "I like animals")]),
+        "breaker": ("How is your cat Rex? I never liked animals.",
+                    [("user.1", "contradicted", "your cat Rex"), ("bot.1", "contradicted", "I never liked animals")]),
+    },
+    "msc-f1": {
+        "keeper": ("Your dog Rex is fine. I hate animals.",
+                   [("rex", "supported", "Your dog Rex"), ("bot.1", "contradicted", "I hate animals")]),
+        "breaker": ("Is your cat Rex well?", [("rex", "contradicted", "your cat Rex"), ("bot.1", "not_addressed", "")]),
+    },
+}  # fmt: skip
+FACT_SHEETS = {
+    "msc-f0": [
+        {"id": "user.1", "text": "I have a dog called Rex.", "source": "persona.user"},
+        {"id": "bot.1", "text": "I like animals.", "source": "persona.bot"},
+    ],
+    "msc-f1": [
+        {"id": "rex", "text": "The user has a dog called Rex.", "source": "session 1 turn 1"},
+        {"id": "bot.1", "text": "I like animals.", "source": "persona.bot"},
+    ],
+}
+
+
+def make_fact_items() -> list[dict[str, Any]]:
+    items = make_items(2)
+    for item, item_id in zip(items, FACT_RESPONSES, strict=True):
+        item["id"] = item_id
+        item["candidates"] = {system: text for system, (text, _) in FACT_RESPONSES[item_id].items()}
+        if item_id == "msc-f1":
+            item["facts"] = FACT_SHEETS[item_id]
+    return items
+
+
+def make_fact_judgments() -> list[dict[str, Any]]:
+    rows = []
+    jid = 5000
+    for item_id, systems in FACT_RESPONSES.items():
+        sources = {f["id"]: f["source"] for f in FACT_SHEETS[item_id]}
+        for system, (_, labels) in systems.items():
+            facts = [{"id": f, "label": lab, "evidence": ev, "source": sources[f]} for f, lab, ev in labels]
+            contradicted = sum(lab == "contradicted" for _, lab, _ in labels)
+            supported = sum(lab == "supported" for _, lab, _ in labels)
+            addressed = supported + contradicted
+            retention = supported / addressed if addressed else None
+            details = {
+                "facts": facts,
+                "contradiction_count": contradicted,
+                "contradiction_rate": contradicted / len(labels),
+                "retention_rate": retention,
+            }
+            score = 100.0 if retention is None else float(int(1 + 99 * retention + 0.5))
+            rows.append(
+                _row(RUN_F, jid, item_id=item_id, mode="single", system_a=system, rubric_id="fact-check",
+                     aspect="consistency", score=score, details=details,
+                     explanation=f"The response contradicts {contradicted} of {len(labels)} facts.")
+            )  # fmt: skip
+            jid += 1
+    return rows
+
+
 class FakeApi:
     """Answers the dashboard's requests from in-memory runs; records the POST bodies."""
 
@@ -203,6 +268,11 @@ class FakeApi:
                 rows = make_judgments(run_id, shift)
                 self.runs[run_id] = {"rows": rows, "summary": summary(run_id, rows, name)}
                 self.ratings[run_id] = make_ratings() if run_id == RUN_A else []
+        if state == "facts":
+            self.items = make_fact_items()
+            rows = make_fact_judgments()
+            self.runs[RUN_F] = {"rows": rows, "summary": summary(RUN_F, rows, "fact-check")}
+            self.ratings[RUN_F] = []
         self._reports: dict[str, dict[str, Any]] = {}
         self.report_error = False
         self.auth: str | None = None
@@ -271,6 +341,8 @@ class FakeApi:
             return httpx.Response(200, json=self.report(run_id))
         if rest == "/judgments":
             return httpx.Response(200, json=self.judgments(run["rows"], q))
+        if rest == "/facts":
+            return httpx.Response(200, json=self.facts(run["rows"], q))
         if rest == "/judgments.csv":
             buffer = io.StringIO()
             judgments_frame(run["rows"]).to_csv(buffer, index=False)
@@ -315,6 +387,28 @@ class FakeApi:
         if rest == "/retry":
             return httpx.Response(200, json={"run_id": run_id, "requeued": 1})
         return httpx.Response(404, json={"detail": "Not Found"})
+
+    @staticmethod
+    def facts(rows: list[dict[str, Any]], q: dict[str, str]) -> dict[str, Any]:
+        """``/facts`` as the API answers it: one row per labelled fact of the done fact-check judgments."""
+        out = []
+        for row in rows:
+            texts = {f["id"]: f["text"] for f in FACT_SHEETS.get(row["item_id"], [])}
+            for fact in (row.get("details") or {}).get("facts") or []:
+                out.append(
+                    {"judgment_id": row["id"], "item_id": row["item_id"], "system": row["system_a"],
+                     "judge": row["judge"], "rubric_id": row["rubric_id"], "aspect": row["aspect"],
+                     "sample_index": 0, "fact_id": fact["id"], "text": texts.get(fact["id"]),
+                     "source": fact["source"], "label": fact["label"], "evidence": fact["evidence"]}
+                )  # fmt: skip
+        for key in ("label", "system", "item_id"):
+            if key in q:
+                out = [r for r in out if r[key] == q[key]]
+        if "source" in q:
+            wanted = q["source"]
+            out = [r for r in out if r["source"] == wanted or r["source"].startswith((wanted + " ", wanted + "."))]
+        offset, limit = int(q.get("offset", 0)), int(q.get("limit", 100))
+        return {"total": len(out), "offset": offset, "limit": limit, "items": out[offset : offset + limit]}
 
     @staticmethod
     def judgments(rows: list[dict[str, Any]], q: dict[str, str]) -> dict[str, Any]:
