@@ -582,6 +582,65 @@ def import_ratings(
     console.print(f"{result['created']} ratings added, {result['updated']} updated")
 
 
+@app.command("import-verdicts")
+def import_verdicts(
+    run_id: str,
+    file: Path,
+    fmt: str = typer.Option(
+        None, "--format", help="csv, jsonl, fastchat-single, fastchat-pair or alpacaeval (default: detected)"
+    ),
+    judge: str = typer.Option(None, help="the judge name to store (default: the file's; CSV/JSONL: the judge column)"),
+    aspect: str = typer.Option(None, help="the aspect (default: the file's, or overall)"),
+    turn: int = typer.Option(None, help="FastChat files: only this turn's verdicts"),
+    item_id: str = typer.Option(
+        None, "--item-id", help="FastChat files: item id template (default mtbench-{question_id}-t{turn})"
+    ),
+    scale_min: float = typer.Option(None, help="scores' scale when a row has none (with --scale-max)"),
+    scale_max: float = typer.Option(None),
+    rubric: str = typer.Option("imported", help="the rubric id stored with the verdicts"),
+    api: str = typer.Option(None),
+    api_key: str = typer.Option(None),
+) -> None:
+    """Import an external judge's verdicts into a run: your own CSV/JSONL of scores or A/B/tie verdicts, FastChat
+    model_judgment files or AlpacaEval annotations (docs/data-contract.md). Importing the same file again stores
+    nothing."""
+    from judge_api.verdict_files import FORMATS, VerdictFileError, detect_format
+
+    if not file.is_file():
+        raise fail(f"{file}: no such file")
+    if fmt is not None and fmt not in FORMATS:
+        raise fail(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    if (scale_min is None) != (scale_max is None):
+        raise fail("--scale-min and --scale-max go together")
+    content = file.read_bytes()
+    try:
+        fmt = fmt or detect_format(content, file.name)
+    except VerdictFileError as exc:
+        raise fail(f"{file}: {exc}") from None
+    params = {
+        "format": fmt,
+        "name": file.name,
+        "judge": judge,
+        "aspect": aspect,
+        "turn": turn,
+        "item_id": item_id,
+        "scale_min": scale_min,
+        "scale_max": scale_max,
+        "rubric": rubric,
+    }
+    try:
+        result = api_client(api, api_key).import_verdicts(run_id, content, params)
+    except ApiError as exc:
+        raise fail(f"{file}: {exc.message}") from None
+    console.print(
+        f"{result['created']} verdicts imported, {result['unchanged']} already imported from this file "
+        f"({result['format']}; judge {', '.join(result['judges'])}; sha256 {result['source']['sha256'][:12]})",
+        highlight=False,
+    )
+    if result.get("ignored_columns"):
+        err.print(f"ignored columns: {', '.join(result['ignored_columns'])}", highlight=False)
+
+
 @app.command()
 def agreement(
     run_id: str,

@@ -145,6 +145,15 @@ class ApiClient:
         headers = {IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4()), "content-type": "application/x-ndjson"}
         return dict(self.request("POST", "/v1/runs/jsonl", content=content, params=params, headers=headers, retry=True))
 
+    def import_verdicts(self, run_id: str, content: bytes, params: dict[str, Any]) -> dict[str, Any]:
+        """Send a verdict file as it is (POST /v1/runs/{id}/verdicts); retried like a submission, since importing
+        the same file again stores nothing."""
+        query = {k: v for k, v in params.items() if v is not None}
+        content_type = "text/csv" if query.get("format") == "csv" else "application/octet-stream"
+        headers = {"content-type": content_type}
+        path = f"/v1/runs/{run_id}/verdicts"
+        return dict(self.request("POST", path, content=content, params=query, headers=headers, retry=True))
+
     def run(self, run_id: str) -> dict[str, Any]:
         return dict(self.get(f"/v1/runs/{run_id}"))
 

@@ -138,6 +138,12 @@ class Judgment(Base):
     len_b: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=utcnow)
+    source: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    """Imported verdicts (``POST /v1/runs/{id}/verdicts``): the SHA-256 of the file they came from; None for the
+    service's own judge calls. The file's name and format are in ``judge_params``."""
+    scale_min: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Imported single scores: the scale they were given on (the service's own take the rubric's)."""
+    scale_max: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class HumanRating(Base):

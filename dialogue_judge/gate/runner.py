@@ -144,10 +144,14 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
     if config.metrics and metric is None:
         _run_metrics(config, backend, result)
         return
+    imported = False
     try:
         judge_keys = [parse_judge(j).key for j in judges_of(config)]
     except JudgeSpecError as exc:
-        raise GateInputError(str(exc)) from None
+        if not (is_run_id(config.baseline) and is_run_id(config.candidate)):
+            raise GateInputError(str(exc)) from None
+        # not a judge this service calls: an imported judge, whose verdicts the two runs must already hold
+        judge_keys, imported = judges_of(config), True
     result.judge = (
         judge_keys[0] if len(judge_keys) == 1 else f"panel ({config.panel_aggregate} of {', '.join(judge_keys)})"
     )
@@ -194,8 +198,19 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
     result.n_items = len(merged)
 
     reused = None
+    if imported and config.mode != "single":
+        raise GateInputError(
+            f"judge {', '.join(judge_keys)} is not a judge this service calls; an imported judge's stored scores "
+            "are compared with --mode single"
+        )
     if config.mode == "single" and baseline.run_id and candidate.run_id:
         reused = _reuse_rows(backend, baseline, candidate, judge_keys, rubric.id, aspects)
+        if reused is None and imported:
+            raise GateInputError(
+                f"the runs hold no complete verdicts of {', '.join(judge_keys)} for rubric {rubric.id!r} and "
+                f"{', '.join(aspects)} (an imported judge is never called: import its verdicts on both runs with "
+                f"--rubric {rubric.id})"
+            )
         if reused is not None and metric:
             reused = metric_rows(reused, metric)
         if reused is None:

@@ -2,8 +2,8 @@
 
 Split by who uses it:
 
-- ``runs``, ``projects``, ``rubric_snapshots``, ``ratings``, ``frames``, ``idempotency_keys``: the API's (and the
-  CLI's) reads and writes.
+- ``runs``, ``projects``, ``rubric_snapshots``, ``ratings``, ``verdicts`` (imported verdicts), ``frames``,
+  ``idempotency_keys``: the API's (and the CLI's) reads and writes.
   Their names are re-exported here, so routes call ``repository.create_run`` and the like.
 - ``claims``: the workers' claim/write path. Workers import it directly (``from judge_api.repository import claims``).
 - ``cache``: the judge cache, used by the workers' batch path and the verdict writer.
@@ -50,12 +50,14 @@ from judge_api.repository.runs import (
     run_item_keys,
     summarize_runs,
 )
+from judge_api.repository.verdicts import VerdictImportError, import_verdicts, imported_judges
 
 __all__ = [
     "DEFAULT_PROJECT",
     "JUDGMENT_FILTERS",
     "JUDGMENT_FRAME_COLUMNS",
     "RATING_FRAME_COLUMNS",
+    "VerdictImportError",
     "cancel_pending",
     "create_run",
     "ensure_project",
@@ -63,6 +65,8 @@ __all__ = [
     "find_idempotency_key",
     "get_items",
     "get_run",
+    "import_verdicts",
+    "imported_judges",
     "item_pks_for",
     "judgment_out",
     "judgments_frame",

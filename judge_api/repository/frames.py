@@ -36,7 +36,9 @@ JUDGMENT_FRAME_COLUMNS = [
     "latency_ms",
     "cost_usd",
     "cached",
+    "source",
 ]
+_QUERY_COLUMNS = [*JUDGMENT_FRAME_COLUMNS, "judgment_scale_min", "judgment_scale_max"]
 
 
 _JUDGMENTS_QUERY = (
@@ -64,6 +66,9 @@ _JUDGMENTS_QUERY = (
         Judgment.latency_ms,
         Judgment.cost_usd,
         Judgment.cached,
+        Judgment.source,
+        Judgment.scale_min,
+        Judgment.scale_max,
     )
     .where(Judgment.run_id == bindparam("run_id"))
     .order_by(Judgment.id)
@@ -80,7 +85,7 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
         rows = result.cursor.fetchall() if result.cursor is not None else []
     finally:
         result.close()
-    frame = pd.DataFrame.from_records(rows, columns=JUDGMENT_FRAME_COLUMNS, coerce_float=False)
+    frame = pd.DataFrame.from_records(rows, columns=_QUERY_COLUMNS, coerce_float=False)
     if len(frame):
         frame["cached"] = frame["cached"].astype(bool)  # SQLite's driver gives 0/1 (the ORM's type converted them)
     from judge_api.rubrics import get_registry
@@ -90,8 +95,11 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     for rubric_id in frame["rubric_id"].unique():
         scale = registry.get(rubric_id).scale if rubric_id in registry else None
         scales[rubric_id] = scale or (float("nan"), float("nan"))
-    frame["scale_min"] = frame["rubric_id"].map({r: s[0] for r, s in scales.items()}).astype(float)
-    frame["scale_max"] = frame["rubric_id"].map({r: s[1] for r, s in scales.items()}).astype(float)
+    # an imported score carries the scale it was given on; the service's own take their rubric's
+    own_min = pd.to_numeric(frame.pop("judgment_scale_min"), errors="coerce").astype(float)
+    own_max = pd.to_numeric(frame.pop("judgment_scale_max"), errors="coerce").astype(float)
+    frame["scale_min"] = own_min.fillna(frame["rubric_id"].map({r: s[0] for r, s in scales.items()}).astype(float))
+    frame["scale_max"] = own_max.fillna(frame["rubric_id"].map({r: s[1] for r, s in scales.items()}).astype(float))
     frame["score"] = frame["score"].astype(float)
     frame["preference"] = frame["preference"].astype(float)
     return frame

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from judge_api.routers import bundles, facts, health, judgments, metrics, ratings, reports, rubrics, runs
+from judge_api.routers import bundles, facts, health, judgments, metrics, ratings, reports, rubrics, runs, verdicts
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -20,4 +20,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     reports.router,
     facts.router,
     ratings.router,
+    verdicts.router,
 )

@@ -51,6 +51,8 @@ OUTPUT_TOKENS = "output_tokens"
 LATENCY_MS = "latency_ms"
 COST_USD = "cost_usd"
 CACHED = "cached"
+SOURCE = "source"
+"""Imported verdicts: the SHA-256 of the file they came from (None for the service's own judge calls)."""
 REFERENCE_JUDGE = "reference"
 """The pseudo-judge of the reference metrics (``judge_api.reference_metrics.REFERENCE_JUDGE``)."""
 
@@ -107,6 +109,7 @@ JUDGMENT_COLUMNS: tuple[str, ...] = (
     LATENCY_MS,
     COST_USD,
     CACHED,
+    SOURCE,
 )
 JUDGMENT_REQUIRED: tuple[str, ...] = (ITEM_ID, MODE, SYSTEM_A, ASPECT, JUDGE, STATUS)
 
@@ -122,7 +125,7 @@ _FLOAT_COLUMNS = (
     COST_USD,
 )
 _INT_COLUMNS = (SAMPLE_INDEX, INPUT_TOKENS, OUTPUT_TOKENS)
-_OPTIONAL_STR_COLUMNS = (SYSTEM_B, ORDER, OUTCOME)
+_OPTIONAL_STR_COLUMNS = (SYSTEM_B, ORDER, OUTCOME, SOURCE)
 _STR_COLUMNS = (RUN_ID, ITEM_ID, MODE, SYSTEM_A, ASPECT, JUDGE, RUBRIC_ID, RUBRIC_VERSION, STATUS)
 
 # --- human ratings frame ---------------------------------------------------------------------------
@@ -310,6 +313,17 @@ def distinct(*series: pd.Series) -> list[str]:
     for s in series:
         values.update(str(v) for v in s.dropna().unique())
     return sorted(values)
+
+
+def imported_judges(judgments: pd.DataFrame) -> dict[str, list[str]]:
+    """Judges with imported verdicts (rows with a ``source``) -> the sources, sorted."""
+    if SOURCE not in judgments.columns:
+        return {}
+    rows = judgments.loc[judgments[SOURCE].notna().to_numpy(), [JUDGE, SOURCE]].drop_duplicates()
+    out: dict[str, list[str]] = {}
+    for judge, source in zip(rows[JUDGE], rows[SOURCE], strict=True):
+        out.setdefault(str(judge), []).append(str(source))
+    return {judge: sorted(sources) for judge, sources in sorted(out.items())}
 
 
 def column(series: pd.Series) -> pd.Series:

@@ -190,7 +190,12 @@ def build_report(
     """
     stored = F.validate_judgments(judgments)
     settings = panel_config(panel)
-    members = panel_members(stored, settings["judges"]) if settings["enabled"] else []
+    imported = F.imported_judges(stored)
+    # the default panel is the judges the run called: imported verdicts join it only when named
+    chosen = settings["judges"]
+    if chosen is None:
+        chosen = [j for j in F.distinct(stored[F.JUDGE]) if j not in imported]
+    members = panel_members(stored, chosen) if settings["enabled"] else []
     df, panel_rows = with_panel(stored, members, settings["aggregate"])
     combined = combine_orders(df, validated=True)
     items = item_scores(df, validated=True)
@@ -209,7 +214,7 @@ def build_report(
                 "SmoothingFunction(epsilon=1e-12).method1",
             },
         },
-        "counts": counts_section(stored),
+        "counts": {**counts_section(stored), "imported": imported},
         "scores": score_summary(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
         "paired": paired_comparisons(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
         "paper_table": _paper_section(paper_table(df, items=items)),
@@ -250,7 +255,16 @@ def build_report(
         }
     out = F.jsonable(report)
     assert isinstance(out, dict)
+    _mark_imported(out, imported)
     return out
+
+
+def _mark_imported(report: dict[str, Any], imported: Mapping[str, Any]) -> None:
+    """``imported: true`` on every agreement row of a judge whose verdicts were imported (``false`` otherwise)."""
+    agreement = report.get("agreement") or {}
+    rows = list((agreement.get("preferences") or {}).get("judge_vs_human") or []) + list(agreement.get("scores") or [])
+    for row in rows:
+        row["imported"] = row.get(F.JUDGE) in imported
 
 
 def warm_up() -> None:
@@ -326,7 +340,7 @@ def _agreement_tables(agr: Mapping[str, Any]) -> list[tuple[str, list[str], list
     prefs = agr.get("preferences") or {}
     rows = [
         [
-            "judge: " + r["judge"],
+            "judge: " + r["judge"] + (" (imported)" if r.get("imported") else ""),
             r["aspect"],
             f"{r['s1']['agree']}/{r['s1']['total']}",
             _fmt(r["s1"]["rate"], 3),
@@ -362,7 +376,7 @@ def _agreement_tables(agr: Mapping[str, Any]) -> list[tuple[str, list[str], list
             [
                 [
                     r["aspect"],
-                    r["judge"],
+                    r["judge"] + (" (imported)" if r.get("imported") else ""),
                     _fmt(r["n"]),
                     _fmt(r["spearman"], 3),
                     _fmt(r["kendall"], 3),
@@ -504,7 +518,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
                 [
                     r["system"],
                     r["aspect"],
-                    r["judge"],
+                    r["judge"] + (" (imported)" if r.get("imported") else ""),
                     _fmt(r["n"]),
                     _fmt(r["mean"]),
                     _ci(r["ci_low"], r["ci_high"]),
@@ -571,7 +585,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
                     r["system_a"],
                     r["system_b"],
                     r["aspect"],
-                    r["judge"],
+                    r["judge"] + (" (imported)" if r.get("imported") else ""),
                     _fmt(r["n"]),
                     _fmt(r["win_rate_pct"], 1),
                     _fmt(r["tie_rate_pct"], 1),

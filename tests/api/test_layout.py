@@ -39,6 +39,7 @@ ROUTE_MODULES = [
     ("GET", "/v1/runs/{run_id}/facts", "facts"),
     ("POST", "/v1/runs/{run_id}/human-ratings", "ratings"),
     ("GET", "/v1/runs/{run_id}/human-ratings", "ratings"),
+    ("POST", "/v1/runs/{run_id}/verdicts", "verdicts"),
 ]
 
 
