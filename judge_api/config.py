@@ -110,21 +110,21 @@ class Settings(BaseSettings):
         return self.redis_url or None
 
     def rubric_dirs(self) -> list[Path]:
-        dirs = [REPO_ROOT / "rubrics"]
-        installed = Path(__file__).resolve().parent.parent / "rubrics"
-        if installed not in dirs:
-            dirs.append(installed)
-        dirs += [Path(p) for p in self.rubrics_path.split(":") if p.strip()]
-        return [d for d in dirs if d.is_dir()]
+        return _data_dirs("rubrics", self.rubrics_path)
 
     def strategy_dirs(self) -> list[Path]:
         """Where memory strategies are read from (strategies/ of the checkout or the wheel, then DJ_STRATEGIES_PATH)."""
-        dirs = [REPO_ROOT / "strategies"]
-        installed = Path(__file__).resolve().parent.parent / "strategies"
-        if installed not in dirs:
-            dirs.append(installed)
-        dirs += [Path(p) for p in self.strategies_path.split(":") if p.strip()]
-        return [d for d in dirs if d.is_dir()]
+        return _data_dirs("strategies", self.strategies_path)
+
+
+def _data_dirs(folder: str, extra: str) -> list[Path]:
+    """A data folder of the checkout (or the installed wheel), then the ``:``-separated extra folders that exist."""
+    dirs = [REPO_ROOT / folder]
+    installed = Path(__file__).resolve().parent.parent / folder
+    if installed not in dirs:
+        dirs.append(installed)
+    dirs += [Path(p) for p in extra.split(":") if p.strip()]
+    return [d for d in dirs if d.is_dir()]
 
 
 @lru_cache(maxsize=1)
