@@ -1,7 +1,8 @@
 """Import an external judge's verdicts and human votes as a run, so that agreement is computed by the service.
 
 MT-Bench (Zheng et al. 2023): one run per turn; items are the 80 questions with the six models' answers as
-candidates, GPT-4's pairwise verdicts become judgments of the judge ``external:gpt4_pair`` (a verdict that flipped
+candidates, GPT-4's pairwise verdicts become imported judgments (``source`` = the SHA-256 of ``gpt4_pair.jsonl``,
+as ``POST /v1/runs/{id}/verdicts`` marks them) of the judge ``external:gpt4_pair`` (a verdict that flipped
 with the order is stored as two disagreeing order rows, so it combines to an inconsistent tie), and every vote of
 ``human.jsonl`` becomes a human rating (raters ``expert_*`` and ``author_*``; pass ``human_prefix=expert_`` to the
 agreement endpoint for the paper's expert-only figures).
@@ -9,6 +10,7 @@ agreement endpoint for the paper's expert-only figures).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -101,6 +103,9 @@ def import_mtbench(session: Session, folder: Path, turn: int, project_id: str = 
     item_pks = repository.item_pks_for(session, run.id)
     texts = {item.id: item.candidates for item in items}
     now = utcnow()
+    # marked as imported like POST /v1/runs/{id}/verdicts marks them: the file's SHA-256 (docs/data-contract.md)
+    sha256 = hashlib.sha256((folder / "gpt4_pair.jsonl").read_bytes()).hexdigest()
+    params = {"imported": True, "format": "mt_bench_human_judgments", "file": "gpt4_pair.jsonl", "sha256": sha256}
     rows = []
     for plan, verdict in zip(planned, verdicts.itertuples(), strict=True):
         candidates = texts[plan.item_id]
@@ -119,7 +124,8 @@ def import_mtbench(session: Session, folder: Path, turn: int, project_id: str = 
                 "rubric_version": "external",
                 "aspect": "overall",
                 "judge": EXTERNAL_JUDGE,
-                "judge_params": {"imported": True},
+                "judge_params": params,
+                "source": sha256,
                 "sample_index": 0,
                 "status": "done",
                 "verdict": _first_shown_label(preference, plan.order),

@@ -329,3 +329,26 @@ def test_another_projects_run_is_not_found(api_factory: ApiFactory) -> None:
         headers=secured.as_key("beta"),
     )
     assert response.status_code == 404
+
+
+def test_fastchat_verdicts_join_an_imported_mtbench_run_without_touching_its_figures(
+    api: Api, shared_dir: Path
+) -> None:
+    """The documented path: `import-mtbench` makes the run (items mtbench-<question>-t1, GPT-4's verdicts from
+    lmsys/mt_bench_human_judgments and the expert votes), a FastChat pairwise file joins it under its own judge
+    name, and the published figures of the run's verdicts stay what they were (886/1343 S1, 727/859 S2)."""
+    from dialogue_judge.importers import EXTERNAL_JUDGE, import_mtbench
+    from judge_api.db import session_scope
+
+    with session_scope() as session:
+        run_id = import_mtbench(session, shared_dir / "data" / "mtbench_human_judgments", 1)
+    response = post_file(api, run_id, "gpt-4_pair.jsonl", turn=1, judge="fastchat-gpt-4")
+    assert response.status_code == 201, response.text
+    assert response.json()["created"] == 24
+    agreement = api.client.get(f"/v1/runs/{run_id}/agreement", params={"human_prefix": "expert_"}).json()
+    rows = {r["judge"]: r for r in agreement["agreement"]["preferences"]["judge_vs_human"]}
+    published = rows[EXTERNAL_JUDGE]
+    assert (published["s1"]["agree"], published["s1"]["total"]) == (886, 1343)
+    assert (published["s2"]["agree"], published["s2"]["total"]) == (727, 859)
+    assert published["imported"] is True  # import-mtbench marks its verdicts with gpt4_pair.jsonl's SHA-256
+    assert rows["fastchat-gpt-4"]["imported"] is True and rows["fastchat-gpt-4"]["s1"]["total"] > 0
