@@ -749,8 +749,19 @@ def memory_audit_cmd(
     fmt: str = typer.Option("table", "--format", help="table or json"),
     n_boot: int = typer.Option(1000, min=0, help="bootstrap replicates"),
     seed: int = typer.Option(0),
+    judge: str = typer.Option(
+        None, "--judge", "-j", help="judge-based audit (fact level) with this judge, e.g. openai:gpt-4o"
+    ),
+    rubric: str = typer.Option("memory-audit", "--rubric", "-r", help="--judge: a rubric with the memory_audit parser"),
+    cache_dir: Path = typer.Option(
+        None, "--cache-dir", help="--judge: folder of the judge cache database (default: the gate's)"
+    ),
+    no_cache: bool = typer.Option(False, "--no-cache", help="--judge: a temporary database, no cache"),
+    workers: int = typer.Option(8, "--workers", min=1, help="--judge: judge threads"),
 ) -> None:
-    """Lexical memory P/R/F1 per system against gold memory (the item's fact sheet), with bootstrap CIs."""
+    """Memory P/R/F1 per system against gold memory (the item's fact sheet), with bootstrap CIs: lexical, or with
+    --judge fact-level (gold facts recalled; generated facts supported / fabricated / wrong relationship) with the
+    error-type proportions."""
     import pandas as pd
     from pydantic import ValidationError
 
@@ -758,7 +769,9 @@ def memory_audit_cmd(
     from judge_api.schemas import Item
     from judge_api.stats.memory import memory_audit
 
-    rows = []
+    if fmt not in ("table", "json"):
+        raise fail(f"--format {fmt!r}: table or json")
+    items: list[dict[str, Any]] = []
     for index, raw in enumerate(read_items(file)):
         try:
             item = Item.model_validate(raw).model_dump(mode="json")
@@ -766,26 +779,123 @@ def memory_audit_cmd(
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise fail(f"{file}: item {index}: {where}: {first['msg']}") from None
-        gold = " ".join(fact["text"] for fact in fact_sheet(item))
-        if not gold.strip():
+        if not any(fact["text"].strip() for fact in fact_sheet(item)):
             raise fail(f"{file}: item {index} ({item['id']}): no gold memory (no facts and no persona lines)")
+        items.append(item)
+    if judge:
+        database = None if no_cache else (cache_dir / "gate.db" if cache_dir else None)
+        judged = _judged_memory_audit(items, judge, rubric, database, not no_cache, workers, n_boot, seed)
+        _print_memory_table(judged, fmt, judged=True)
+        return
+    rows = []
+    for item in items:
+        gold = " ".join(fact["text"] for fact in fact_sheet(item))
         for system, generated in item["candidates"].items():
             rows.append({"item_id": item["id"], "system": system, "generated": generated, "gold": gold})
-    table = memory_audit(pd.DataFrame(rows), n_boot=n_boot, seed=seed)
+    _print_memory_table(memory_audit(pd.DataFrame(rows), n_boot=n_boot, seed=seed), fmt, judged=False)
+
+
+def _judged_memory_audit(
+    items: list[dict[str, Any]],
+    judge: str,
+    rubric_id: str,
+    database: Path | None,
+    cache: bool,
+    workers: int,
+    n_boot: int,
+    seed: int,
+) -> Any:
+    """Judge every system's memory with the memory-audit rubric in this process (SQLite, the gate's judge cache)
+    and summarise the labels per system (``judge_api.stats.memory.judged_memory_audit``)."""
+    import pandas as pd
+    from pydantic import ValidationError
+
+    from dialogue_judge.gate.standalone import InProcessRunner, default_cache_db, run_in_process
+    from judge_api.planning import PlanError
+    from judge_api.rubrics import RubricError, get_registry
+    from judge_api.schemas import RunCreate
+    from judge_api.stats.memory import ERROR_TYPES, judged_memory_audit
+
+    try:
+        rubric = get_registry().get(rubric_id)
+    except RubricError as exc:
+        raise fail(f"--rubric: {exc}") from None
+    if rubric.parser != "memory_audit":
+        raise fail(f"--rubric {rubric_id!r} is not a memory-audit rubric (parser {rubric.parser}, not memory_audit)")
+    try:
+        request = RunCreate.model_validate(
+            {
+                "name": "memory-audit",
+                "items": items,
+                "rubrics": [rubric.id],
+                "judges": [judge],
+                "mode": ["single"],
+                "aspects": rubric.aspect_names[:1],
+                "metrics": [],
+            }
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise fail(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    runner = InProcessRunner((database or default_cache_db()) if cache else None, workers=workers)
+    try:
+        try:
+            run_id = run_in_process(request, runner=runner, progress=False)
+        except PlanError as exc:
+            raise fail(f"{exc.field}: {exc.message}") from None
+        judgments = runner.judgments(run_id)
+    finally:
+        runner.close()
+    rows = []
+    for row in judgments:
+        if row["status"] not in ("done", "unparseable", "failed"):
+            continue
+        details = row.get("details") or {}
+        errors = details.get("errors") or {}
+        rows.append(
+            {
+                "item_id": row["item_id"],
+                "system": row["system_a"],
+                "status": row["status"] if details or row["status"] != "done" else "unparseable",
+                "precision": details.get("precision"),
+                "recall": details.get("recall"),
+                "f1": details.get("f1"),
+                **{kind: errors.get(kind, 0) for kind in ERROR_TYPES},
+            }
+        )
+    failed = [r for r in judgments if r["status"] == "failed"]
+    if failed and len(failed) == len(judgments):
+        raise fail(f"every judgment failed: {failed[0].get('error')}")
+    return judged_memory_audit(pd.DataFrame(rows), n_boot=n_boot, seed=seed)
+
+
+def _print_memory_table(table: Any, fmt: str, *, judged: bool) -> None:
     if fmt == "json":
         emit(json.dumps(table.to_dict(orient="records"), indent=2))
         return
-    if fmt != "table":
-        raise fail(f"--format {fmt!r}: table or json")
-    lines = [f"{'system':<24} {'n':>4}  {'precision':<22} {'recall':<22} {'F1':<22}"]
+
+    def cell(record: dict[str, Any], name: str) -> str:
+        if record[name] is None or record[name] != record[name]:
+            return "-"
+        if record[name + "_low"] is None:
+            return f"{record[name]:.3f}"
+        return f"{record[name]:.3f} [{record[name + '_low']:.3f}, {record[name + '_high']:.3f}]"
+
+    names = ["precision", "recall", "f1"]
+    header = f"{'system':<24} {'n':>4}  {'precision':<22} {'recall':<22} {'F1':<22}"
+    if judged:
+        names += ["fabricated_share", "wrong_relationship_share", "missing_share"]
+        header = f"{'system':<24} {'n':>4} {'unparsed':>8}  " + " ".join(
+            f"{h:<22}" for h in ("precision", "recall", "F1", "fabricated", "wrong relationship", "missing")
+        )
+    lines = [header.rstrip()]
     for record in table.to_dict(orient="records"):
-        cells = [
-            f"{record[name]:.3f} [{record[name + '_low']:.3f}, {record[name + '_high']:.3f}]"
-            if record[name + "_low"] is not None
-            else f"{record[name]:.3f}"
-            for name in ("precision", "recall", "f1")
-        ]
-        lines.append(f"{record['system']:<24} {record['n']:>4}  " + " ".join(f"{c:<22}" for c in cells))
+        lead = f"{record['system']:<24} {record['n']:>4}  "
+        if judged:
+            lead = f"{record['system']:<24} {record['n']:>4} {record['n_unparseable']:>8}  "
+        lines.append((lead + " ".join(f"{cell(record, n):<22}" for n in names)).rstrip())
+    if judged:
+        lines.append("error columns: share of the system's errors (fabricated + wrong relationship + missing)")
     emit("\n".join(lines))
 
 

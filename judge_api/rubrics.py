@@ -22,7 +22,18 @@ from judge_api.config import get_settings
 
 log = logging.getLogger(__name__)
 
-PARSERS = ("bracket_score", "pairwise_4way", "pairwise_abc", "json_score", "memory_faithfulness", "fact_check")
+PARSERS = (
+    "bracket_score",
+    "pairwise_4way",
+    "pairwise_abc",
+    "json_score",
+    "memory_faithfulness",
+    "fact_check",
+    "memory_audit",
+)
+FACT_PARSERS = ("fact_check", "memory_audit")
+"""The parsers of kind ``facts`` rubrics (judged against the item's fact sheet, docs/facts.md): ``fact_check``
+labels a response's facts, ``memory_audit`` audits a generated memory against the gold facts."""
 PAIRWISE_PARSERS = ("pairwise_4way", "pairwise_abc")
 Outcome = Literal["win", "tie", "loss"]
 PREFERENCE_LEVELS = ("2", "1", "0", "-1", "-2")
@@ -129,10 +140,13 @@ class Rubric(BaseModel):
             raise ValueError(f"parser {self.parser!r} is unknown (known: {', '.join(PARSERS)})")
         if (self.parser in PAIRWISE_PARSERS) != (self.kind == "pairwise"):
             raise ValueError(f"parser {self.parser!r} does not fit a {self.kind} rubric")
-        if (self.parser == "fact_check") != (self.kind == "facts"):
-            raise ValueError(f"parser {self.parser!r} does not fit a {self.kind} rubric (kind facts needs fact_check)")
+        if (self.parser in FACT_PARSERS) != (self.kind == "facts"):
+            raise ValueError(
+                f"parser {self.parser!r} does not fit a {self.kind} rubric "
+                "(kind facts needs fact_check or memory_audit)"
+            )
         if self.kind == "facts" and self.scale != (1, 100):
-            raise ValueError("a facts rubric's scale is [1, 100] (the consistency score of docs/facts.md)")
+            raise ValueError("a facts rubric's scale is [1, 100] (the 1-100 scores of docs/facts.md)")
         if self.scoring == "expected" and self.kind != "single":
             raise ValueError("scoring: expected applies to single-score rubrics only")
         if self.kind == "single" and self.scale is None:

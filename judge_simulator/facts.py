@@ -39,8 +39,18 @@ def fact_ids(prompt: str) -> list[str]:
     return FACT_LINE.findall(fenced.group("facts") if fenced else prompt)
 
 
+_ANY_MARKER = re.compile(r"<<[^<>]*>>")
+
+
 def _evidence(response: str, marker: re.Match[str]) -> str:
-    ends = [m.end() for m in _SENTENCE_END.finditer(response, 0, marker.start())]
+    """The marker's sentence up to the end of the marker (a ``.`` inside another marker, as in ``user.1``, does not
+    end a sentence)."""
+    inside = [(m.start(), m.end()) for m in _ANY_MARKER.finditer(response, 0, marker.start())]
+    ends = [
+        m.end()
+        for m in _SENTENCE_END.finditer(response, 0, marker.start())
+        if not any(a <= m.start() < b for a, b in inside)
+    ]
     return response[ends[-1] if ends else 0 : marker.end()].strip()
 
 
@@ -67,3 +77,49 @@ def judge_facts(rule: Rule, request: JudgeRequest) -> Judgement:
     explanation = f"The response contradicts {contradicted} of {len(ids)} facts."
     text = json.dumps({"facts": entries, "explanation": explanation})
     return Judgement(rule.name, "facts", float(contradicted), "", "", explanation, text)
+
+
+# -- the memory-audit protocol (dialogue-judge's ``memory-audit`` rubric) -------------------------------------------
+MEMORY_PROTOCOL = r"Generated memory to audit"
+"""The default rule's ``match``: the prompt audits a generated memory against gold facts."""
+GOLD_MARKER = re.compile(r"<<g:([A-Za-z0-9][A-Za-z0-9_.:-]{0,63})>>")
+MEMORY_MARKER = re.compile(r"<<m:(s|f|w)(!?)>>")
+_MEMORY_LABELS = {"s": "supported", "f": "fabricated", "w": "wrong_relationship"}
+
+
+def judge_memory(rule: Rule, request: JudgeRequest) -> Judgement:
+    """The memory-audit protocol: the prompt lists the gold facts as ``[fact:ID] (SOURCE) TEXT`` lines and the judged
+    text (located like a single-score response) is the generated memory. Markers in the memory script the reply:
+
+    * ``<<g:ID>>``: gold fact ID is recalled (evidence: the marker's sentence up to the marker); gold facts without
+      one are missing; an ID not in the list is labelled anyway (a planted unknown fact id);
+    * ``<<m:s>>`` / ``<<m:f>>`` / ``<<m:w>>``: the marker's sentence up to the marker is a generated fact labelled
+      supported / fabricated / wrong_relationship; ``<<m:f!>>`` (any label with ``!``) quotes a fact that is not in
+      the memory (a planted parse error).
+    """
+    from .behaviour import Judgement, locate_response
+
+    ids = fact_ids(request.prompt)
+    memory = locate_response(request.prompt, rule) or ""
+    recalled = {m.group(1): _evidence(memory, m) for m in GOLD_MARKER.finditer(memory)}
+    gold = [
+        {"id": fact_id, "label": "recalled", "evidence": recalled[fact_id]}
+        if fact_id in recalled
+        else {"id": fact_id, "label": "missing", "evidence": ""}
+        for fact_id in ids
+    ]
+    gold += [{"id": i, "label": "recalled", "evidence": e} for i, e in recalled.items() if i not in ids]
+    generated = [
+        {
+            "fact": "a fact the memory does not state" if m.group(2) else _evidence(memory, m),
+            "label": _MEMORY_LABELS[m.group(1)],
+        }
+        for m in MEMORY_MARKER.finditer(memory)
+    ]
+    supported = sum(1 for g in generated if g["label"] == "supported")
+    explanation = (
+        f"The memory recalls {len(recalled)} of {len(ids)} gold facts; "
+        f"{supported} of {len(generated)} stated facts are supported."
+    )
+    text = json.dumps({"gold": gold, "generated": generated, "explanation": explanation})
+    return Judgement(rule.name, "memory", float(supported), "", "", explanation, text)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .facts import FACT_PROTOCOL
+from .facts import FACT_PROTOCOL, MEMORY_PROTOCOL
 
 FaultKind = Literal["rate_limit", "server_error", "hang", "malformed", "truncated", "invalid_json"]
 Provider = Literal["openai", "anthropic"]
@@ -183,6 +183,8 @@ class Rule(_Strict):
       and the graded phrases otherwise. ``score`` pins the preference (+2..-2).
     * ``facts``: the fact-check protocol of ``judge_simulator/facts.py`` (labels scripted by ``<<f:ID=L>>``
       markers in the response); ``reply`` and ``score`` are not used.
+    * ``memory``: the memory-audit protocol of ``judge_simulator/facts.py`` (``<<g:ID>>`` recalled gold facts,
+      ``<<m:s|f|w>>`` generated facts in the judged memory); ``reply`` and ``score`` are not used.
 
     ``reply`` is a plain template: ``{score}`` (pairwise: the preference), ``{verdict}``,
     ``{explanation}``, ``{json}`` (a compact JSON object with explanation and score/verdict),
@@ -192,7 +194,7 @@ class Rule(_Strict):
     name: str = "rule"
     match: str | None = None
     model: str | None = None
-    kind: Literal["single", "pairwise", "facts"] = "single"
+    kind: Literal["single", "pairwise", "facts", "memory"] = "single"
     reply: str | None = None
     response_regex: str | None = None
     score: float | None = None
@@ -219,6 +221,9 @@ class Rule(_Strict):
 def default_rules() -> list[Rule]:
     """Rules emulating a judge for dialogue-judge's rubrics, most specific first.
 
+    * ``memory-audit``: the prompt audits a "Generated memory" against gold facts (the memory-audit rubric) -> gold
+      facts recalled / missing and generated facts supported / fabricated / wrong relationship, scripted by
+      ``<<g:ID>>`` and ``<<m:s|f|w>>`` markers (``judge_simulator/facts.py``).
     * ``fact-check``: the prompt lists facts as ``[fact:ID] (SOURCE) TEXT`` lines (the fact-check rubric) -> one
       JSON label per fact, scripted by ``<<f:ID=L>>`` markers (``judge_simulator/facts.py``).
     * ``pairwise-fastchat``: the prompt mentions ``[[A]]`` (mtbench-pair-v2) -> ``[[A]]/[[B]]/[[C]]``.
@@ -232,6 +237,7 @@ def default_rules() -> list[Rule]:
     Requests matching none of them get :data:`FALLBACK_RULE` (the single-score behaviour).
     """
     return [
+        Rule(name="memory-audit", match=MEMORY_PROTOCOL, kind="memory"),
         Rule(name="fact-check", match=FACT_PROTOCOL, kind="facts"),
         Rule(name="pairwise-fastchat", match=r"\[\[A\]\]", kind="pairwise", pairwise_format="fastchat"),
         Rule(name="pairwise-graded", match=r"Response [12] is (?:slightly )?better", kind="pairwise"),

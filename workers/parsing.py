@@ -299,4 +299,5 @@ def parse_memory_faithfulness(text: str, rubric: Rubric, structured: dict[str, A
     return scored
 
 
-from workers import factcheck  # noqa: E402, F401  (registers the fact_check parser; it imports this module)
+# registers the fact_check and memory_audit parsers (they import this module)
+from workers import factcheck, memoryaudit  # noqa: E402, F401

@@ -75,7 +75,7 @@ class LocalBackend:
             rubric = get_registry().get(rubric_id)
         except RubricError as exc:
             raise GateInputError(str(exc)) from None
-        return RubricInfo(rubric.id, rubric.mode, rubric.aspect_names, rubric.scale, rubric.kind == "facts")
+        return RubricInfo(rubric.id, rubric.mode, rubric.aspect_names, rubric.scale, rubric.parser == "fact_check")
 
     def run_items(self, run_id: str) -> list[dict[str, Any]]:
         if self.runner.summary(run_id) is None:
@@ -171,7 +171,7 @@ class ApiBackend:
                     "pairwise" if rubric["kind"] == "pairwise" else "single",  # a facts rubric yields scores
                     list(rubric["aspects"]),
                     scale,
-                    rubric["kind"] == "facts",
+                    rubric.get("parser") == "fact_check",
                 )
         known = ", ".join(sorted(r["id"] for r in rubrics))
         raise GateInputError(f"unknown rubric {rubric_id!r} on the service (known: {known})")

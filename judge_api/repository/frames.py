@@ -146,15 +146,15 @@ def fact_labels_frame(session: Session, run_id: str) -> pd.DataFrame:
     judgment labelled, with the fact's text from the item's fact sheet; one row with ``fact_id`` None for a finished
     judgment that labelled none (empty sheet, unparseable, failed). Empty when the run has no fact-check judgment.
 
-    A judgment is a fact-check judgment when its rubric is of kind ``facts`` in the registry, or (a rubric no longer
-    loaded) when its details carry fact labels."""
+    A judgment is a fact-check judgment when its rubric has the ``fact_check`` parser in the registry, or (a rubric
+    no longer loaded) when its details carry fact labels."""
     from judge_api.facts import fact_sheet
     from judge_api.rubrics import get_registry
     from judge_api.stats.facts import FACT_COLUMNS
 
     registry = get_registry()
     rubric_ids = session.scalars(select(Judgment.rubric_id).where(Judgment.run_id == run_id).distinct()).all()
-    facts_rubrics = [r for r in rubric_ids if r in registry and registry.get(r).kind == "facts"]
+    facts_rubrics = [r for r in rubric_ids if r in registry and registry.get(r).parser == "fact_check"]
     others = [r for r in rubric_ids if r not in registry]
     if not facts_rubrics and not others:
         return pd.DataFrame(columns=FACT_COLUMNS)

@@ -97,3 +97,19 @@ def bootstrap_mean_ci(
     """Percentile bootstrap CI of the mean; ``(None, None)`` for no data or ``n_boot == 0``."""
     gen = rng if rng is not None else np.random.default_rng(seed)
     return percentile_ci(bootstrap_means(values, n_boot, gen), ci)
+
+
+def bootstrap_ratio_ci(
+    numerators: ArrayLike, denominators: ArrayLike, n_boot: int, rng: np.random.Generator, ci: float = 0.95
+) -> tuple[float | None, float | None]:
+    """Percentile CI of the pooled ratio ``sum(num) / sum(den)`` with the units (items) resampled; replicates whose
+    denominator is 0 are left out. ``(None, None)`` without units or replicates."""
+    num = np.asarray(numerators, dtype="float64")
+    den = np.asarray(denominators, dtype="float64")
+    if n_boot <= 0 or num.size == 0:
+        return None, None
+    replicates = []
+    for weights in resample_counts(num.size, n_boot, rng):
+        top, bottom = weights @ num, weights @ den
+        replicates.append(np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan))
+    return percentile_ci(np.concatenate(replicates), ci)

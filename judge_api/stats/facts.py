@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from judge_api.stats.bootstrap import bootstrap_means, percentile_ci, resample_counts, rng_for
+from judge_api.stats.bootstrap import bootstrap_means, bootstrap_ratio_ci, percentile_ci, rng_for
 
 FACT_COLUMNS = [
     "judgment_id",
@@ -68,19 +68,6 @@ def response_figures(labels: pd.DataFrame) -> pd.DataFrame:
         per["n_facts"] > 0, per["contradicted"] / per["n_facts"].where(per["n_facts"] > 0, 1), 0.0
     )
     return per[columns]
-
-
-def _retention_ci(
-    supported: np.ndarray, addressed: np.ndarray, n_boot: int, rng: np.random.Generator, ci: float
-) -> tuple[float | None, float | None]:
-    if n_boot <= 0 or supported.size == 0:
-        return None, None
-    replicates = []
-    for weights in resample_counts(supported.size, n_boot, rng):
-        num, den = weights @ supported, weights @ addressed
-        with np.errstate(invalid="ignore", divide="ignore"):
-            replicates.append(np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan))
-    return percentile_ci(np.concatenate(replicates), ci)
 
 
 def _top_facts(rows: pd.DataFrame, top: int, *, with_systems: bool = False) -> list[dict[str, Any]]:
@@ -137,7 +124,7 @@ def facts_section(
         rate_low, rate_high = percentile_ci(bootstrap_means(rates, n_boot, rng_for(seed, "facts", "rate", *key_t)), ci)
         retention = float(supported.sum() / addressed.sum()) if addressed.sum() > 0 else None
         ret_low, ret_high = (
-            _retention_ci(supported, addressed, n_boot, rng_for(seed, "facts", "retention", *key_t), ci)
+            bootstrap_ratio_ci(supported, addressed, n_boot, rng_for(seed, "facts", "retention", *key_t), ci)
             if retention is not None
             else (None, None)
         )

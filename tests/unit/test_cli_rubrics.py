@@ -18,6 +18,7 @@ SHIPPED = [
     "fact-check",
     "geval-consistency",
     "memochat-consistency",
+    "memory-audit",
     "memory-faithfulness",
     "mtbench-pair-v2",
     "rsum-pairwise",
