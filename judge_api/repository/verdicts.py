@@ -75,7 +75,7 @@ def import_verdicts(
     rubric_scale = registry.get(rubric).scale if rubric in registry else None
     scale = scale or rubric_scale
     run_judges = _judge_keys(list(run.config.get("judges") or []))
-    planned: list[tuple[Loc, VerdictIn, PlannedJudgment, tuple[float, float] | None]] = []
+    planned: list[tuple[Loc, VerdictIn, str, tuple[float, float] | None]] = []
     seen: dict[str, Loc] = {}
     for loc, v in verdicts:
         texts = candidates.get(v.item_id)
@@ -120,7 +120,7 @@ def import_verdicts(
             where = " ".join(str(p) for p in seen[key])
             raise VerdictImportError(422, loc, f"the same verdict as {where} (item, systems, order, aspect, judge)")
         seen[key] = loc
-        planned.append((loc, v, plan, row_scale if v.mode == "single" else None))
+        planned.append((loc, v, key, row_scale if v.mode == "single" else None))
 
     keys = list(seen)
     existing: dict[str, str | None] = {}
@@ -133,8 +133,7 @@ def import_verdicts(
     now = utcnow()
     rows: list[dict[str, Any]] = []
     unchanged = 0
-    for loc, v, plan, row_scale in planned:
-        key = plan.dedup_key(run.id)
+    for loc, v, key, row_scale in planned:
         if key in existing:
             if existing[key] == source.sha256:
                 unchanged += 1

@@ -136,6 +136,10 @@ async def import_verdicts(
                 }
             ],
         )
+    if name is not None and "\x00" in name:
+        raise HTTPException(
+            422, [{"loc": ["query", "name"], "msg": "contains a NUL character (\\u0000)", "type": "value_error"}]
+        )
     run = run_or_404(session, run_id, principal)
     ignored: list[str] = []
     scale = (scale_min, scale_max) if scale_min is not None and scale_max is not None else None
@@ -144,6 +148,7 @@ async def import_verdicts(
     )
     if as_rows:
         parsed, rows = _rows_of_json(body)
+        check_storable(parsed)  # the source name too: it is kept with every verdict
         source = parsed.source
         if source.sha256 is None:
             canonical = json.dumps([v.model_dump(mode="json") for v in parsed.verdicts], sort_keys=True)

@@ -317,6 +317,19 @@ def test_a_bad_file_is_refused_with_its_row_and_field(
     assert api.row_counts() == before
 
 
+def test_a_source_name_that_cannot_be_stored_is_refused(api: Api, mt_run: str) -> None:
+    before = api.row_counts()
+    body = {"verdicts": [_row()], "source": {"name": "a\x00b"}}
+    response = api.client.post(f"/v1/runs/{mt_run}/verdicts", json=body)
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "source", "name"]
+    content = (DATA / "my_judge_scores.csv").read_bytes()
+    response = api.client.post(
+        f"/v1/runs/{mt_run}/verdicts", content=content, params={"format": "csv", "name": "a\x00b.csv"}
+    )
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["query", "name"]
+    assert api.row_counts() == before
+
+
 def test_another_projects_run_is_not_found(api_factory: ApiFactory) -> None:
     secured = api_factory(auth=True)
     secured.create_key("alpha", ["submit", "read"], "alpha")
