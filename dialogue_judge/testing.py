@@ -8,11 +8,14 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import redis
@@ -213,3 +216,95 @@ class OwnRedis:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
         self.process = None
+
+
+class TcpProxy:
+    """A loopback TCP proxy in front of a server (PostgreSQL in the fault tests and benchmark): ``stop()`` closes
+    the listening socket and cuts every open connection, as a network partition or a database restart would;
+    ``start()`` listens again on the same port. Connections made while stopped are refused."""
+
+    def __init__(self, target_host: str, target_port: int, port: int | None = None) -> None:
+        self.target = (target_host, target_port)
+        self.port = port or free_port()
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.connections = 0  # accepted so far
+
+    @classmethod
+    def for_url(cls, url: str) -> TcpProxy:
+        parsed = urlsplit(url)
+        return cls(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+
+    def proxied_url(self, url: str) -> str:
+        """``url`` with its host and port replaced by this proxy's."""
+        parsed = urlsplit(url)
+        netloc = parsed.netloc.rsplit("@", 1)
+        host = f"127.0.0.1:{self.port}"
+        return urlunsplit(parsed._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host))
+
+    def start(self) -> TcpProxy:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(256)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), name="tcp-proxy", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            conns, self._conns = self._conns, []
+        for sock in [*([listener] if listener else []), *conns]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # stopped
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:  # stopped meanwhile
+                    client.close()
+                    upstream.close()
+                    return
+                self._conns += [client, upstream]
+                self.connections += 1
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                for sock in (source, sink):
+                    if sock in self._conns:
+                        self._conns.remove(sock)
+                        sock.close()
+
+    def __enter__(self) -> TcpProxy:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()

@@ -55,10 +55,11 @@ class Settings(BaseSettings):
     # openai-compatible judges: base URLs (prefixes) a run may name; empty = any URL while auth is off
     judge_url_allowlist: str = Field(default="", alias="DJ_JUDGE_URL_ALLOWLIST")
 
-    # reliability
-    claim_lease_s: float = Field(default=600.0, alias="DJ_CLAIM_LEASE")
-    requeue_after_s: float = Field(default=300.0, alias="DJ_REQUEUE_AFTER")
-    sweep_interval_s: float = Field(default=30.0, alias="DJ_SWEEP_INTERVAL")
+    # reliability: a claim's lease is renewed every third of it while its worker lives (workers/leases.py), so a
+    # short lease is safe and a dead worker's judgments are re-sent within lease + sweep interval
+    claim_lease_s: float = Field(default=30.0, alias="DJ_CLAIM_LEASE")
+    requeue_after_s: float = Field(default=60.0, alias="DJ_REQUEUE_AFTER")
+    sweep_interval_s: float = Field(default=10.0, alias="DJ_SWEEP_INTERVAL")
     visibility_timeout_s: int = Field(default=900, alias="DJ_VISIBILITY_TIMEOUT")
 
     # API limits

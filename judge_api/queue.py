@@ -29,7 +29,9 @@ def celery_config(settings: Settings) -> dict[str, object]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "task_ignore_result": True,
-        "worker_prefetch_multiplier": 4,
+        # no unstarted work held by a worker: a killed worker leaves only what it had started, and that is claimed
+        # (its lease lapses and the sweeper re-sends it within seconds), not parked in its prefetch buffer
+        "worker_prefetch_multiplier": 1,
         "task_default_queue": JUDGE_QUEUE,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {

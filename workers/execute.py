@@ -22,7 +22,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +50,7 @@ from workers.ratelimit import RateLimiter, limit_for
 from workers.reference import reference_values
 from workers.scoring import TOP_LOGPROBS, apply_expected_scoring
 from workers.singleflight import Lease, SingleFlight
+from workers.stash import ReplyStash
 from workers.writer import VerdictWrite, VerdictWriter
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class JudgeEngine:
     _writer: VerdictWriter | None = field(default=None, repr=False)
     _leases: LeaseKeeper | None = field(default=None, repr=False)
     _snapshots: dict[tuple[str, str], Rubric] = field(default_factory=dict, repr=False)
+    stash: ReplyStash | None = None  # paid replies kept until their verdicts are stored (workers.stash)
 
     @property
     def db(self) -> Engine:
@@ -129,21 +131,61 @@ class JudgeEngine:
         for loaded in to_claim:
             if loaded.judgment.id not in claimed:
                 result.record(loaded.judgment.id, "skipped")
+        self._find_stashed(mine)
+        # a call slot asks and hands the verdict to the write stage; this (Celery) thread waits for the writes
+        asked: list[tuple[Loaded, Future[_Asked]]] = []
         if len(mine) == 1:
-            result.record(mine[0].judgment.id, self._judge_claimed(mine[0], token))
-            return result
-        futures = [self.call_pool().submit(self._judge_claimed, loaded, token) for loaded in mine]
-        wait(futures)
+            single: Future[_Asked] = Future()
+            try:
+                single.set_result(self._judge_claimed(mine[0], token))
+            except BaseException as exc:
+                single.set_exception(exc)
+            asked.append((mine[0], single))
+        else:
+            asked = [(loaded, self.call_pool().submit(self._judge_claimed, loaded, token)) for loaded in mine]
+            wait([future for _, future in asked])
         failure: BaseException | None = None
-        for loaded, future in zip(mine, futures, strict=True):
+        for loaded, future in asked:
             error = future.exception()
             if error is None:
-                result.record(loaded.judgment.id, future.result())
-            elif failure is None:
+                error = self._finish(loaded, token, future.result(), result)
+            if error is not None and failure is None:
                 failure = error
         if failure is not None:
             raise failure  # the infrastructure failed (claims handed back where possible): the task retries
         return result
+
+    def _find_stashed(self, mine: list[Loaded]) -> None:
+        """Which of the claimed misses have a paid reply waiting (one round trip for the batch)."""
+        if self.stash is None:
+            return
+        keys = [loaded.ready.key for loaded in mine if loaded.known_miss and loaded.ready is not None]
+        if not keys:
+            return
+        found = self.stash.present(keys)
+        for loaded in mine:
+            if loaded.ready is not None and loaded.ready.key in found:
+                loaded.stashed = True
+
+    def _finish(self, loaded: Loaded, token: str, asked: _Asked, result: _BatchResult) -> BaseException | None:
+        """Wait for a verdict's write (never on a call slot) and record what happened."""
+        judgment_id = loaded.judgment.id
+        try:
+            written = asked.write.written.result()
+        except BaseException as exc:
+            self._hand_back(judgment_id, token, asked.paid)
+            return exc
+        finally:
+            self.lease_keeper().drop(judgment_id)
+        values = asked.write.values
+        if written:
+            metrics.judgment_finished(loaded.judgment.judge, values)
+            if values["status"] != "done":  # ids and the error only: never the prompt or the reply
+                task = loaded.judgment
+                with logs.context(run_id=task.run_id, judgment_id=judgment_id, judge=task.judge, attempt=None):
+                    log.info("judgment %s %s: %s", judgment_id, values["status"], values.get("error"))
+        result.record(judgment_id, str(values["status"]) if written else "lost-claim")
+        return None
 
     def _settle_cache_hits(self, prepared: list[Loaded], result: _BatchResult) -> list[Loaded]:
         """Write the verdicts of cached judgments in one statement; return the rest (misses, re-asks to make)."""
@@ -172,50 +214,48 @@ class JudgeEngine:
                 result.statuses[write["jid"]] = write["status"] if written == len(writes) else "skipped"
         return rest
 
-    def _judge_claimed(self, loaded: Loaded, token: str) -> str:
-        """Ask the judge for a judgment this worker has claimed and write the verdict (compare-and-set)."""
+    def _judge_claimed(self, loaded: Loaded, token: str) -> _Asked:
+        """On a call slot: ask the judge for a judgment this worker has claimed and hand the verdict to the write
+        stage (compare-and-set there); the slot is free for the next call as soon as the reply is in."""
         judgment_id = loaded.judgment.id
-        try:
-            with (
-                logs.context(
-                    run_id=loaded.judgment.run_id, judgment_id=judgment_id, judge=loaded.judgment.judge, attempt=None
-                ),
-                tracing.span(
-                    "judgment", run_id=loaded.judgment.run_id, judgment_id=judgment_id, judge=loaded.judgment.judge
-                ),
-            ):
-                return self._ask_and_write(loaded, token)
-        finally:
-            self.lease_keeper().drop(judgment_id)
+        with (
+            logs.context(
+                run_id=loaded.judgment.run_id, judgment_id=judgment_id, judge=loaded.judgment.judge, attempt=None
+            ),
+            tracing.span(
+                "judgment", run_id=loaded.judgment.run_id, judgment_id=judgment_id, judge=loaded.judgment.judge
+            ),
+        ):
+            try:
+                return self._ask(loaded, token)
+            except BaseException:
+                self.lease_keeper().drop(judgment_id)
+                raise
 
-    def _ask_and_write(self, loaded: Loaded, token: str) -> str:
+    def _ask(self, loaded: Loaded, token: str) -> _Asked:
         judgment_id = loaded.judgment.id
-        paid = _Paid()
+        paid = _Paid(token=token, judgment_id=judgment_id, known_miss=loaded.known_miss, stashed=loaded.stashed)
         writer = self.verdict_writer()
         try:
             with writer.asking():
-                values = loaded.settled or self._evaluate(loaded, paid if loaded.known_miss else None)
+                values = loaded.settled or self._evaluate(loaded, paid)
         except (OperationalError, InterfaceError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             # the database or Redis went away mid-judgment: not a verdict. Hand the judgment back (if the database
             # lets us) and let the task retry (celery autoretry_for) - the sweeper re-sends it after the lease if not.
+            # A reply already paid for stays in the stash for the retry.
             self._hand_back(judgment_id, token, paid)
             raise
         except Exception as exc:  # a bug must not leave the judgment claimed forever
             log.exception("judgment %s crashed", judgment_id)
             values = {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}"[:2000]}
-        try:
-            written = writer.write(VerdictWrite(judgment_id, token, values, paid.cache_rows, paid.leases))
-        except BaseException:
-            self._hand_back(judgment_id, token, paid)
-            raise
-        if written:
-            metrics.judgment_finished(loaded.judgment.judge, values)
-            if values["status"] != "done":  # ids and the error only: never the prompt or the reply
-                log.info("judgment %s %s: %s", judgment_id, values["status"], values.get("error"))
-        return str(values["status"]) if written else "lost-claim"  # the writer has released the leases
+        write = VerdictWrite(judgment_id, token, values, paid.cache_rows, paid.leases, paid.stash_keys)
+        writer.submit(write)
+        return _Asked(write, paid)
 
     def _hand_back(self, judgment_id: int, token: str, paid: _Paid) -> None:
         self.flight.release(paid.leases, committed=False)
+        if self.stash is not None:
+            self.stash.untake(paid.stash_keys, token)  # the next claim of this judgment counts the stashed calls
         with contextlib.suppress(Exception), self.sessions() as session:
             claims.release_judgment(session, judgment_id, token, {})
 
@@ -229,7 +269,7 @@ class JudgeEngine:
         with _POOL_LOCK:
             if self._writer is None:
                 self._writer = VerdictWriter(
-                    self.db, self.flight, self.settings.write_linger_ms / 1000, self.settings.write_group
+                    self.db, self.flight, self.settings.write_linger_ms / 1000, self.settings.write_group, self.stash
                 )
             return self._writer
 
@@ -298,10 +338,10 @@ class JudgeEngine:
         base: dict[str, Any] = {"prompt_hash": prompt.prompt_hash, "cache_key": key, "injection_flags": flags}
         return Prepared(rubric, spec, request, key, base, parse_context(rubric, item, first))
 
-    def _evaluate(self, loaded: Loaded, paid: _Paid | None = None) -> dict[str, Any]:
-        """The verdict values of a claimed judgment. ``paid``: the batch has just missed its key in the cache, so
-        the first request takes the single-flight lock without looking again and leaves the reply's cache entry
-        (and the lock) to be written (and released) with the verdict."""
+    def _evaluate(self, loaded: Loaded, paid: _Paid) -> dict[str, Any]:
+        """The verdict values of a claimed judgment. ``paid.known_miss``: the batch has just missed its key in the
+        cache, so the first request takes the single-flight lock without looking again and leaves the reply's cache
+        entry (and the lock) to be written (and released) with the verdict."""
         ready = loaded.ready or self._prepare(loaded)
         if not isinstance(ready, Prepared):
             return ready
@@ -310,7 +350,7 @@ class JudgeEngine:
         options = judgment.judge_params
         tally = CallTally()
         try:
-            reply = self._reply(judgment, spec, request, key, tally, paid)
+            reply = self._reply(judgment, spec, request, key, tally, paid, fast=paid.known_miss)
         except JudgeCallError as exc:
             return {**base, **tally.values(spec, self.settings), "status": "failed", "error": str(exc)}
         if reply is None:
@@ -340,6 +380,7 @@ class JudgeEngine:
                         cache_scope(judgment, self.settings),
                     ),
                     tally,
+                    paid,
                 )
             except JudgeCallError as exc:  # the first reply stays the result: unparseable, raw kept
                 parsed.error = f"{parsed.error}; re-ask {attempt} failed: {exc}"
@@ -416,15 +457,21 @@ class JudgeEngine:
         request: JudgeRequest,
         key: str,
         tally: CallTally,
-        paid: _Paid | None = None,
+        paid: _Paid,
+        fast: bool = False,
     ) -> JudgeReply | None:
-        if paid is not None:
+        if fast:
             lease = self.flight.acquire(key, self.settings.claim_lease_s)
             if lease is not None:
                 paid.leases.append(lease)
+                stashed = self._take_stashed(key, tally, paid) if paid.stashed else None
+                if stashed is not None:
+                    paid.cache_rows.append(cache_row(key, spec, stashed))
+                    lease.filled = True
+                    return stashed
                 if run.budget_usd is not None and self._budget_exhausted(run):
                     return None
-                paid_reply = self._call_with_retries(spec, request, tally)
+                paid_reply = self._paid_call(spec, request, key, tally, paid)
                 paid.cache_rows.append(cache_row(key, spec, paid_reply))
                 lease.filled = True
                 tally.add(paid_reply, from_cache=False)
@@ -436,16 +483,47 @@ class JudgeEngine:
             return cached_reply(entry) if entry is not None else None
 
         def compute() -> JudgeReply | None:
-            if run.budget_usd is not None and self._budget_exhausted(run):
-                return None
-            fresh = self._call_with_retries(spec, request, tally)
-            cache.store_cache_rows(self.db, [cache_row(key, spec, fresh)])
-            return fresh
+            stashed = self._take_stashed(key, tally, paid)  # paid for already (e.g. before a database outage)
+            if stashed is None:
+                if run.budget_usd is not None and self._budget_exhausted(run):
+                    return None
+                stashed = self._paid_call(spec, request, key, tally, paid)
+                tally.add(stashed, from_cache=False)
+            cache.store_cache_rows(self.db, [cache_row(key, spec, stashed)])
+            return stashed
 
         reply, computed = self.flight.run(key, lookup, compute, lease_s=self.settings.claim_lease_s)
-        if reply is not None:
-            tally.add(reply, from_cache=not computed)
+        if reply is not None and not computed:
+            tally.add(reply, from_cache=True)
         return reply
+
+    def _paid_call(self, spec: JudgeSpec, request: JudgeRequest, key: str, tally: CallTally, paid: _Paid) -> JudgeReply:
+        """Call the provider and stash the reply at once (before any database write), with what it cost."""
+        before = tally.provider_calls
+        reply = self._call_with_retries(spec, request, tally)
+        if self.stash is not None:
+            prices = str(self.settings.prices_file) if self.settings.prices_file else None
+            cost = cost_usd(spec, reply.input_tokens, reply.output_tokens, prices)
+            self.stash.put(key, reply, tally.provider_calls - before, cost, paid.token, paid.judgment_id)
+            paid.stash_keys.append(key)
+        return reply
+
+    def _take_stashed(self, key: str, tally: CallTally, paid: _Paid) -> JudgeReply | None:
+        """A reply paid for earlier and not yet stored: used instead of a second call. Its calls count here when
+        this claim is the one that records them (see workers.stash)."""
+        if self.stash is None:
+            return None
+        stashed = self.stash.take(key, paid.token, paid.judgment_id)
+        if stashed is None:
+            return None
+        if stashed.counted_here:
+            tally.provider_calls += stashed.provider_calls
+            tally.attempts += stashed.provider_calls
+            tally.add(stashed.reply, from_cache=False)
+            paid.stash_keys.append(key)
+        else:
+            tally.add(stashed.reply, from_cache=True)
+        return stashed.reply
 
     def _budget_exhausted(self, task: JudgmentTask) -> bool:
         with self.sessions() as session:
@@ -525,14 +603,28 @@ class Loaded:
     ready: Prepared | None = None
     settled: dict[str, Any] | None = None  # the values of a judgment that cannot be asked (e.g. rubric gone)
     known_miss: bool = False  # its key was just looked up in the cache and was not there
+    stashed: bool = False  # a paid reply for its key waits in the stash
 
 
 @dataclass
 class _Paid:
     """Replies a claimed judgment paid for under its own single-flight locks, written with its verdict."""
 
+    token: str = ""
+    judgment_id: int = 0
+    known_miss: bool = False
+    stashed: bool = False
     leases: list[Lease] = field(default_factory=list)
     cache_rows: list[dict[str, Any]] = field(default_factory=list)
+    stash_keys: list[str] = field(default_factory=list)  # stashed replies whose calls this claim records
+
+
+@dataclass
+class _Asked:
+    """A claimed judgment asked: its verdict handed to the write stage."""
+
+    write: VerdictWrite
+    paid: _Paid
 
 
 @dataclass

@@ -14,6 +14,7 @@ from judge_api.sweeper import redis_client
 from workers.execute import JudgeEngine
 from workers.ratelimit import LocalRateLimiter, RedisRateLimiter
 from workers.singleflight import LocalSingleFlight, RedisSingleFlight
+from workers.stash import LocalReplyStash, RedisReplyStash
 
 _engine: JudgeEngine | None = None
 _lock = threading.Lock()
@@ -25,9 +26,18 @@ def build_engine(settings: Settings | None = None, *, standalone: bool = False) 
     upgrade(url)
     sessions = sessionmaker(bind=engine_for(url), expire_on_commit=False)
     if standalone or settings.resolved_redis_url() is None:
-        return JudgeEngine(settings, sessions, get_registry(), LocalRateLimiter(), LocalSingleFlight())
+        return JudgeEngine(
+            settings, sessions, get_registry(), LocalRateLimiter(), LocalSingleFlight(), stash=LocalReplyStash()
+        )
     client = redis_client(settings)
-    return JudgeEngine(settings, sessions, get_registry(), RedisRateLimiter(client), RedisSingleFlight(client))
+    return JudgeEngine(
+        settings,
+        sessions,
+        get_registry(),
+        RedisRateLimiter(client),
+        RedisSingleFlight(client),
+        stash=RedisReplyStash(client),
+    )
 
 
 def engine() -> JudgeEngine:

@@ -5,9 +5,16 @@ asked (never when nothing else is under way, so a lone judgment is written at on
 (at most ``DJ_WRITE_GROUP``) and writes the group in one transaction: the cache entries the group paid for, then the
 verdicts, each a compare-and-set on its claim token. Then it releases the group's single-flight locks in one call.
 
-The caller blocks until its group is committed (a Celery message is acknowledged only after its verdicts are
-stored). If the transaction fails, every caller of the group gets the error and hands its judgment back, exactly as
-a failed write of its own would.
+The write is a stage of its own: a provider-call slot hands its verdict over (:meth:`VerdictWriter.submit`) and
+takes the next call at once, so the linger and the commit never hold provider concurrency. The Celery task that
+owns the batch waits for ``VerdictWrite.written`` (a message is acknowledged only after its verdicts are stored).
+
+The database unreachable (``OperationalError``/``InterfaceError``): the writer retries the group with back-off
+(``_RETRY_BASE_S`` doubling up to ``_RETRY_MAX_S``) for as long as it takes; the replies are stashed in Redis
+(:mod:`workers.stash`) meanwhile, so even if this process dies nothing paid is lost or paid again. After a commit
+it clears the group's stashes; a judgment whose claim was lost gives its stash up and, if the calls are still its
+own to count, adds them to the row (``claims.add_unused_calls``): every provider call is counted once. Any other
+error reaches every caller of the group, who hands its judgment back.
 """
 
 from __future__ import annotations
@@ -23,13 +30,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from judge_api import metrics, tracing
 from judge_api.repository import claims
 from workers.singleflight import Lease, SingleFlight
+from workers.stash import ReplyStash
 
 log = logging.getLogger(__name__)
 _IDLE_EXIT_S = 60.0  # a writer thread with nothing to write for this long ends
+_RETRY_BASE_S = 0.25  # the database unreachable: retry a group after this, doubling
+_RETRY_MAX_S = 5.0
 
 
 @dataclass
@@ -39,13 +50,24 @@ class VerdictWrite:
     values: dict[str, Any]
     cache_rows: Sequence[dict[str, Any]] = ()
     leases: Sequence[Lease] = ()
+    stash_keys: Sequence[str] = ()  # stashed replies this claim records (cleared once committed)
     written: Future[bool] = field(default_factory=Future)
 
 
 class VerdictWriter:
-    def __init__(self, engine: Engine, flight: SingleFlight, linger_s: float, max_group: int) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        flight: SingleFlight,
+        linger_s: float,
+        max_group: int,
+        stash: ReplyStash | None = None,
+        sleep: Any = time.sleep,
+    ) -> None:
         self.engine = engine
         self.flight = flight
+        self.stash = stash
+        self.sleep = sleep
         self.linger_s = linger_s
         self.max_group = max_group
         self._queue: queue.SimpleQueue[VerdictWrite] = queue.SimpleQueue()
@@ -66,11 +88,15 @@ class VerdictWriter:
                 self._asking -= 1
 
     def write(self, item: VerdictWrite) -> bool:
-        """Store the verdict (and its cache entries); True if this claim still held. Raises what the database
-        raised; the leases are then still held by the caller."""
+        """Store the verdict (and its cache entries) and wait; True if this claim still held. Raises what the
+        database raised (other than its being unreachable, which is retried); the leases are then still held."""
+        return self.submit(item).result()
+
+    def submit(self, item: VerdictWrite) -> Future[bool]:
+        """Hand the verdict to the write stage without waiting: ``item.written`` resolves once it is committed."""
         self._queue.put(item)
         self._ensure_started()
-        return item.written.result()
+        return item.written
 
     def _ensure_started(self) -> None:
         with self._start_lock:
@@ -84,17 +110,7 @@ class VerdictWriter:
             if not group:  # idle: the thread ends (the next write starts another)
                 return
             try:
-                with (
-                    metrics.verdict_write(len(group)),
-                    tracing.span("verdict.write", judgments=len(group)) as current,
-                ):
-                    if current is not None:
-                        tracing.set_attribute(current, "judgment_ids", [item.judgment_id for item in group])
-                    written = claims.write_verdicts(
-                        self.engine,
-                        [(item.judgment_id, item.token, item.values) for item in group],
-                        [row for item in group for row in item.cache_rows],
-                    )
+                written = self._write_group(group)
             except BaseException as exc:  # every caller hands its judgment back and lets its task retry
                 for item in group:
                     item.written.set_exception(exc)
@@ -103,8 +119,64 @@ class VerdictWriter:
                 self.flight.release([lease for item in group for lease in item.leases], committed=True)
             except Exception:  # the verdicts are stored; unreleased locks lapse with their lease
                 log.exception("could not release single-flight locks")
+            self._settle_stashes(group, written)
             for item, ok in zip(group, written, strict=True):
                 item.written.set_result(ok)
+
+    def _write_group(self, group: list[VerdictWrite]) -> list[bool]:
+        delay = _RETRY_BASE_S
+        while True:
+            try:
+                with (
+                    metrics.verdict_write(len(group)),
+                    tracing.span("verdict.write", judgments=len(group)) as current,
+                ):
+                    if current is not None:
+                        tracing.set_attribute(current, "judgment_ids", [item.judgment_id for item in group])
+                    return claims.write_verdicts(
+                        self.engine,
+                        [(item.judgment_id, item.token, item.values) for item in group],
+                        [row for item in group for row in item.cache_rows],
+                    )
+            except (OperationalError, InterfaceError) as exc:  # unreachable: the replies wait (and are stashed)
+                log.warning("could not write %d verdicts (%s); retrying in %.2fs", len(group), exc, delay)
+                self.sleep(delay)
+                delay = min(_RETRY_MAX_S, delay * 2)
+
+    def _settle_stashes(self, group: list[VerdictWrite], written: list[bool]) -> None:
+        """Committed: the stashes are no longer needed. A lost claim gives its stashes up and, when the calls are
+        still its own to count, adds them to the row, so the provider's bill and the database agree."""
+        unused: list[dict[str, Any]] = []
+        if self.stash is not None:
+            self.stash.settle(
+                [(key, item.token) for item, ok in zip(group, written, strict=True) if ok for key in item.stash_keys]
+            )
+        for item, ok in zip(group, written, strict=True):
+            if ok:
+                continue
+            if self.stash is not None and not self.stash.release_lost(item.stash_keys, item.token):
+                continue  # another claim of this judgment took the reply over and counts it
+            if int(item.values.get("provider_calls") or 0) > 0:
+                unused.append(
+                    {
+                        "jid": item.judgment_id,
+                        "calls": int(item.values.get("provider_calls") or 0),
+                        "cost": float(item.values.get("cost_usd") or 0.0),
+                    }
+                )
+        if not unused:
+            return
+        delay = _RETRY_BASE_S
+        for _ in range(20):
+            try:
+                claims.add_unused_calls(self.engine, unused)
+                log.info("recorded the provider calls of %d judgments whose claims were lost", len(unused))
+                return
+            except (OperationalError, InterfaceError) as exc:
+                log.warning("could not record unused provider calls (%s); retrying in %.2fs", exc, delay)
+                self.sleep(delay)
+                delay = min(_RETRY_MAX_S, delay * 2)
+        log.error("provider calls of judgments %s not recorded", [u["jid"] for u in unused])
 
     def _next_group(self) -> list[VerdictWrite]:
         try:

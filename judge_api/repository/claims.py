@@ -198,6 +198,7 @@ def _verdict_update(columns: tuple[str, ...]) -> Any:
     table = _judgments()
     # bind names differ from the column names: SQLAlchemy reserves those for its own SET parameters
     values: dict[str, Any] = {c: bindparam(f"v_{c}", type_=table.c[c].type) for c in (*columns, "updated_at")}
+    _accumulate(table, values)
     values["claim_token"] = None
     return (
         update(table)
@@ -208,6 +209,33 @@ def _verdict_update(columns: tuple[str, ...]) -> Any:
 
 def _judgments() -> Table:
     return cast(Table, Judgment.__table__)
+
+
+# what the provider was paid is added to the row, never overwritten: calls of a claim that was lost (recorded by
+# add_unused_calls) and of an earlier attempt of the judgment stay counted when the verdict is written
+ACCUMULATED_COLUMNS = ("provider_calls", "cost_usd")
+
+
+def _accumulate(table: Table, values: dict[str, Any]) -> None:
+    for column in ACCUMULATED_COLUMNS:
+        if column in values:
+            values[column] = func.coalesce(table.c[column], 0) + func.coalesce(values[column], 0)
+
+
+def add_unused_calls(engine: Engine, unused: Sequence[dict[str, Any]]) -> None:
+    """Count provider calls whose verdict was not used (the claim was lost) on their judgments' rows: ``unused``
+    holds {"jid", "calls", "cost"}. A run's provider_calls and cost then equal what the provider saw."""
+    table = _judgments()
+    statement = (
+        update(table)
+        .where(table.c.id == bindparam("jid"))
+        .values(
+            provider_calls=func.coalesce(table.c.provider_calls, 0) + bindparam("calls"),
+            cost_usd=func.coalesce(table.c.cost_usd, 0.0) + bindparam("cost"),
+        )
+    )
+    with engine.begin() as connection:
+        connection.execute(statement, list(unused))
 
 
 def _claim_statement() -> Any:
@@ -293,6 +321,7 @@ def complete_pending_many(sessions: sessionmaker[Session], writes: Sequence[dict
     table = cast(Table, Judgment.__table__)
     # bind names differ from the column names: SQLAlchemy reserves those for its own SET parameters
     values = {c: bindparam(f"v_{c}", type_=table.c[c].type) for c in (*VERDICT_COLUMNS, "updated_at")}
+    _accumulate(table, values)
     statement = update(table).where(table.c.id == bindparam("jid"), table.c.status == "pending").values(values)
     with sessions() as session:
         result = session.execute(statement, params)

@@ -217,3 +217,56 @@ def test_held_claims_are_renewed_so_a_long_wait_for_a_provider_slot_is_not_taken
     time.sleep(lease_s * 1.5)
     _, taken = claims.claim_many(get_engine(), ids, lease_s=lease_s)
     assert ids[0] in taken
+
+
+def test_a_lost_claim_still_counts_the_calls_it_paid_for(db_harness: Harness) -> None:
+    """Worker A's claim lapses and B takes the judgment over and writes it. A's write is refused, but the provider
+    was paid for A's call: it is added to the row, so the run's provider_calls and cost equal what was paid."""
+    from workers.stash import LocalReplyStash
+
+    ids = make_run(db_harness, 1)
+    token_a, _ = claims.claim_many(get_engine(), ids, lease_s=600)
+    with session_scope() as session:  # A's lease lapses
+        session.execute(update(Judgment).where(Judgment.id == ids[0]).values(claimed_at=utcnow().replace(year=2000)))
+    token_b, taken = claims.claim_many(get_engine(), ids, lease_s=600)
+    assert taken == set(ids)
+    writer = VerdictWriter(get_engine(), LocalSingleFlight(), linger_s=0.0, max_group=64, stash=LocalReplyStash())
+    assert writer.write(VerdictWrite(ids[0], token_b, {**done(60.0), "cost_usd": 0.5})) is True
+    assert writer.write(VerdictWrite(ids[0], token_a, {**done(70.0), "provider_calls": 2, "cost_usd": 0.25})) is False
+    with session_scope() as session:
+        row = session.execute(select(Judgment).where(Judgment.id == ids[0])).scalar_one()
+    assert (row.status, row.score, row.provider_calls, row.cost_usd) == ("done", 60.0, 3, 0.75)
+
+
+@pytest.mark.parametrize(
+    ("taker_token", "taker_jid", "token", "jid", "counted"),
+    [
+        ("a", 1, "a", 1, True),  # the payer itself (its write failed and is retried)
+        ("a", 1, "b", 1, True),  # another claim of the same judgment: the payer's claim was lost
+        ("a", 1, "b", 2, False),  # another judgment with the identical request: a cache hit, the payer counts
+    ],
+)
+def test_a_stashed_reply_is_counted_by_exactly_one_claim(
+    machine_redis_url: str, taker_token: str, taker_jid: int, token: str, jid: int, counted: bool
+) -> None:
+    import redis
+
+    from workers.clients import JudgeReply
+    from workers.stash import LocalReplyStash, RedisReplyStash
+
+    reply = JudgeReply("Rating: [[70]]", "stop", 10, 5, 300.0, None, None)
+    for stash in (RedisReplyStash(redis.Redis.from_url(machine_redis_url)), LocalReplyStash()):
+        stash.put("k", reply, 2, 0.5, taker_token, taker_jid)
+        assert stash.present(["k", "other"]) == {"k"}
+        found = stash.take("k", token, jid)
+        assert found is not None and found.reply == reply and (found.provider_calls, found.cost_usd) == (2, 0.5)
+        assert found.counted_here is counted
+        # a claim that is not the taker loses its judgment: the calls are not its to record, the stash stays
+        assert stash.release_lost(["k"], "someone-else") is False
+        stash.settle([("k", "someone-else")])
+        assert stash.present(["k"]) == {"k"}
+        if counted:  # the taker's write commits: the stash is gone
+            stash.settle([("k", token)])
+        else:  # the payer (still the taker) loses its claim: it records the calls itself
+            assert stash.release_lost(["k"], taker_token) is True
+        assert stash.present(["k"]) == set()
