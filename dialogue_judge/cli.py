@@ -565,21 +565,44 @@ def import_ratings(
     run_id: str,
     file: Path,
     fmt: str = typer.Option(None, "--format", help="csv or jsonl"),
+    scale_min: float = typer.Option(None, "--scale-min", help="the scale of score rows without scale_min/max"),
+    scale_max: float = typer.Option(None, "--scale-max", help="(both or neither; a scale is never guessed)"),
     api: str = typer.Option(None),
     api_key: str = typer.Option(None),
 ) -> None:
-    """Import human ratings (CSV with a header, or JSONL) for a run's items."""
+    """Import human ratings (CSV with a header, or JSONL) for a run's items.
+
+    A score's scale comes from the scale_min/scale_max columns or from --scale-min/--scale-max; CSV columns that
+    are not rating fields (a comment, a timestamp) are ignored and named."""
     from dialogue_judge.ratings import RatingsFileError, read_ratings
 
+    if (scale_min is None) != (scale_max is None):
+        raise fail("--scale-min and --scale-max go together")
+    scale = (scale_min, scale_max) if scale_min is not None and scale_max is not None else None
     try:
-        ratings = read_ratings(file, fmt)
+        read = read_ratings(file, fmt, scale)
     except RatingsFileError as exc:
         raise fail(str(exc)) from None
+    if read.ignored:
+        console.print(f"ignored columns: {', '.join(read.ignored)}", highlight=False)
+    if scale is not None and read.scale_filled:
+        console.print(f"scale {scale[0]:g}..{scale[1]:g} (--scale-min/--scale-max) for {read.scale_filled} ratings")
     try:
-        result = api_client(api, api_key).post(f"/v1/runs/{run_id}/human-ratings", {"ratings": ratings})
+        result = api_client(api, api_key).post(f"/v1/runs/{run_id}/human-ratings", {"ratings": read.ratings})
     except ApiError as exc:
-        raise fail(exc.message) from None
+        raise fail(_rating_rows(exc.message, file, read.rows)) from None
     console.print(f"{result['created']} ratings added, {result['updated']} updated")
+
+
+def _rating_rows(message: str, file: Path, rows: list[int]) -> str:
+    """The API's ``ratings.N.field: ...`` told as the file's row: ``FILE: row R: field: ...``."""
+    import re
+
+    match = re.search(r"ratings\.(\d+)(?:\.([\w.]+))?: (.*)", message, re.S)
+    if match is None or int(match.group(1)) >= len(rows):
+        return message
+    index, where, rest = match.groups()
+    return f"{message[: match.start()]}{file}: row {rows[int(index)]}: {where + ': ' if where else ''}{rest}"
 
 
 @app.command("import-verdicts")

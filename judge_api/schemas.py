@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -20,6 +20,13 @@ Speaker = Literal["user", "bot"]
 Mode = Literal["single", "pairwise"]
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,199}$"
 SYSTEM_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+ -]{0,99}$"
+RATING_BOUND = 1e9  # human rating values and scales: finite and at most this large
+# every numeric request field has a range (issue 14): a value outside is a 422 naming the field, never stored
+MAX_SEED = 2**32 - 1  # order and planner seeds (Python's random takes any integer; this is plenty)
+MAX_JUDGE_SEED = 2**31 - 1 - 16  # a judge's seed, plus the sample index, fits the providers' 32-bit seeds
+MAX_BUDGET_USD = 1_000_000.0
+MAX_SESSION = 10_000
+MAX_SCORE = 1e6  # sample margins and boundaries: on a rubric's scale
 
 
 class Turn(BaseModel):
@@ -27,7 +34,7 @@ class Turn(BaseModel):
 
     speaker: Speaker
     text: str = Field(max_length=200_000)
-    session: int | None = Field(default=None, ge=0)
+    session: int | None = Field(default=None, ge=0, le=MAX_SESSION)
 
 
 class Persona(BaseModel):
@@ -102,7 +109,7 @@ class JudgeOptions(BaseModel):
 
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(default=512, ge=1, le=32_000)
-    seed: int | None = 0
+    seed: int | None = Field(default=0, ge=0, le=MAX_JUDGE_SEED)
     samples: int | Literal["adaptive"] = Field(
         default=1,
         description="self-consistency samples per judgment, or 'adaptive': another sample only while the samples "
@@ -115,9 +122,11 @@ class JudgeOptions(BaseModel):
     sample_margin: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_SCORE,
+        allow_inf_nan=False,
         description="samples='adaptive', single mode: scores this close agree (default 5% of the rubric's scale)",
     )
-    sample_boundaries: list[float] | None = Field(
+    sample_boundaries: list[Annotated[float, Field(ge=-MAX_SCORE, le=MAX_SCORE, allow_inf_nan=False)]] | None = Field(
         default=None,
         max_length=20,
         description="samples='adaptive', single mode: decisive scores (e.g. a pass mark) near which to sample more",
@@ -177,11 +186,11 @@ class AdaptiveOptions(BaseModel):
     confidence: float = Field(
         default=0.95, ge=0.5, le=0.999, description="stop once every adjacent pair is separated at this confidence"
     )
-    max_calls: int | None = Field(default=None, ge=1, description="call budget (pairwise judge calls)")
-    top_k: int | None = Field(default=None, ge=1, description="stop once the top k are separated")
+    max_calls: int | None = Field(default=None, ge=1, le=10_000_000, description="call budget (pairwise judge calls)")
+    top_k: int | None = Field(default=None, ge=1, le=10_000, description="stop once the top k are separated")
     batch: int = Field(default=16, ge=1, le=1000, description="comparisons planned per step")
     warmup: int = Field(default=1, ge=0, le=100, description="comparisons of every pair before choosing")
-    seed: int = Field(default=0, description="orders each pair's items")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="orders each pair's items")
 
 
 class PanelOptions(BaseModel):
@@ -219,12 +228,12 @@ class RunCreate(BaseModel):
     orders: Literal["both", "random"] = Field(
         default="both", description="pairwise: both presentation orders, or one seeded-random order"
     )
-    order_seed: int = 0
+    order_seed: int = Field(default=0, ge=0, le=MAX_SEED, description="orders='random': the seed of the orders")
     options: JudgeOptions = Field(default_factory=JudgeOptions)
     outcome_map: dict[str, Literal["win", "tie", "loss"]] | None = Field(
         default=None, description="pairwise: graded preference ('2','1','0','-1','-2') -> outcome"
     )
-    budget_usd: float | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, gt=0, le=MAX_BUDGET_USD, allow_inf_nan=False)
     metrics: list[MetricName] = Field(
         default_factory=lambda: list(DEFAULT_METRICS),
         max_length=4,
@@ -437,9 +446,15 @@ class HumanRatingIn(BaseModel):
     aspect: str = Field(min_length=1, max_length=64)
     rater: str = Field(min_length=1, max_length=100)
     kind: Literal["score", "preference"] = "score"
-    value: float
-    scale_min: float = 1
-    scale_max: float = 100
+    value: float = Field(ge=-RATING_BOUND, le=RATING_BOUND, allow_inf_nan=False)
+    scale_min: float | None = Field(
+        default=None,
+        ge=-RATING_BOUND,
+        le=RATING_BOUND,
+        allow_inf_nan=False,
+        description="a score's scale (required: never guessed); a preference's is -1..1",
+    )
+    scale_max: float | None = Field(default=None, ge=-RATING_BOUND, le=RATING_BOUND, allow_inf_nan=False)
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -451,11 +466,23 @@ class HumanRatingIn(BaseModel):
                 raise ValueError("value: a preference is 1 (system wins), 0 (tie) or -1 (system_b wins)")
             self.scale_min, self.scale_max = -1, 1
         else:
+            if self.scale_min is None or self.scale_max is None:
+                missing = " and ".join(n for n in ("scale_min", "scale_max") if getattr(self, n) is None)
+                raise ValueError(
+                    f"{missing}: a score rating needs its scale (scale_min and scale_max, e.g. 1 and 5); it is "
+                    "never guessed, since a wrong scale silently changes kappa and alpha"
+                )
             if self.scale_min >= self.scale_max:
                 raise ValueError("scale_min must be below scale_max")
             if not self.scale_min <= self.value <= self.scale_max:
                 raise ValueError(f"value: {self.value} is outside the scale {self.scale_min}..{self.scale_max}")
         return self
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        """The validated scale (a preference's is -1..1)."""
+        assert self.scale_min is not None and self.scale_max is not None  # set or rejected by the validator
+        return self.scale_min, self.scale_max
 
 
 class HumanRatingsIn(BaseModel):

@@ -27,7 +27,7 @@ from judge_api.repository.idempotency_keys import (
     record_idempotency_key,
 )
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
-from judge_api.repository.ratings import upsert_ratings
+from judge_api.repository.ratings import item_systems, upsert_ratings
 from judge_api.repository.rubric_snapshots import (
     rubric_content,
     rubric_snapshot,
@@ -68,6 +68,7 @@ __all__ = [
     "import_verdicts",
     "imported_judges",
     "item_pks_for",
+    "item_systems",
     "judgment_out",
     "judgments_frame",
     "list_judgments",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from judge_api.models import (
     HumanRating,
+    RunItem,
 )
 from judge_api.schemas import HumanRatingIn
 
@@ -33,8 +34,8 @@ def upsert_ratings(session: Session, run_id: str, ratings: Sequence[HumanRatingI
                 rater=rating.rater,
                 kind=rating.kind,
                 value=rating.value,
-                scale_min=rating.scale_min,
-                scale_max=rating.scale_max,
+                scale_min=rating.scale[0],
+                scale_max=rating.scale[1],
                 meta=rating.meta,
             )
             session.add(row)
@@ -42,7 +43,20 @@ def upsert_ratings(session: Session, run_id: str, ratings: Sequence[HumanRatingI
             created += 1
         else:
             row.value, row.kind = rating.value, rating.kind
-            row.scale_min, row.scale_max, row.meta = rating.scale_min, rating.scale_max, rating.meta
+            (row.scale_min, row.scale_max), row.meta = rating.scale, rating.meta
             updated += 1
     session.flush()
     return created, updated
+
+
+def item_systems(session: Session, run_id: str, item_keys: Iterable[str]) -> dict[str, set[str]]:
+    """The candidate systems of the run's items among ``item_keys`` (an item the run lacks is absent)."""
+    keys = sorted(set(item_keys))
+    systems: dict[str, set[str]] = {}
+    for start in range(0, len(keys), 500):
+        query = select(RunItem.item_key, RunItem.payload).where(
+            RunItem.run_id == run_id, RunItem.item_key.in_(keys[start : start + 500])
+        )
+        for key, payload in session.execute(query):
+            systems[key] = set((payload or {}).get("candidates") or {})
+    return systems

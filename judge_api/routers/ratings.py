@@ -27,10 +27,19 @@ def add_ratings(
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     run_or_404(session, run_id, principal)
-    known = repository.run_item_keys(session, run_id)
+    systems = repository.item_systems(session, run_id, (rating.item_id for rating in body.ratings))
     for index, rating in enumerate(body.ratings):
-        if rating.item_id not in known:
+        candidates = systems.get(rating.item_id)
+        if candidates is None:
             raise field_error(["ratings", index, "item_id"], f"item {rating.item_id!r} is not in run {run_id}")
+        for name in ("system", "system_b"):
+            system = getattr(rating, name)
+            if system is not None and system not in candidates:
+                raise field_error(
+                    ["ratings", index, name],
+                    f"system {system!r} is not a candidate of item {rating.item_id!r} "
+                    f"(its candidates: {', '.join(sorted(candidates))})",
+                )
     check_storable(body)
     try:
         created, updated = repository.upsert_ratings(session, run_id, body.ratings)

@@ -50,7 +50,19 @@ def test_scopes_403_with_a_clear_message(secured: Api) -> None:
     assert denied.json()["detail"].startswith("this API key lacks the 'submit' scope")
     assert "it has: read" in denied.json()["detail"]
     assert secured.client.post(f"/v1/runs/{run_id}/retry", headers=read_only).status_code == 403
-    ratings = {"ratings": [{"item_id": "item-0", "system": "a", "aspect": "consistency", "rater": "r1", "value": 50}]}
+    ratings = {
+        "ratings": [
+            {
+                "item_id": "item-0",
+                "system": "a",
+                "aspect": "consistency",
+                "rater": "r1",
+                "value": 50,
+                "scale_min": 1,
+                "scale_max": 100,
+            }
+        ]
+    }
     assert secured.client.post(f"/v1/runs/{run_id}/human-ratings", json=ratings, headers=read_only).status_code == 403
     assert secured.row_counts() == before
     # read works for the read-only key, admin may do everything in its project
@@ -71,7 +83,17 @@ def test_other_projects_ids_are_404_not_403(secured: Api) -> None:
         body = None
         if path.endswith("human-ratings") and method == "POST":
             body = {
-                "ratings": [{"item_id": "item-0", "system": "a", "aspect": "consistency", "rater": "x", "value": 10}]
+                "ratings": [
+                    {
+                        "item_id": "item-0",
+                        "system": "a",
+                        "aspect": "consistency",
+                        "rater": "x",
+                        "value": 10,
+                        "scale_min": 1,
+                        "scale_max": 100,
+                    }
+                ]
             }
         foreign = secured.client.request(method, fill(path, alpha_run), headers=beta, json=body)
         unknown = secured.client.request(method, fill(path, "run_doesnotexist00"), headers=beta, json=body)
@@ -193,7 +215,19 @@ def test_items_and_ratings_of_another_project_are_invisible(secured: Api) -> Non
     body = run_body(items=[item(0), item(1)])
     alpha_run = secured.submit("alpha", body)["id"]
     alpha = secured.as_key("alpha")
-    ratings = {"ratings": [{"item_id": "item-0", "system": "a", "aspect": "consistency", "rater": "r", "value": 5}]}
+    ratings = {
+        "ratings": [
+            {
+                "item_id": "item-0",
+                "system": "a",
+                "aspect": "consistency",
+                "rater": "r",
+                "value": 5,
+                "scale_min": 1,
+                "scale_max": 5,
+            }
+        ]
+    }
     assert secured.client.post(f"/v1/runs/{alpha_run}/human-ratings", json=ratings, headers=alpha).status_code == 201
     beta = secured.as_key("beta")
     for suffix in ("items", "human-ratings", "judgments", "judgments.csv", "agreement", "report"):

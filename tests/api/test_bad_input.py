@@ -56,7 +56,15 @@ def drop(path: list[Any]) -> Any:
     return change
 
 
-RATING = {"item_id": "item-0", "system": "a", "aspect": "consistency", "rater": "r1", "value": 50}
+RATING = {
+    "item_id": "item-0",
+    "system": "a",
+    "aspect": "consistency",
+    "rater": "r1",
+    "value": 50,
+    "scale_min": 1,
+    "scale_max": 100,
+}
 
 
 def rating(**changes: Any) -> dict[str, Any]:
@@ -401,6 +409,58 @@ RUN_CASES = [
         content=json.dumps(body_with(set_(["budget_usd"], float("inf")))).encode(),
         headers={"content-type": "application/json"},
     ),
+    # every numeric field has a range (issue 14, finding 6): 422 naming the field, nothing stored
+    *[
+        Case(
+            f"{'.'.join(map(str, loc))} out of range ({reason})",
+            "POST",
+            "/v1/runs",
+            422,
+            ["body", *loc],
+            reason,
+            json=body,
+        )
+        for path, loc, reason, body in [
+            (p, loc, reason, body_with(set_(p, value)))
+            for p, loc, reason, value in [
+                (["order_seed"], ["order_seed"], "exceeded maximum size", 1e40),
+                (["order_seed"], ["order_seed"], "less than or equal to 4294967295", 2**33),
+                (["order_seed"], ["order_seed"], "greater than or equal to 0", -1),
+                (["budget_usd"], ["budget_usd"], "less than or equal to 1000000", 1e308),
+                (["options"], ["options", "seed"], "less than or equal to", {"seed": 2**40}),
+                (["options"], ["options", "seed"], "greater than or equal to 0", {"seed": -5}),
+                (
+                    ["options"],
+                    ["options", "sample_margin"],
+                    "less than or equal to",
+                    {"samples": "adaptive", "temperature": 0.7, "sample_margin": 1e300},
+                ),
+                (
+                    ["options"],
+                    ["options", "sample_boundaries", 0],
+                    "less than or equal to",
+                    {"samples": "adaptive", "temperature": 0.7, "sample_boundaries": [1e300]},
+                ),
+                (["items", 0, "dialogue", 0, "session"], ["items", 0, "dialogue", 0, "session"], "less than", 10**12),
+            ]
+        ]
+    ],
+    *[
+        Case(
+            f"adaptive {name} out of range",
+            "POST",
+            "/v1/runs",
+            422,
+            ["body", "adaptive", name],
+            "less than or equal to",
+            json=body_with(
+                lambda b, name=name, value=value: b.update(
+                    mode=["pairwise"], rubrics=["rsum-pairwise"], pairing="adaptive", adaptive={name: value}
+                )
+            ),
+        )
+        for name, value in [("seed", 2**33), ("max_calls", 10**12), ("top_k", 10**9)]
+    ],
     Case(
         "lone surrogate",
         "POST",
@@ -858,6 +918,70 @@ RATING_CASES = [
         ["body", "ratings", 0, "value"],
         "valid number",
         json=rating(value="high"),
+    ),
+    Case(
+        "score rating without a scale",  # issue 14, finding 3: never guessed (it was 1-100)
+        "POST",
+        RATING_PATH,
+        422,
+        ["body", "ratings", 0],
+        "scale_min and scale_max: a score rating needs its scale",
+        json={"ratings": [{k: v for k, v in RATING.items() if not k.startswith("scale")}]},
+    ),
+    Case(
+        "score rating with half a scale",
+        "POST",
+        RATING_PATH,
+        422,
+        ["body", "ratings", 0],
+        "scale_max: a score rating needs its scale",
+        json={"ratings": [{k: v for k, v in RATING.items() if k != "scale_max"}]},
+    ),
+    Case(
+        "rating of a system that is not a candidate",  # issue 14, finding 4
+        "POST",
+        RATING_PATH,
+        422,
+        ["body", "ratings", 1, "system"],
+        "system 'c' is not a candidate of item 'item-0' (its candidates: a, b)",
+        json={"ratings": [RATING, {**RATING, "system": "c"}]},
+    ),
+    Case(
+        "preference against a system that is not a candidate",
+        "POST",
+        RATING_PATH,
+        422,
+        ["body", "ratings", 0, "system_b"],
+        "system 'zz' is not a candidate of item 'item-0'",
+        json=rating(kind="preference", system_b="zz", value=1),
+    ),
+    Case(
+        "rating value out of range",  # issue 14, finding 6
+        "POST",
+        RATING_PATH,
+        422,
+        ["body", "ratings", 0, "value"],
+        "less than or equal to",
+        json=rating(value=1e300, scale_max=1e308),
+    ),
+    Case(
+        "rating scale out of range",
+        "POST",
+        RATING_PATH,
+        422,
+        ["body", "ratings", 0, "scale_max"],
+        "less than or equal to",
+        json=rating(scale_max=1e308),
+    ),
+    Case(
+        "rating NaN value",
+        "POST",
+        RATING_PATH,
+        422,
+        ["body", "ratings", 0, "value"],
+        "finite number",
+        content=json.dumps(rating(value=float("nan"))).encode(),
+        headers={"content-type": "application/json"},
     ),
 ]
 

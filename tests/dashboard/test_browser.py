@@ -79,6 +79,8 @@ def human_ratings() -> list[dict[str, Any]]:
             "aspect": "consistency",
             "rater": "expert_1",
             "value": min(100, q[i] + (30 if i == 2 else 4)),
+            "scale_min": 1,
+            "scale_max": 100,
         }
         for s, q in QUALITY.items()
         for i in range(6)

@@ -79,7 +79,19 @@ def two_runs(harness: Harness, api: TestClient) -> tuple[str, str]:
     for run_id in (first, second):
         posted = api.post(
             f"/v1/runs/{run_id}/human-ratings",
-            json={"ratings": [{"item_id": "i0", "system": "a", "aspect": "consistency", "rater": "r1", "value": 80}]},
+            json={
+                "ratings": [
+                    {
+                        "item_id": "i0",
+                        "system": "a",
+                        "aspect": "consistency",
+                        "rater": "r1",
+                        "value": 80,
+                        "scale_min": 1,
+                        "scale_max": 100,
+                    }
+                ]
+            },
         )
         assert posted.status_code < 300, posted.text
     return first, second
