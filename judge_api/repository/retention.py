@@ -280,10 +280,14 @@ def _value(kind: Any, value: Any, where: str) -> Any:
     return value
 
 
-def import_run(session: Session, bundle: Bundle, project_id: str) -> dict[str, Any]:
+def import_run(session: Session, bundle: Bundle, project_id: str, *, cache_entries: bool = True) -> dict[str, Any]:
     """Store a parsed bundle as a run of ``project_id`` in the caller's transaction. The run keeps its id (RunExists
     when this deployment has it already); judgments a worker was holding in the exporting deployment come back
-    pending, to be judged here."""
+    pending, to be judged here.
+
+    ``cache_entries``: store the bundle's judge-cache entries (those this deployment lacks). Only where one cache
+    serves every project: a cache key is a content address anyone can compute, so with a per-project cache an
+    imported entry could plant a reply in another project's cache (the importer's own runs pay their calls again)."""
     run_id = str(bundle.run["id"])
     if session.get(Run, run_id) is not None:
         raise RunExists("run.id", f"run {run_id!r} exists in this deployment already; delete it first")
@@ -313,8 +317,10 @@ def import_run(session: Session, bundle: Bundle, project_id: str) -> dict[str, A
     if ratings:
         session.execute(insert(HumanRating), [{**r, "run_id": run_id} for r in ratings])
     _insert_missing(session, RubricSnapshot, bundle.rows.get("rubric_snapshot", []), ("rubric_id", "version"))
-    _insert_missing(session, CacheEntry, bundle.rows.get("cache_entry", []), ("key",))
+    entries = bundle.rows.get("cache_entry", []) if cache_entries else []
+    _insert_missing(session, CacheEntry, entries, ("key",))
     return {
+        "cache_entries": len(entries),
         "run_id": run_id,
         "items": len(items),
         "judgments": len(judgments),

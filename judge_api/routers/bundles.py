@@ -59,7 +59,7 @@ async def import_run(
 
     def store() -> dict[str, Any]:
         with session_scope() as session:
-            result = retention.import_run(session, bundle, principal.project_id)
+            result = retention.import_run(session, bundle, principal.project_id, cache_entries=settings.cache_shared)
             sweeper.mark_run_enqueued(session, result["run_id"])
             return result
 

@@ -8,6 +8,7 @@ simulator."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -95,3 +96,37 @@ def test_another_projects_identical_body_is_not_cached(
     # one character changed: a miss for anyone
     changed = judged(api, "a", private_body(judge, PRIVATE.replace("3 March", "4 March")))
     assert not changed["cached"] and sim.stats()["total_calls"] == calls + 1
+
+
+@pytest.mark.parametrize(("env", "planted"), [({}, False), ({"DJ_SHARED_CACHE": "true"}, True)])
+def test_an_imported_bundle_cannot_plant_entries_in_another_projects_cache(
+    api_factory: ApiFactory, sim: SimulatorProcess, env: dict[str, str], planted: bool
+) -> None:
+    """A bundle's cache entries are written by key: a project importing one could plant a reply under a key of
+    another project's cache (keys are content addresses anyone can compute). With a per-project cache, an import
+    brings no cache entries; with the shared cache (one tenant) it brings them, as before."""
+    judge = f"openai-compatible:sim-judge@{sim.base_url}"
+    api = two_projects(api_factory, sim, **env)
+    a_run = api.submit("a", private_body(judge))["id"]
+    engine = build_engine(standalone=True)
+    with session_scope() as session:
+        ids = claims.pending_judgment_ids(session, a_run)
+    assert [engine.judge(i) for i in ids] == ["done"]
+    exported = api.client.get(f"/v1/runs/{a_run}/export", headers=api.as_key("a"))
+    assert exported.status_code == 200, exported.text
+    assert api.client.delete(f"/v1/runs/{a_run}", headers=api.as_key("a")).status_code == 200
+    assert api.row_counts()["judge_cache"] == 0
+
+    # B imports A's bundle (as if it had computed A's key itself) under another run id
+    lines = [json.loads(line) for line in exported.text.splitlines()]
+    lines[0]["run"]["id"] = "run_planted0000000"
+    assert any(line["record"] == "cache_entry" for line in lines)
+    body = "\n".join(json.dumps(line) for line in lines).encode()
+    imported = api.client.post("/v1/runs/import", content=body, headers=api.as_key("b"))
+    assert imported.status_code == 201, imported.text
+    assert imported.json()["cache_entries"] == (1 if planted else 0)
+
+    calls = sim.stats()["total_calls"]
+    again = judged(api, "a", private_body(judge))
+    assert again["cached"] is planted
+    assert sim.stats()["total_calls"] == calls + (0 if planted else 1)

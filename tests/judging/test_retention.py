@@ -170,7 +170,14 @@ def test_export_then_import_gives_an_identical_report(api: TestClient, two_runs:
     assert cache_keys() == keys_of(first)  # B's own entries (item 3) went with it
     imported = api.post("/v1/runs/import", content=exported.content)
     assert imported.status_code == 201, imported.text
-    assert imported.json() == {"run_id": second, "items": 3, "judgments": 6, "human_ratings": 1, "pending": 0}
+    assert imported.json() == {
+        "run_id": second,
+        "items": 3,
+        "judgments": 6,
+        "human_ratings": 1,
+        "pending": 0,
+        "cache_entries": 6,  # auth off: one cache for the deployment (tests/api/test_cache_isolation.py: with auth)
+    }
     assert api.get(f"/v1/runs/{second}/report", params={"n_boot": 200}).json() == report
     again = api.get(f"/v1/runs/{second}/judgments", params={"limit": 100}).json()["items"]
     strip = ("id",)
