@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
@@ -123,6 +124,42 @@ async def import_verdicts(
 ) -> VerdictsImported:
     body = await request.body()
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    # reading, checking and storing a large file takes seconds: in the thread pool, not on the event loop
+    return await run_in_threadpool(
+        _import,
+        body,
+        content_type,
+        run_id,
+        file_format,
+        judge,
+        aspect,
+        turn,
+        item_id,
+        name,
+        rubric,
+        scale_min,
+        scale_max,
+        principal,
+        session,
+    )
+
+
+def _import(
+    body: bytes,
+    content_type: str,
+    run_id: str,
+    file_format: str | None,
+    judge: str | None,
+    aspect: str | None,
+    turn: int | None,
+    item_id: str | None,
+    name: str | None,
+    rubric: str,
+    scale_min: float | None,
+    scale_max: float | None,
+    principal: Principal,
+    session: Session,
+) -> VerdictsImported:
     if (scale_min is None) != (scale_max is None) or (
         scale_min is not None and scale_max is not None and scale_min >= scale_max
     ):
@@ -184,12 +221,12 @@ async def import_verdicts(
                 rows.append(([where], VerdictIn.model_validate(fields)))
             except ValidationError as exc:
                 raise _validation_error([where], exc) from None
+        for loc, verdict in rows:
+            _storable(loc, verdict)
         source = VerdictSource(name=name, sha256=file.sha256, format=file.format)  # type: ignore[arg-type]
         scale = scale or file.scale
         ignored = file.ignored_columns
         fmt = file.format
-    for loc, verdict in rows:
-        _storable(loc, verdict)
     try:
         created, unchanged, judges = repository.import_verdicts(session, run, rows, source, rubric=rubric, scale=scale)
         session.commit()

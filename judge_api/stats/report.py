@@ -8,8 +8,9 @@ module): ``counts`` (rows per status and mode), ``scores`` (``scores.score_summa
 score correlations / QWK, Krippendorff's alpha), ``bias`` (``bias.bias_report``) and ``cost``.
 
 ``cost``: totals of input / output tokens, cost (USD) and latency over all rows, and means per
-*finished* judgment (done + failed + unparseable); ``n_cached`` counts cached verdicts and
-``n_provider_calls`` the finished rows that were not cached.
+*finished* judgment (done + failed + unparseable) of the service's own; ``n_cached`` counts cached verdicts,
+``n_provider_calls`` the finished rows that were not cached and ``n_imported`` the finished imported verdicts
+(``source`` set: no call, left out of the means), so that ``n_cached + n_provider_calls + n_imported == n_finished``.
 
 The result contains only dicts, lists, str, int, float, bool and None (NaN / inf become None), so
 ``json.dumps(report, allow_nan=False)`` works.  Empty frames and runs in which every judgment failed
@@ -85,12 +86,16 @@ def counts_section(judgments: pd.DataFrame) -> dict[str, Any]:
 _COST_COLUMNS = (F.INPUT_TOKENS, F.OUTPUT_TOKENS, F.COST_USD, F.LATENCY_MS)
 
 
-def _cost_block(cols: Mapping[str, np.ndarray], finished: np.ndarray, cached: np.ndarray) -> dict[str, Any]:
+def _cost_block(
+    cols: Mapping[str, np.ndarray], finished: np.ndarray, cached: np.ndarray, imported: np.ndarray
+) -> dict[str, Any]:
+    called = finished & ~imported  # an imported verdict cost this service nothing: not in the means
+
     def total(name: str) -> float:
         return float(np.nansum(cols[name]))
 
     def mean(name: str) -> float | None:
-        vals = cols[name][finished]
+        vals = cols[name][called]
         vals = vals[np.isfinite(vals)]
         return float(vals.mean()) if vals.size else None
 
@@ -100,8 +105,9 @@ def _cost_block(cols: Mapping[str, np.ndarray], finished: np.ndarray, cached: np
         "cost_usd": total(F.COST_USD),
         "latency_ms": total(F.LATENCY_MS),
         "n_finished": int(finished.sum()),
-        "n_cached": int((finished & cached).sum()),
-        "n_provider_calls": int((finished & ~cached).sum()),
+        "n_cached": int((called & cached).sum()),
+        "n_provider_calls": int((called & ~cached).sum()),
+        "n_imported": int((finished & imported).sum()),
         "mean_input_tokens": mean(F.INPUT_TOKENS),
         "mean_output_tokens": mean(F.OUTPUT_TOKENS),
         "mean_cost_usd": mean(F.COST_USD),
@@ -115,12 +121,13 @@ def cost_section(judgments: pd.DataFrame) -> dict[str, Any]:
     cols = {c: df[c].to_numpy(dtype="float64") for c in _COST_COLUMNS}
     finished = df[F.STATUS].isin(F.FINISHED_STATUSES).to_numpy()
     cached = df[F.CACHED].to_numpy(dtype=bool)
-    out = _cost_block(cols, finished, cached)
+    imported = df[F.SOURCE].notna().to_numpy()
+    out = _cost_block(cols, finished, cached, imported)
     codes, judges = pd.factorize(df[F.JUDGE], sort=True)
     per_judge = []
     for k, judge in enumerate(judges):
         m = codes == k
-        block = _cost_block({c: v[m] for c, v in cols.items()}, finished[m], cached[m])
+        block = _cost_block({c: v[m] for c, v in cols.items()}, finished[m], cached[m], imported[m])
         per_judge.append({"judge": str(judge), **block})
     out["per_judge"] = per_judge
     return out

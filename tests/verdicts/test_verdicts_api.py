@@ -120,6 +120,13 @@ def test_imported_scores_and_human_ratings_give_the_agreement_scipy_gives(api: A
     assert set(imported) == {"gpt-4", "my-judge"} and all(len(v) == 1 and len(v[0]) == 64 for v in imported.values())
     assert report["counts"]["by_status"]["unparseable"] == 1
     assert report["panel"] is None  # the default panel is the run's own judges: imported ones join only when named
+    cost = report["cost"]  # an imported verdict is no provider call and stays out of the means
+    assert (cost["n_finished"], cost["n_imported"], cost["n_provider_calls"], cost["mean_cost_usd"]) == (
+        48,
+        48,
+        0,
+        None,
+    )
     summary = report["run"]
     assert summary["n_judgments"] == 8 * 3 + 48 and summary["counts"]["pending"] == 24
     assert summary["status"] != "done"  # the imported verdicts do not finish the run's own judging
