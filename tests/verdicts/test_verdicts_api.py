@@ -372,3 +372,18 @@ def test_fastchat_verdicts_join_an_imported_mtbench_run_without_touching_its_fig
     assert (published["s2"]["agree"], published["s2"]["total"]) == (727, 859)
     assert published["imported"] is True  # import-mtbench marks its verdicts with gpt4_pair.jsonl's SHA-256
     assert rows["fastchat-gpt-4"]["imported"] is True and rows["fastchat-gpt-4"]["s1"]["total"] > 0
+
+
+def test_a_run_bundle_keeps_its_imported_verdicts_marked(api: Api, mt_run: str) -> None:
+    assert post_file(api, mt_run, "my_judge_scores.csv").status_code == 201
+    before = api.client.get(f"/v1/runs/{mt_run}/report", params={"n_boot": 20}).json()
+    exported = api.client.get(f"/v1/runs/{mt_run}/export")
+    assert exported.status_code == 200
+    assert api.client.delete(f"/v1/runs/{mt_run}").status_code == 200
+    restored = api.client.post("/v1/runs/import", content=exported.content)
+    assert restored.status_code == 201, restored.text
+    after = api.client.get(f"/v1/runs/{mt_run}/report", params={"n_boot": 20}).json()
+    assert after["counts"]["imported"] == before["counts"]["imported"] and after["counts"]["imported"]
+    assert after["scores"] == before["scores"]  # the imported scale (1-100) came back with the scores
+    again = post_file(api, mt_run, "my_judge_scores.csv")
+    assert (again.json()["created"], again.json()["unchanged"]) == (0, 24)
