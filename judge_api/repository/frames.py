@@ -6,6 +6,7 @@ import pandas as pd
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
+from judge_api.facts import fact_sheet
 from judge_api.models import (
     HumanRating,
     Judgment,
@@ -148,7 +149,6 @@ def fact_labels_frame(session: Session, run_id: str) -> pd.DataFrame:
 
     A judgment is a fact-check judgment when its rubric has the ``fact_check`` parser in the registry, or (a rubric
     no longer loaded) when its details carry fact labels."""
-    from judge_api.facts import fact_sheet
     from judge_api.rubrics import get_registry
     from judge_api.stats.facts import FACT_COLUMNS
 

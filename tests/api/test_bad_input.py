@@ -1062,7 +1062,63 @@ RETENTION_CASES = [
     ),
 ]
 
-ALL_CASES = RUN_CASES + JSONL_CASES + READ_CASES + RATING_CASES + RUBRIC_CASES + RETENTION_CASES
+FACTS_AND_VERDICTS_CASES = [
+    Case("facts unknown run", "GET", "/v1/runs/nope/facts", 404, None, "run 'nope' not found"),
+    Case(
+        "facts limit too big",
+        "GET",
+        f"/v1/runs/{RUN}/facts",
+        422,
+        ["query", "limit"],
+        "less than or equal to 1000",
+        params={"limit": 5000},
+    ),
+    Case(
+        "facts negative offset",
+        "GET",
+        f"/v1/runs/{RUN}/facts",
+        422,
+        ["query", "offset"],
+        "greater than or equal to 0",
+        params={"offset": -1},
+    ),
+    Case(
+        "verdicts unknown run",
+        "POST",
+        "/v1/runs/nope/verdicts",
+        404,
+        None,
+        "run 'nope' not found",
+        content=b"item_id,system,aspect,judge,score\n",
+        headers={"content-type": "text/csv"},
+    ),
+    Case(
+        "verdicts half a scale",
+        "POST",
+        f"/v1/runs/{RUN}/verdicts",
+        422,
+        ["query", "scale_min"],
+        "scale_min below scale_max",
+        params={"scale_min": 1},
+        content=b"item_id,system,aspect,judge,score\n",
+        headers={"content-type": "text/csv"},
+    ),
+    Case(
+        "verdicts turn out of range",
+        "POST",
+        f"/v1/runs/{RUN}/verdicts",
+        422,
+        ["query", "turn"],
+        "greater than or equal to 1",
+        params={"turn": 0},
+        content=b"{}",
+        headers={"content-type": "application/jsonl"},
+    ),
+]
+
+ALL_CASES = (
+    RUN_CASES + JSONL_CASES + READ_CASES + RATING_CASES + RUBRIC_CASES + RETENTION_CASES + FACTS_AND_VERDICTS_CASES
+)
 
 
 def test_every_endpoint_has_a_bad_input_case() -> None:
