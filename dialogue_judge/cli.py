@@ -922,6 +922,93 @@ def _print_memory_table(table: Any, fmt: str, *, judged: bool) -> None:
     emit("\n".join(lines))
 
 
+facts_app = typer.Typer(help="Fact sheets (docs/facts.md).", no_args_is_help=True)
+app.add_typer(facts_app, name="facts")
+
+
+@facts_app.command("extract")
+def facts_extract_cmd(
+    file: Path = typer.Argument(..., help="items (JSONL or JSON)"),
+    judge: str = typer.Option(..., "--judge", "-j", help="the extracting judge, e.g. openai:gpt-4o"),
+    output: Path = typer.Option(..., "--output", "-o", help="write the items with their facts here (JSONL)"),
+    rubric: str = typer.Option("fact-extract", "--rubric", "-r", help="a rubric with the fact_extract parser"),
+    cache_dir: Path = typer.Option(
+        None, "--cache-dir", help="folder of the judge cache database (default: the gate's)"
+    ),
+    no_cache: bool = typer.Option(False, "--no-cache", help="a temporary database, no cache"),
+    workers: int = typer.Option(8, "--workers", min=1, help="judge threads"),
+    allow_failed: bool = typer.Option(
+        False, "--allow-failed", help="write an item whose extraction failed without extracted facts (else exit 1)"
+    ),
+    progress: bool = typer.Option(None, "--progress/--no-progress", help="progress bar (default: on a terminal)"),
+) -> None:
+    """Extend every item's fact sheet with the atomic facts a judge extracts from its memory text and earlier
+    sessions' turns (one judgment per item and judge, cached); explicit facts are kept. Exit 1 when an extraction
+    failed or was unparseable (unless --allow-failed), 2 on bad input."""
+    from pydantic import ValidationError
+
+    from dialogue_judge.facts_extract import extract_facts
+    from judge_api.planning import PlanError
+    from judge_api.rubrics import RubricError, get_registry
+    from judge_api.schemas import Item
+
+    try:
+        chosen = get_registry().get(rubric)
+    except RubricError as exc:
+        raise fail(f"--rubric: {exc}") from None
+    if chosen.parser != "fact_extract":
+        raise fail(f"--rubric {rubric!r} is not a fact-extract rubric (parser {chosen.parser}, not fact_extract)")
+    raws = read_items(file)
+    items: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(raws):
+        try:
+            item = Item.model_validate(raw).model_dump(mode="json")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise fail(f"{file}: item {index}: {where}: {first['msg']}") from None
+        if item["id"] in seen:
+            raise fail(f"{file}: item {index}: id: duplicate item id {item['id']!r}")
+        seen.add(item["id"])
+        items.append(item)
+    database = None if no_cache else (cache_dir / "gate.db" if cache_dir else None)
+    try:
+        result = extract_facts(
+            raws,
+            items,
+            chosen,
+            judge,
+            database=database,
+            cache=not no_cache,
+            workers=workers,
+            allow_failed=allow_failed,
+            progress=progress,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise fail(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    except PlanError as exc:
+        raise fail(f"{exc.field}: {exc.message}") from None
+    for item_id, status, reason in result.failures:
+        err.print(f"{'warning' if allow_failed else 'error'}: item {item_id}: {status}: {reason}", highlight=False)
+    if result.failures and not allow_failed:
+        raise fail(
+            f"{len(result.failures)} of {result.judged} extractions failed or were unparseable; nothing written "
+            "(--allow-failed writes those items without extracted facts)",
+            code=1,
+        )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    partial.write_text("".join(json.dumps(item, ensure_ascii=False) + "\n" for item in result.items), encoding="utf-8")
+    partial.replace(output)
+    err.print(
+        f"{output}: {len(result.items)} items; {result.extracted} facts extracted by {result.judged} judgments "
+        f"({result.cached} from the cache); {len(result.failures)} failed",
+        highlight=False,
+    )
+
+
 @app.command("import-mtbench")
 def import_mtbench_cmd(
     folder: Path = typer.Argument(

@@ -30,10 +30,12 @@ PARSERS = (
     "memory_faithfulness",
     "fact_check",
     "memory_audit",
+    "fact_extract",
 )
-FACT_PARSERS = ("fact_check", "memory_audit")
-"""The parsers of kind ``facts`` rubrics (judged against the item's fact sheet, docs/facts.md): ``fact_check``
-labels a response's facts, ``memory_audit`` audits a generated memory against the gold facts."""
+FACT_PARSERS = ("fact_check", "memory_audit", "fact_extract")
+"""The parsers of kind ``facts`` rubrics (docs/facts.md): ``fact_check`` labels a response's facts against the
+item's fact sheet, ``memory_audit`` audits a generated memory against the gold facts, ``fact_extract`` splits the
+item's memory text and earlier sessions' turns into atomic facts."""
 PAIRWISE_PARSERS = ("pairwise_4way", "pairwise_abc")
 Outcome = Literal["win", "tie", "loss"]
 PREFERENCE_LEVELS = ("2", "1", "0", "-1", "-2")
@@ -53,6 +55,7 @@ TEMPLATE_INPUTS = (
     "response2",
     "options",
     "facts",
+    "sources",
 )
 
 
@@ -143,7 +146,7 @@ class Rubric(BaseModel):
         if (self.parser in FACT_PARSERS) != (self.kind == "facts"):
             raise ValueError(
                 f"parser {self.parser!r} does not fit a {self.kind} rubric "
-                "(kind facts needs fact_check or memory_audit)"
+                "(kind facts needs fact_check, memory_audit or fact_extract)"
             )
         if self.kind == "facts" and self.scale != (1, 100):
             raise ValueError("a facts rubric's scale is [1, 100] (the 1-100 scores of docs/facts.md)")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .facts import judge_facts, judge_memory
+from .facts import judge_extract, judge_facts, judge_memory
 from .script import FALLBACK_RULE, Rule, Script
 
 MARKER = re.compile(r"<<q=(\d+(?:\.\d+)?)>>")
@@ -341,6 +341,8 @@ def judge(script: Script, request: JudgeRequest, sample_index: int = 0) -> Judge
         return judge_facts(rule, request)
     if rule.kind == "memory":
         return judge_memory(rule, request)
+    if rule.kind == "extract":
+        return judge_extract(rule, request)
     if rule.kind == "pairwise":
         return _judge_pairwise(script, rule, request, sample_index)
     return _judge_single(script, rule, request, sample_index)

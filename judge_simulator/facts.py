@@ -1,4 +1,5 @@
-"""The fact-check protocol (dialogue-judge's ``fact-check`` rubric, docs/facts.md): one JSON label per fact.
+"""The fact-check protocol (dialogue-judge's ``fact-check`` rubric, docs/facts.md): one JSON label per fact. Also
+the memory-audit and fact-extract protocols (``judge_memory``, ``judge_extract`` below).
 
 The prompt lists the facts one per line as ``[fact:ID] (SOURCE) TEXT`` (inside an ``<untrusted-facts>`` fence when
 there is one). The judged response is located like a single-score response. Markers in the response script the
@@ -123,3 +124,71 @@ def judge_memory(rule: Rule, request: JudgeRequest) -> Judgement:
     )
     text = json.dumps({"gold": gold, "generated": generated, "explanation": explanation})
     return Judgement(rule.name, "memory", float(supported), "", "", explanation, text)
+
+
+# -- the fact-extract protocol (dialogue-judge's ``fact-extract`` rubric) -------------------------------------------
+EXTRACT_PROTOCOL = r"Sources to split into atomic facts"
+"""The default rule's ``match``: the prompt asks for the atomic facts of the listed sources."""
+SOURCES_FENCE = re.compile(r"<untrusted-sources\b[^>]*>(?P<sources>.*?)</untrusted-sources", re.DOTALL)
+SOURCE_LINE = re.compile(r"(?m)^\[source:(?P<name>memory|session [0-9]+ turn [0-9]+)\] (?P<text>.*)$")
+_SPEAKER = re.compile(r"\A\([^()]*\) ")
+EXTRACT_MARKER = re.compile(r"<<x(?:=(?P<text>[^<>@!]*))?(?:@(?P<source>[^<>!=]+))?(?P<bad>!)?>>")
+MISQUOTE = "a quote the source does not contain"
+
+
+def extraction_sources(prompt: str) -> list[tuple[str, str]]:
+    """The ``[source:NAME] TEXT`` lines of the prompt (inside the ``<untrusted-sources>`` fence when there is one),
+    a turn's ``(speaker)`` label removed."""
+    fenced = SOURCES_FENCE.search(prompt)
+    block = fenced.group("sources") if fenced else prompt
+    out = []
+    for line in SOURCE_LINE.finditer(block):
+        text = line.group("text")
+        out.append((line.group("name"), text if line.group("name") == "memory" else _SPEAKER.sub("", text, count=1)))
+    return out
+
+
+def _span(text: str, marker: re.Match[str]) -> str:
+    """The text before the marker back to the end of the previous sentence or of the previous ``<<x...>>`` marker
+    (a ``.`` inside another marker does not end a sentence)."""
+    inside = [(m.start(), m.end()) for m in _ANY_MARKER.finditer(text, 0, marker.start())]
+    starts = [
+        m.end()
+        for m in _SENTENCE_END.finditer(text, 0, marker.start())
+        if not any(a <= m.start() < b for a, b in inside)
+    ]
+    starts += [m.end() for m in EXTRACT_MARKER.finditer(text, 0, marker.start())]
+    return text[max(starts, default=0) : marker.start()].strip()
+
+
+def judge_extract(rule: Rule, request: JudgeRequest) -> Judgement:
+    """The fact-extract protocol: the prompt lists the sources as ``[source:NAME] TEXT`` lines (``memory``,
+    ``session N turn M``). Markers in a source's text script the reply, one fact each, in the order they appear:
+
+    * ``<<x>>``: a fact whose quote is the text before the marker back to the end of the previous sentence or
+      ``<<x...>>`` marker, and whose text is that quote with other markers removed;
+    * ``<<x=TEXT>>``: the same quote, with TEXT as the fact's text (``<<x=>>``: an empty text, a planted parse
+      error);
+    * ``<<x@NAME>>``: the fact names source NAME instead of its own (a planted unknown source, or a quote that is
+      not in the named source);
+    * ``<<x!>>`` (after the other parts): the quote is a text the source does not contain (a planted parse error).
+    """
+    from .behaviour import Judgement
+
+    facts = []
+    for name, text in extraction_sources(request.prompt):
+        for marker in EXTRACT_MARKER.finditer(text):
+            quote = _span(text, marker)
+            fact_text = marker.group("text")
+            if fact_text is None:
+                fact_text = " ".join(_ANY_MARKER.sub("", quote).split())
+            facts.append(
+                {
+                    "text": fact_text,
+                    "source": (marker.group("source") or name).strip(),
+                    "quote": MISQUOTE if marker.group("bad") else quote,
+                }
+            )
+    explanation = f"The sources state {len(facts)} facts."
+    text = json.dumps({"facts": facts, "explanation": explanation})
+    return Judgement(rule.name, "extract", float(len(facts)), "", "", explanation, text)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .facts import FACT_PROTOCOL, MEMORY_PROTOCOL
+from .facts import EXTRACT_PROTOCOL, FACT_PROTOCOL, MEMORY_PROTOCOL
 
 FaultKind = Literal["rate_limit", "server_error", "hang", "malformed", "truncated", "invalid_json"]
 Provider = Literal["openai", "anthropic"]
@@ -185,6 +185,9 @@ class Rule(_Strict):
       markers in the response); ``reply`` and ``score`` are not used.
     * ``memory``: the memory-audit protocol of ``judge_simulator/facts.py`` (``<<g:ID>>`` recalled gold facts,
       ``<<m:s|f|w>>`` generated facts in the judged memory); ``reply`` and ``score`` are not used.
+    * ``extract``: the fact-extract protocol of ``judge_simulator/facts.py`` (``<<x>>``, ``<<x=TEXT>>``,
+      ``<<x@SOURCE>>``, ``<<x!>>`` markers in the listed sources script the extracted facts); ``reply`` and
+      ``score`` are not used.
 
     ``reply`` is a plain template: ``{score}`` (pairwise: the preference), ``{verdict}``,
     ``{explanation}``, ``{json}`` (a compact JSON object with explanation and score/verdict),
@@ -194,7 +197,7 @@ class Rule(_Strict):
     name: str = "rule"
     match: str | None = None
     model: str | None = None
-    kind: Literal["single", "pairwise", "facts", "memory"] = "single"
+    kind: Literal["single", "pairwise", "facts", "memory", "extract"] = "single"
     reply: str | None = None
     response_regex: str | None = None
     score: float | None = None
@@ -221,6 +224,9 @@ class Rule(_Strict):
 def default_rules() -> list[Rule]:
     """Rules emulating a judge for dialogue-judge's rubrics, most specific first.
 
+    * ``fact-extract``: the prompt lists sources as ``[source:NAME] TEXT`` lines to split into atomic facts (the
+      fact-extract rubric) -> one JSON list of facts with source and quote, scripted by ``<<x...>>`` markers
+      (``judge_simulator/facts.py``).
     * ``memory-audit``: the prompt audits a "Generated memory" against gold facts (the memory-audit rubric) -> gold
       facts recalled / missing and generated facts supported / fabricated / wrong relationship, scripted by
       ``<<g:ID>>`` and ``<<m:s|f|w>>`` markers (``judge_simulator/facts.py``).
@@ -237,6 +243,7 @@ def default_rules() -> list[Rule]:
     Requests matching none of them get :data:`FALLBACK_RULE` (the single-score behaviour).
     """
     return [
+        Rule(name="fact-extract", match=EXTRACT_PROTOCOL, kind="extract"),
         Rule(name="memory-audit", match=MEMORY_PROTOCOL, kind="memory"),
         Rule(name="fact-check", match=FACT_PROTOCOL, kind="facts"),
         Rule(name="pairwise-fastchat", match=r"\[\[A\]\]", kind="pairwise", pairwise_format="fastchat"),

@@ -299,5 +299,5 @@ def parse_memory_faithfulness(text: str, rubric: Rubric, structured: dict[str, A
     return scored
 
 
-# registers the fact_check and memory_audit parsers (they import this module)
-from workers import factcheck, memoryaudit  # noqa: E402, F401
+# registers the fact_check, memory_audit and fact_extract parsers (they import this module)
+from workers import factcheck, factextract, memoryaudit  # noqa: E402, F401

@@ -25,7 +25,7 @@ from typing import Any
 
 import jinja2
 
-from judge_api.facts import fact_sheet
+from judge_api.facts import extraction_sources, fact_sheet
 from judge_api.rubrics import TEMPLATE_INPUTS, Rubric
 from workers.textnorm import normalise
 
@@ -111,11 +111,25 @@ def format_facts(facts: list[dict[str, str]]) -> str:
     return "\n".join(f"[fact:{f['id']}] ({f['source']}) {' '.join(neutralise(f['text']).split())}" for f in facts)
 
 
+def format_sources(item: dict[str, Any], labels: dict[str, str]) -> str:
+    """One line per extraction source, ``[source:NAME] TEXT`` (a turn: ``[source:NAME] (SPEAKER) TEXT``), white space
+    collapsed: what the fact-extract protocol shows the judge (docs/facts.md)."""
+    lines = []
+    for source in extraction_sources(item):
+        speaker = f"({_label(source['speaker'], labels)}) " if source["speaker"] else ""
+        lines.append(f"[source:{source['source']}] {speaker}{' '.join(neutralise(source['text']).split())}")
+    return "\n".join(lines)
+
+
 def parse_context(rubric: Rubric, item: dict[str, Any], first: str) -> dict[str, Any] | None:
-    """What the fact_check parser checks a reply against: the fact sheet and the response as the judge saw it."""
+    """What a facts parser checks a reply against: the fact sheet and the response as the judge saw it, and for
+    fact_extract the extraction sources' texts as the judge saw them."""
     if rubric.kind != "facts":
         return None
-    return {"facts": fact_sheet(item), "response": neutralise(first)}
+    context: dict[str, Any] = {"facts": fact_sheet(item), "response": neutralise(first)}
+    if rubric.parser == "fact_extract":
+        context["sources"] = {s["source"]: neutralise(s["text"]) for s in extraction_sources(item)}
+    return context
 
 
 def last_user_question(item: dict[str, Any]) -> str:
@@ -151,6 +165,7 @@ def build_variables(
         "response2": response2,
         "options": rubric.options,
         "facts": format_facts(fact_sheet(item)),
+        "sources": format_sources(item, labels),
     }
     if rubric.hardened:
         for name, kind in (
@@ -160,6 +175,7 @@ def build_variables(
             ("reference", "reference"),
             ("question", "question"),
             ("facts", "facts"),
+            ("sources", "sources"),
         ):
             variables[name] = fence(kind, variables[name])
         variables["response"] = variables["response1"] = fence("response", response)

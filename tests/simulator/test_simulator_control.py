@@ -68,6 +68,7 @@ def test_set_script_round_trip_and_validation(sim: SimulatorProcess) -> None:
     normalized = sim.set_script({"seed": 9, "latency": "uniform(0.01, 0.02)"})
     assert normalized["latency"]["kind"] == "uniform" and normalized == sim.get_script()
     assert [r["name"] for r in normalized["rules"]] == [
+        "fact-extract",
         "memory-audit",
         "fact-check",
         "pairwise-fastchat",

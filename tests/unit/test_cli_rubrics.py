@@ -16,6 +16,7 @@ from judge_api.rubrics import get_registry
 SHIPPED = [
     "dj-consistency",
     "fact-check",
+    "fact-extract",
     "geval-consistency",
     "memochat-consistency",
     "memory-audit",
