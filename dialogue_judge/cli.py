@@ -948,10 +948,15 @@ def facts_extract_cmd(
     from pydantic import ValidationError
 
     from dialogue_judge.facts_extract import extract_facts
+    from judge_api.judges import JudgeSpecError, parse_judge
     from judge_api.planning import PlanError
     from judge_api.rubrics import RubricError, get_registry
     from judge_api.schemas import Item
 
+    try:
+        parse_judge(judge)
+    except JudgeSpecError as exc:
+        raise fail(f"--judge: {exc}") from None
     try:
         chosen = get_registry().get(rubric)
     except RubricError as exc:

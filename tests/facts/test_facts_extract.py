@@ -300,7 +300,8 @@ def test_cli_an_id_clash_with_explicit_facts_is_a_failure(
         ([{"id": "a", "candidates": {}}], [], "item 0: candidates"),
         ([item(id="a"), item(id="a")], [], "item 1: id: duplicate item id 'a'"),
         ("missing", [], "no such file"),
-        (None, ["--judge", "nosuchprovider:x"], "judges"),
+        (None, ["--judge", "nosuchprovider:x"], "--judge: judge 'nosuchprovider:x': unknown provider"),
+        ([item(memory=None, dialogue=[])], ["--judge", "gpt-4o"], "--judge: judge 'gpt-4o' must look like"),
     ],
 )
 def test_cli_bad_input_exits_2(
