@@ -94,8 +94,19 @@ def wait_for_run(client: ApiClient, run_id: str, poll_s: float = 0.5, timeout_s:
             )
             if summary.get("economy"):  # an adaptive run grows batch by batch
                 detail += f" · {summary['message']}" if summary.get("message") else ""
+            generation = summary.get("generation")
+            if generation:  # a run with systems: responses first, judgments as they arrive
+                detail = (
+                    f"generated {generation['generated']} · failed {generation['failed']} · "
+                    f"pending {generation['pending']} of {generation['total']} · " + detail
+                )
             progress.update(task, total=summary["n_judgments"], completed=finished, detail=detail)
             if summary["status"] in ("done", "budget_exhausted"):
+                for failure in (generation or {}).get("failures", []):
+                    err.print(
+                        f"generation failed: {failure['item_id']} / {failure['system']}: {failure['error']}",
+                        highlight=False,
+                    )
                 return summary
             if timeout_s is not None and time.monotonic() - started > timeout_s:
                 raise fail(f"run {run_id} did not finish within {timeout_s:.0f}s ({finished}/{summary['n_judgments']})")
@@ -316,6 +327,12 @@ def submit(
     panel_aggregate: str = typer.Option("mean", help="the panel's aggregate of scores: mean or median"),
     budget: float = typer.Option(None, help="stop scheduling calls when the run has cost this many USD"),
     name: str = typer.Option(None),
+    system: list[str] = typer.Option(
+        None,
+        "--system",
+        help="NAME=RESPONDER: a system under test the workers generate responses with before judging "
+        "(repeatable; docs/generation.md); items may then come without candidates",
+    ),
     wait: bool = typer.Option(False, help="wait with a progress bar and print the report"),
     fmt: str = typer.Option("table", "--format", help="report format with --wait: table, json, md"),
     api: str = typer.Option(None, help="API URL (default DJ_API_URL or http://127.0.0.1:8000)"),
@@ -364,12 +381,28 @@ def submit(
         body["adaptive"] = {k: v for k, v in adaptive.items() if v is not None}
     if metric:
         body["metrics"] = [] if metric == ["none"] else metric
+    if system:
+        systems: dict[str, str] = {}
+        for entry in system:
+            system_name, sep, responder = entry.partition("=")
+            if not sep or not system_name.strip() or not responder.strip():
+                raise fail(f"--system {entry!r}: write NAME=RESPONDER (e.g. rsum=strategy:rsum@local:smollm2)")
+            if system_name.strip() in systems:
+                raise fail(f"--system {entry!r}: the system {system_name.strip()!r} is named twice")
+            systems[system_name.strip()] = responder.strip()
+        body["systems"] = systems
     client = api_client(api, api_key)
     client.retry_for = retry_for
     client.on_retry = _say_retrying
     try:
         created = client.create_run(body)
-        emit(f"{created['id']}  {created['n_items']} items  {created['n_judgments']} judgments")
+        if created.get("n_generations"):
+            emit(
+                f"{created['id']}  {created['n_items']} items  {created['n_generations']} responses to generate, "
+                "judgments planned as they arrive"
+            )
+        else:
+            emit(f"{created['id']}  {created['n_items']} items  {created['n_judgments']} judgments")
         if wait:
             wait_for_run(client, created["id"])
             emit(render_report(client.report(created["id"]), fmt))

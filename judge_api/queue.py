@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 JUDGE_TASK = "dialogue_judge.judge"
 JUDGE_BATCH_TASK = "dialogue_judge.judge_batch"
 JUDGE_QUEUE = "judgments"
+GENERATE_TASK = "dialogue_judge.generate"
 
 
 def celery_config(settings: Settings) -> dict[str, object]:
@@ -76,4 +77,15 @@ def enqueue(settings: Settings, judgment_ids: Sequence[int]) -> int:
                 app.send_task(JUDGE_TASK, args=[chunk[0]], queue=JUDGE_QUEUE, producer=prod)
             else:
                 app.send_task(JUDGE_BATCH_TASK, args=[chunk], queue=JUDGE_QUEUE, producer=prod)
+    return len(ids)
+
+
+def enqueue_generations(settings: Settings, generation_ids: Sequence[int]) -> int:
+    """Send generations (runs with systems) as tasks of one id each: a generation is a chat pipeline of possibly many
+    calls, so each is its own task and the workers' concurrency spreads them. Raises if the broker is unreachable."""
+    app = producer(settings)
+    ids = [int(i) for i in generation_ids]
+    with app.producer_or_acquire() as prod:
+        for generation_id in ids:
+            app.send_task(GENERATE_TASK, args=[generation_id], queue=JUDGE_QUEUE, producer=prod)
     return len(ids)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from judge_api.reference_metrics import DEFAULT_METRICS, MetricName
+from judge_api.responders import ResponderSpecError, parse_responder
 
 T = TypeVar("T")
 ADAPTIVE_MAX_SAMPLES = 5
@@ -78,7 +79,9 @@ class Item(BaseModel):
     memory: str | None = None
     reference: str | None = None
     facts: list[Fact] | None = Field(default=None, max_length=500, description="explicit fact sheet (docs/facts.md)")
-    candidates: dict[str, str]
+    candidates: dict[str, str] = Field(
+        default_factory=dict, description="system -> response; may be empty when the run's 'systems' generate them"
+    )
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("facts")
@@ -94,8 +97,6 @@ class Item(BaseModel):
     @field_validator("candidates")
     @classmethod
     def _candidates_not_empty(cls, value: dict[str, str]) -> dict[str, str]:
-        if not value:
-            raise ValueError("an item needs at least one candidate response")
         for name, text in value.items():
             if not re.match(SYSTEM_PATTERN, name):
                 raise ValueError(f"system name {name!r} must be 1-100 letters, digits or _.:@/+- ")
@@ -241,7 +242,29 @@ class RunCreate(BaseModel):
         "'bertscore' needs DJ_BERTSCORE_MODEL on the workers; [] for none",
     )
     panel: PanelOptions = Field(default_factory=PanelOptions)
+    systems: dict[str, str] | None = Field(
+        default=None,
+        max_length=20,
+        description="systems under test to generate responses with before judging: name -> responder string "
+        "(docs/generation.md); their responses join each item's candidates",
+    )
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("systems")
+    @classmethod
+    def _parse_systems(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("systems: name at least one system, or leave 'systems' out")
+        for name, responder in value.items():
+            if not re.match(SYSTEM_PATTERN, name):
+                raise ValueError(f"systems.{name}: a system name must be 1-100 letters, digits or _.:@/+- ")
+            try:
+                parse_responder(responder)
+            except ResponderSpecError as exc:
+                raise ValueError(f"systems.{name}: {exc}") from None
+        return value
 
     @field_validator("metrics")
     @classmethod
@@ -256,10 +279,16 @@ class RunCreate(BaseModel):
     @model_validator(mode="after")
     def _check_items(self) -> RunCreate:
         seen: set[str] = set()
+        systems = self.systems or {}
         for index, item in enumerate(self.items):
             if item.id in seen:
                 raise ValueError(f"items[{index}].id: duplicate item id {item.id!r}")
             seen.add(item.id)
+        if systems and (self.pairing == "adaptive" or self.options.samples == "adaptive"):
+            raise ValueError(
+                "systems: a run with systems plans its judgments item by item as the responses are generated; "
+                "adaptive pairing and adaptive samples are not supported with it (generate with the CLI first)"
+            )
         if self.pairing == "baseline" and not self.baseline:
             raise ValueError("baseline: pairing='baseline' needs a baseline system name")
         if self.pairing == "adaptive":
@@ -275,9 +304,9 @@ class RunCreate(BaseModel):
             raise ValueError("adaptive: only with pairing='adaptive'")
         if self.baseline is not None:
             for index, item in enumerate(self.items):
-                if self.baseline not in item.candidates:
+                if self.baseline not in item.candidates and self.baseline not in systems:
                     raise ValueError(f"items[{index}].candidates: baseline {self.baseline!r} is missing")
-        if "pairwise" in self.mode and all(len(item.candidates) < 2 for item in self.items):
+        if "pairwise" in self.mode and all(len(item.candidates) + len(systems) < 2 for item in self.items):
             raise ValueError("mode: pairwise needs at least two candidates in some item")
         return self
 
@@ -343,6 +372,20 @@ class RunEconomy(BaseModel):
     samples: SamplesEconomy | None = None
 
 
+class GenerationCounts(BaseModel):
+    """Runs with ``systems``: the (item, system) responses generated before judging."""
+
+    total: int = 0
+    generated: int = 0
+    failed: int = 0
+    pending: int = Field(default=0, description="not generated yet (queued or being generated)")
+    running: int = 0
+    items_released: int = Field(default=0, description="items whose generations are settled and judgments planned")
+    failures: list[dict[str, str]] = Field(
+        default_factory=list, description="the failed (item, system) pairs with their reasons (the first 100)"
+    )
+
+
 class RunSummary(BaseModel):
     id: str
     name: str | None
@@ -365,14 +408,20 @@ class RunSummary(BaseModel):
     budget_exhausted: bool
     message: str | None = None
     economy: RunEconomy | None = None
+    generation: GenerationCounts | None = Field(
+        default=None, description="runs with systems: generation progress (judging progress is 'counts')"
+    )
 
 
 class RunCreated(BaseModel):
     id: str
     status: str
     n_items: int
-    n_judgments: int
+    n_judgments: int = Field(
+        description="judgments planned so far (a run with systems plans them as items' responses are generated)"
+    )
     url: str
+    n_generations: int = Field(default=0, description="runs with systems: the (item, system) responses to generate")
 
 
 class JudgmentOut(BaseModel):

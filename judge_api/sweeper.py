@@ -26,7 +26,8 @@ from judge_api.adaptive import steps as adaptive_steps
 from judge_api.config import Settings
 from judge_api.db import session_factory, session_scope
 from judge_api.models import Judgment, utcnow
-from judge_api.repository import claims
+from judge_api.repository import claims, generations
+from judge_api.rubrics import get_registry
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +52,18 @@ def mark_run_enqueued(session: Session, run_id: str) -> None:
     session.execute(
         update(Judgment).where(Judgment.run_id == run_id, Judgment.status == "pending").values(enqueued_at=utcnow())
     )
+    generations.mark_generations_enqueued(session, run_id=run_id)
 
 
 def enqueue_run(settings: Settings, run_id: str) -> None:
-    """Publish a stored run's pending judgments (a background task of the submitting request)."""
+    """Publish a stored run's pending judgments and generations (a background task of the submitting request)."""
     ids: list[int] = []
+    generation_ids: list[int] = []
     try:
         with session_scope() as session:
             ids = claims.pending_judgment_ids(session, run_id)
+            generation_ids = generations.pending_generation_ids(session, run_id)
+        queue.enqueue_generations(settings, generation_ids)
         queue.enqueue(settings, ids)
     except Exception as exc:  # Redis down: the judgments stay pending and the sweeper sends them later
         log.warning("could not enqueue run %s now (%s); the sweeper will retry", run_id, exc)
@@ -66,6 +71,44 @@ def enqueue_run(settings: Settings, run_id: str) -> None:
             session.execute(
                 update(Judgment).where(Judgment.run_id == run_id, Judgment.status == "pending").values(enqueued_at=None)
             )
+            generations.clear_enqueued(session, run_id)
+
+
+def publish_released(settings: Settings, judgment_ids: list[int]) -> None:
+    """Send the judgments an item's release planned (its responses generated). Unsent (Redis down), they are
+    pending and never enqueued, which the next sweep sends."""
+    if not judgment_ids:
+        return
+    try:
+        queue.enqueue(settings, judgment_ids)
+        with session_scope() as session:
+            claims.mark_enqueued(session, judgment_ids)
+    except Exception as exc:
+        log.warning("could not enqueue %d released judgments now (%s); the sweeper will", len(judgment_ids), exc)
+
+
+def requeue_stale_generations(
+    settings: Settings, *, everything_pending: bool = False, queue_drained: bool = True
+) -> int:
+    """Runs with systems: re-send generations whose worker died holding the claim, or whose message was lost; then
+    release the items whose generations are all settled but whose judgments were never planned (and send those)."""
+    with session_scope() as session:
+        if everything_pending:
+            ids = generations.stale_generation_ids(session, 0.0, settings.claim_lease_s)
+        else:
+            ids = generations.stale_generation_ids(
+                session, settings.requeue_after_s, settings.claim_lease_s, include_pending=queue_drained
+            )
+        if ids:
+            queue.enqueue_generations(settings, ids)
+            generations.mark_generations_enqueued(session, ids)
+            log.info("re-enqueued %d generations", len(ids))
+        items = generations.unreleased_settled_items(session)
+    for item_pk in items:
+        with session_scope() as session:
+            released = generations.release_item(session, item_pk, get_registry())
+        publish_released(settings, released)
+    return len(ids)
 
 
 def requeue_stale(settings: Settings, *, everything_pending: bool = False, queue_drained: bool = True) -> int:
@@ -122,6 +165,10 @@ class Sweeper(threading.Thread):
                 log.warning("Redis restarted (new run id): re-enqueueing all pending judgments")
             drained = int(self.client.llen(queue.JUDGE_QUEUE)) == 0
             sent = requeue_stale(self.settings, everything_pending=restarted, queue_drained=drained)
+            try:
+                sent += requeue_stale_generations(self.settings, everything_pending=restarted, queue_drained=drained)
+            except Exception as exc:  # the judgments' sweep is done; this one retries next round
+                log.warning("generation sweep failed: %s", exc)
             step_adaptive_runs(self.settings)
             return sent
         finally:

@@ -23,10 +23,11 @@ from judge_api import heartbeats, logs, metrics, tracing
 from judge_api.adaptive import steps
 from judge_api.config import get_settings
 from judge_api.db import reset_engines
-from judge_api.queue import JUDGE_BATCH_TASK, JUDGE_QUEUE, JUDGE_TASK, celery_config
+from judge_api.queue import GENERATE_TASK, JUDGE_BATCH_TASK, JUDGE_QUEUE, JUDGE_TASK, celery_config
 from judge_api.sweeper import Sweeper, redis_client
 from workers import runtime
 from workers.execute import JudgeEngine
+from workers.responders.stored import generate_stored
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,22 @@ def judge_batch(self: Any, judgment_ids: list[int]) -> dict[str, int]:
     counts = engine.judge_many(judgment_ids)
     _step_adaptive_runs(engine, judgment_ids)
     return counts
+
+
+@app.task(
+    name=GENERATE_TASK,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    retry_backoff_max=60,
+    max_retries=None,
+)
+def generate(self: Any, generation_id: int) -> str:
+    """One (item, system) response of a run with systems; its item's judgments follow once all are settled."""
+    engine = runtime.engine()
+    return generate_stored(generation_id, engine.settings, engine.sessions, engine.limiter)
 
 
 def _step_adaptive_runs(engine: JudgeEngine, judgment_ids: list[int]) -> None:

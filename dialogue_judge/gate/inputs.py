@@ -234,4 +234,7 @@ def validate_items(merged: list[dict[str, Any]]) -> list[Any]:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()))
             raise GateInputError(f"item {record.get('id')!r}: {where}: {first.get('msg')}") from None
+        if not out[-1].candidates:
+            missing = "candidates: an item needs at least one candidate response"
+            raise GateInputError(f"item {record.get('id')!r}: {missing}")
     return out

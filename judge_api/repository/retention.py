@@ -32,7 +32,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from judge_api.models import Base, CacheEntry, HumanRating, IdempotencyKey, Judgment, RubricSnapshot, Run, RunItem
+from judge_api.models import (
+    Base,
+    CacheEntry,
+    Generation,
+    HumanRating,
+    IdempotencyKey,
+    Judgment,
+    RubricSnapshot,
+    Run,
+    RunItem,
+)
 from judge_api.repository.projects import ensure_project
 
 BUNDLE_KIND = "dialogue-judge-run"
@@ -105,6 +115,7 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
         )
     removed["judgments"] = _rowcount(session.execute(delete(Judgment).where(Judgment.run_id == run_id)))
     removed["human_ratings"] = _rowcount(session.execute(delete(HumanRating).where(HumanRating.run_id == run_id)))
+    removed["generations"] = _rowcount(session.execute(delete(Generation).where(Generation.run_id == run_id)))
     removed["items"] = _rowcount(session.execute(delete(RunItem).where(RunItem.run_id == run_id)))
     # a retried submission with the run's Idempotency-Key then creates a new run
     removed["idempotency_keys"] = _rowcount(

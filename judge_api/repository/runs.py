@@ -214,18 +214,24 @@ def run_counts(session: Session, run_ids: Sequence[str]) -> dict[str, dict[str, 
 
 
 def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
+    from judge_api.repository.generations import generation_counts  # it imports this module
+
     stats = run_counts(session, [r.id for r in runs])
+    generating = generation_counts(session, runs)
     summaries = []
     for run in runs:
         entry = stats[run.id]
         counts = RunCounts(**entry["counts"])
         total = run.n_judgments or 1
         terminal = sum(entry["counts"].get(s, 0) for s in TERMINAL_STATUSES)
+        generation = generating.get(run.id)
+        # a run with systems is finished once every item's responses are settled and its judgments judged
+        generated = generation is None or (generation.pending == 0 and generation.items_released >= run.n_items)
         # an adaptive run is finished when its planning is, not when its latest batch is
-        settled = terminal >= run.n_judgments and not run.plan_open
+        settled = terminal >= run.n_judgments and not run.plan_open and generated
         if settled:
             status = "budget_exhausted" if run.budget_exhausted_at else "done"
-        elif counts.running or terminal:
+        elif counts.running or terminal or (generation is not None and generation.total > generation.pending):
             status = "running"
         else:
             status = "queued"
@@ -238,7 +244,10 @@ def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
         if settled and run.finished_at is None:
             run.finished_at = utcnow()
         progress = terminal / total
-        if run.plan_open:  # more judgments may come
+        if generation is not None and generation.total:
+            # half for generating, half for judging what is planned so far
+            progress = 0.5 * (generation.total - generation.pending) / generation.total + 0.5 * progress
+        if run.plan_open or not generated:  # more judgments may come
             progress = min(progress, 0.99)
         summaries.append(
             RunSummary(
@@ -263,6 +272,7 @@ def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
                 budget_exhausted=run.budget_exhausted_at is not None,
                 message=message,
                 economy=economy,
+                generation=generation,
             )
         )
     return summaries

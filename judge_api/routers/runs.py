@@ -29,10 +29,12 @@ from judge_api.deps import MAX_OFFSET, app_settings, get_session, require, run_o
 from judge_api.errors import field_error
 from judge_api.guards import check_storable
 from judge_api.models import utcnow
-from judge_api.planning import PlanError, plan_run, run_rubrics
-from judge_api.repository import retention
+from judge_api.planning import PlanError, plan_run, run_rubrics, with_placeholders
+from judge_api.repository import generations, retention
+from judge_api.responders import parse_responder
 from judge_api.rubrics import get_registry
 from judge_api.schemas import Page, RunCreate, RunCreated, RunSummary
+from judge_api.strategies import StrategyError, StrategyRegistry, get_strategies
 from judge_api.submit_limit import SubmitRateLimit
 
 router = APIRouter(tags=["runs"])
@@ -59,13 +61,27 @@ def ensure_project_row(project_id: str) -> None:
 
 def check_run_limits(request: RunCreate, settings: Settings) -> None:
     """422 naming the field when a run is larger than the server accepts (DJ_MAX_ITEMS, DJ_MAX_TURNS,
-    DJ_MAX_CHARS_PER_TURN)."""
+    DJ_MAX_CHARS_PER_TURN), or an item has nothing to judge: no candidate and no run ``systems``, or a given
+    candidate named like one of the systems."""
     if len(request.items) > settings.max_items_per_run:
         raise field_error(
             ["items"],
             f"{len(request.items)} items exceed the limit of {settings.max_items_per_run} per run (DJ_MAX_ITEMS)",
         )
+    systems = request.systems or {}
     for index, item in enumerate(request.items):
+        if not item.candidates and not systems:
+            raise field_error(
+                ["items", index, "candidates"],
+                "an item needs at least one candidate response (or give the run 'systems' that generate them)",
+            )
+        for name in item.candidates:
+            if name in systems:
+                raise field_error(
+                    ["items", index, "candidates", name],
+                    f"{name!r} is also one of the run's systems (its response is generated): rename the system or "
+                    "drop the given candidate",
+                )
         if len(item.dialogue) > settings.max_turns_per_item:
             raise field_error(
                 ["items", index, "dialogue"],
@@ -142,9 +158,7 @@ class Submission:
         if run is None:  # the key's row goes with its run (ON DELETE CASCADE); this is a moment's race at most
             return None
         response.headers[REPLAYED_HEADER] = "true"
-        return RunCreated(
-            id=run.id, status="queued", n_items=run.n_items, n_judgments=run.n_judgments, url=f"/v1/runs/{run.id}"
-        )
+        return created_of(run.id, run.n_items, run.n_judgments, run.config)
 
     def record(self, session: Session, run_id: str) -> None:
         if self.key is not None:
@@ -211,16 +225,25 @@ def _create_reserved(
     """The created run and True, or (with an Idempotency-Key another request stored first) its run and False."""
     check_run_limits(request, settings)
     check_storable(request)
+    check_systems(request, settings)
     registry = get_registry()
+    # a run with systems is validated and counted with a placeholder response of every system; its judgments are
+    # planned item by item once the responses are generated (repository.generations.release_item)
+    to_plan = with_placeholders(request) if request.systems else request
     try:
-        planned = plan_run(request, registry, settings.max_judgments_per_run)
+        planned = plan_run(to_plan, registry, settings.max_judgments_per_run)
     except PlanError as exc:
         parts = exc.field.replace("]", "").split("[")
         loc: list[str | int] = [int(p) if p.isdigit() else p for p in parts]
         raise field_error(loc, exc.message) from None
     ensure_project_row(principal.project_id)
     try:
-        run = repository.create_run(session, request, planned, principal.project_id, run_rubrics(request, registry))
+        rubrics = run_rubrics(to_plan, registry)
+        if request.systems:
+            run = repository.create_run(session, request, [], principal.project_id, rubrics)
+            generations.create_generations(session, run.id, request.systems, repository.item_pks_for(session, run.id))
+        else:
+            run = repository.create_run(session, request, planned, principal.project_id, rubrics)
         sweeper.mark_run_enqueued(session, run.id)
         submission.record(session, run.id)
         session.commit()
@@ -236,10 +259,50 @@ def _create_reserved(
     background.add_task(sweeper.enqueue_run, settings, run.id)
     if submission.key is not None:
         background.add_task(prune_expired_keys, settings.idempotency_ttl_s)
-    created = RunCreated(
-        id=run.id, status="queued", n_items=run.n_items, n_judgments=run.n_judgments, url=f"/v1/runs/{run.id}"
+    return created_of(run.id, run.n_items, run.n_judgments, run.config), True
+
+
+def created_of(run_id: str, n_items: int, n_judgments: int, config: dict[str, Any]) -> RunCreated:
+    n_generations = n_items * len(config.get("systems") or {})
+    return RunCreated(
+        id=run_id,
+        status="queued",
+        n_items=n_items,
+        n_judgments=n_judgments,
+        url=f"/v1/runs/{run_id}",
+        n_generations=n_generations,
     )
-    return created, True
+
+
+def check_systems(request: RunCreate, settings: Settings) -> None:
+    """422 naming ``systems.<name>`` when a system cannot be run by this service's workers: an unknown memory
+    strategy, a chat model or http responder whose URL DJ_JUDGE_URL_ALLOWLIST does not allow (as judge URLs: none
+    once auth is on without an allowlist), or a ``python:`` responder while auth is on (an API user must not make the
+    workers import a module of their choosing)."""
+    strategies: StrategyRegistry | None = None
+    for name, text in (request.systems or {}).items():
+        spec = parse_responder(text)  # validated by the schema already
+        if spec.kind == "python":
+            if settings.auth_enabled:
+                raise field_error(
+                    ["systems", name],
+                    f"{text!r}: python responders run in-process on the workers and are refused when auth is on "
+                    "(DJ_AUTH); serve the system over HTTP ('http:<url>') or generate with 'dialogue-judge generate'",
+                )
+            continue
+        url = spec.url if spec.kind == "http" else spec.model.base_url if spec.model is not None else None
+        if url is not None and not settings.judge_url_allowed(url):
+            raise field_error(
+                ["systems", name],
+                f"URL {url!r} is not in DJ_JUDGE_URL_ALLOWLIST (the workers call only allow-listed URLs for "
+                "systems, as for judges, when auth is on)",
+            )
+        if spec.kind == "chat" and spec.strategy is not None:
+            strategies = strategies or get_strategies()
+            try:
+                strategies.get(spec.strategy)
+            except StrategyError as exc:
+                raise field_error(["systems", name], str(exc)) from None
 
 
 @router.post("/v1/runs", status_code=202, response_model=RunCreated)

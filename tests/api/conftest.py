@@ -29,6 +29,7 @@ TABLES = (
     "judge_cache",
     "rubric_snapshots",
     "idempotency_keys",
+    "generations",
 )
 JUDGE = "openai-compatible:sim-judge@http://127.0.0.1:9/v1"  # never called: no worker runs in these tests
 

@@ -164,7 +164,7 @@ RUN_CASES = [
         "/v1/runs",
         422,
         ["body", "items", 1, "candidates"],
-        "Field required",
+        "at least one candidate",
         json=body_with(drop(["items", 1, "candidates"])),
     ),
     Case(
@@ -585,7 +585,7 @@ JSONL_CASES = [
         "/v1/runs/jsonl",
         422,
         ["body", "items", 1, "candidates"],
-        "Field required",
+        "at least one candidate",
         content=JSONL_BODY.splitlines()[0] + b'\n{"id": "x"}\n',
         params=JSONL_PARAMS,
     ),
