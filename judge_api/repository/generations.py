@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, func, insert, or_, select, update
+from sqlalchemy import and_, case, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from judge_api.models import Generation, Judgment, Run, RunItem, utcnow
@@ -231,11 +231,19 @@ def release_item(session: Session, item_pk: int, registry: RubricRegistry) -> li
 
 def unreleased_settled_items(session: Session, limit: int = 1000) -> list[int]:
     """Items of runs with systems whose generations are all settled but whose judgments were not planned (the worker
-    that settled the last one died, or two settled the last two at once)."""
-    has_generations = exists().where(Generation.item_pk == RunItem.id)
-    open_generations = exists().where(Generation.item_pk == RunItem.id, Generation.status.not_in(SETTLED))
-    query = select(RunItem.id).where(RunItem.released_at.is_(None), has_generations, ~open_generations)
-    return list(session.scalars(query.order_by(RunItem.id).limit(limit)))
+    that settled the last one died, or two settled the last two at once). Read from the generations table, so the
+    sweep costs nothing for runs without systems."""
+    open_count = func.sum(case((Generation.status.in_(SETTLED), 0), else_=1))
+    query = (
+        select(Generation.item_pk)
+        .join(RunItem, RunItem.id == Generation.item_pk)
+        .where(RunItem.released_at.is_(None))
+        .group_by(Generation.item_pk)
+        .having(open_count == 0)
+        .order_by(Generation.item_pk)
+        .limit(limit)
+    )
+    return [int(pk) for pk in session.scalars(query)]
 
 
 def generation_counts(session: Session, runs: Sequence[Run]) -> dict[str, GenerationCounts]:

@@ -227,11 +227,12 @@ def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
         generation = generating.get(run.id)
         # a run with systems is finished once every item's responses are settled and its judgments judged
         generated = generation is None or (generation.pending == 0 and generation.items_released >= run.n_items)
+        generating_now = generation is not None and (generation.running or generation.total > generation.pending)
         # an adaptive run is finished when its planning is, not when its latest batch is
         settled = terminal >= run.n_judgments and not run.plan_open and generated
         if settled:
             status = "budget_exhausted" if run.budget_exhausted_at else "done"
-        elif counts.running or terminal or (generation is not None and generation.total > generation.pending):
+        elif counts.running or terminal or generating_now:
             status = "running"
         else:
             status = "queued"

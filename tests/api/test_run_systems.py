@@ -17,7 +17,7 @@ from judge_api.models import Generation, Judgment, Run
 from judge_api.repository import generations
 from judge_api.rubrics import get_registry
 
-from .conftest import Api, ApiFactory, run_body
+from .conftest import ApiFactory, run_body
 
 SIM = "http://127.0.0.1:9/v1"  # allow-listed by the api fixtures; never called here (no worker)
 CHAT = f"strategy:rsum@openai-compatible:sim-chat@{SIM}"
@@ -150,7 +150,8 @@ def test_a_run_with_systems_stores_its_generations_and_no_judgment_yet(
     assert summary["progress"] == 0.0
 
 
-def test_a_generation_is_written_once_and_an_item_released_once(api: Api) -> None:
+def test_a_generation_is_written_once_and_an_item_released_once(api_factory: ApiFactory, db_url: str) -> None:
+    api = api_factory(auth=False, database_url=db_url)
     body = with_item_candidates(systems_body({"x": CHAT, "y": CHAT}), {"given": "A given answer about Rex."})
     body["items"] = body["items"][:1]
     run_id = api.submit(None, body)["id"]
@@ -176,6 +177,7 @@ def test_a_generation_is_written_once_and_an_item_released_once(api: Api) -> Non
         assert task is not None
         assert generations.write_generation(session, y, task.token, {"status": "failed", "error": "timeout: slow"})
     with session_scope() as session:
+        assert generations.unreleased_settled_items(session) == [first.item_pk]  # what the sweeper would release
         released = generations.release_item(session, first.item_pk, get_registry())
         assert generations.release_item(session, first.item_pk, get_registry()) == []  # once
         assert generations.unreleased_settled_items(session) == []

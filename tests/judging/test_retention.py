@@ -116,6 +116,7 @@ def test_deleting_a_run_leaves_nothing_of_it_and_another_runs_cache_survives(
         "rubric_snapshots": 0,  # run B was planned with the same rubric version
         "judgments": 6,
         "human_ratings": 1,
+        "generations": 0,  # a run without systems
         "items": 3,
         "idempotency_keys": 0,
         "runs": 1,
