@@ -195,13 +195,13 @@ def _import(
             scale = (parsed.scale_min, parsed.scale_max)
         fmt: str = source.format
     else:
-        if file_format is None and content_type == "text/csv":
-            fmt = "csv"
-        elif file_format is None and content_type in _JSONL_TYPES:
-            fmt = detect_format(body, "verdicts.jsonl")
-        else:
-            fmt = file_format or detect_format(body, name)
         try:
+            if file_format is None and content_type == "text/csv":
+                fmt = "csv"
+            elif file_format is None and content_type in _JSONL_TYPES:
+                fmt = detect_format(body, "verdicts.jsonl")
+            else:
+                fmt = file_format or detect_format(body, name)
             file = read_verdict_file(
                 body,
                 fmt,

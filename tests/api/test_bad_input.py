@@ -1104,6 +1104,16 @@ FACTS_AND_VERDICTS_CASES = [
         headers={"content-type": "text/csv"},
     ),
     Case(
+        "verdicts body not UTF-8 (format detected from the body)",
+        "POST",
+        f"/v1/runs/{RUN}/verdicts",
+        422,
+        ["body", "file"],
+        "not UTF-8 text",
+        content=b"\xff\xfe\x00",
+        headers={"content-type": "application/octet-stream"},
+    ),
+    Case(
         "verdicts turn out of range",
         "POST",
         f"/v1/runs/{RUN}/verdicts",
