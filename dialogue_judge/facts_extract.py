@@ -54,10 +54,12 @@ def run_request(items: list[dict[str, Any]], rubric: Rubric, judge: str) -> RunC
         for item in items
         if extraction_sources(item)
     ]
-    return RunCreate.model_validate(
+    # with nothing to extract, a stand-in item still has the judge and rubric validated; the run then has no items
+    stand_in = {"id": "stand-in", "dialogue": [], "candidates": {EXTRACT_SYSTEM: "-"}}
+    request = RunCreate.model_validate(
         {
             "name": "facts-extract",
-            "items": run_items,
+            "items": run_items or [stand_in],
             "rubrics": [rubric.id],
             "judges": [judge],
             "mode": ["single"],
@@ -65,6 +67,7 @@ def run_request(items: list[dict[str, Any]], rubric: Rubric, judge: str) -> RunC
             "metrics": [],
         }
     )
+    return request if run_items else request.model_copy(update={"items": []})
 
 
 def _merged(

@@ -297,7 +297,8 @@ def test_cli_an_id_clash_with_explicit_facts_is_a_failure(
     [
         (None, ["--rubric", "fact-check"], "is not a fact-extract rubric"),
         (None, ["--rubric", "no-such-rubric"], "--rubric"),
-        ([{"id": "a", "candidates": {}}], [], "item 0: candidates"),
+        ([{"candidates": {"s": "hi"}}], [], "item 0: id: Field required"),
+        ([{"id": "a", "candidates": {"s": 5}}], [], "item 0: candidates.s"),
         ([item(id="a"), item(id="a")], [], "item 1: id: duplicate item id 'a'"),
         ("missing", [], "no such file"),
         (None, ["--judge", "nosuchprovider:x"], "--judge: judge 'nosuchprovider:x': unknown provider"),
@@ -315,3 +316,17 @@ def test_cli_bad_input_exits_2(
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and message in result.output, result.output
     assert not out.exists()
+
+
+def test_cli_with_nothing_to_extract_writes_the_persona_facts_without_a_call(
+    settings_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # no memory and one session: nothing for the judge to read, so no run is made (the judge is unreachable)
+    src = write(tmp_path / "items.jsonl", [item(memory=None, dialogue=DIALOGUE[-1:])])
+    out = tmp_path / "o.jsonl"
+    judge = "openai-compatible:sim@http://127.0.0.1:9/v1"
+    result = CliRunner().invoke(app, ["facts", "extract", str(src), "--judge", judge, "-o", str(out), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    (written,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [f["id"] for f in written["facts"]] == ["user.1", "bot.1"]
+    assert written["meta"]["facts_extraction"]["status"] == "no sources"
