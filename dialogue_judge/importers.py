@@ -20,7 +20,7 @@ from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
 from judge_api import repository
-from judge_api.models import Judgment, utcnow
+from judge_api.models import Judgment, fresh_judgment_fields, utcnow
 from judge_api.planning import PlannedJudgment
 from judge_api.schemas import HumanRatingIn, Item, RunCreate
 from judge_api.stats import load_mtbench_gpt4_pair_judgments, load_mtbench_human
@@ -133,15 +133,7 @@ def import_mtbench(session: Session, folder: Path, turn: int, project_id: str = 
                 "outcome": verdict.outcome,
                 "len_a": len(candidates.get(plan.system_a, "")),
                 "len_b": len(candidates.get(plan.system_b or "", "")),
-                "injection_flags": [],
-                "created_at": now,
-                "updated_at": now,
-                "input_tokens": 0,
-                "output_tokens": 0,
-                "cost_usd": 0.0,
-                "attempts": 0,
-                "provider_calls": 0,
-                "cached": False,
+                **fresh_judgment_fields(now),
             }
         )
     for start in range(0, len(rows), 5000):

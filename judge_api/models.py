@@ -25,6 +25,21 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def fresh_judgment_fields(now: datetime) -> dict[str, Any]:
+    """The bookkeeping columns of a judgment row inserted in bulk: no call made yet, nothing spent."""
+    return {
+        "injection_flags": [],
+        "created_at": now,
+        "updated_at": now,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": 0.0,
+        "attempts": 0,
+        "provider_calls": 0,
+        "cached": False,
+    }
+
+
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 

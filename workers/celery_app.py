@@ -125,16 +125,19 @@ app.user_options["worker"].add(
 app.steps["worker"].add(_MetricsPortOption)
 
 
-@app.task(
-    name=JUDGE_TASK,
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    retry_backoff_max=60,
-    max_retries=None,
-)
+# a message is acknowledged only once its work is stored, and a database that is away is waited for, not failed on
+DURABLE_TASK: dict[str, Any] = {
+    "bind": True,
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+    "max_retries": None,
+}
+
+
+@app.task(name=JUDGE_TASK, **DURABLE_TASK)
 def judge(self: Any, judgment_id: int) -> str:
     engine = runtime.engine()
     status = engine.judge(judgment_id)
@@ -142,16 +145,7 @@ def judge(self: Any, judgment_id: int) -> str:
     return status
 
 
-@app.task(
-    name=JUDGE_BATCH_TASK,
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    retry_backoff_max=60,
-    max_retries=None,
-)
+@app.task(name=JUDGE_BATCH_TASK, **DURABLE_TASK)
 def judge_batch(self: Any, judgment_ids: list[int]) -> dict[str, int]:
     engine = runtime.engine()
     counts = engine.judge_many(judgment_ids)
@@ -159,16 +153,7 @@ def judge_batch(self: Any, judgment_ids: list[int]) -> dict[str, int]:
     return counts
 
 
-@app.task(
-    name=GENERATE_TASK,
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    retry_backoff_max=60,
-    max_retries=None,
-)
+@app.task(name=GENERATE_TASK, **DURABLE_TASK)
 def generate(self: Any, generation_id: int) -> str:
     """One (item, system) response of a run with systems; its item's judgments follow once all are settled."""
     engine = runtime.engine()

@@ -17,6 +17,7 @@ from judge_api.models import (
     Judgment,
     Run,
     RunItem,
+    fresh_judgment_fields,
     utcnow,
 )
 from judge_api.planning import PlannedJudgment, is_adaptive, run_config
@@ -106,15 +107,7 @@ def judgment_row(
         "status": "pending",
         "len_a": len(texts[p.system_a]),
         "len_b": len(texts[p.system_b]) if p.system_b else None,
-        "injection_flags": [],
-        "created_at": now,
-        "updated_at": now,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "cost_usd": 0.0,
-        "attempts": 0,
-        "provider_calls": 0,
-        "cached": False,
+        **fresh_judgment_fields(now),
     }
     if enqueued_at is not None:
         row["enqueued_at"] = enqueued_at

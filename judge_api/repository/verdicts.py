@@ -18,7 +18,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from judge_api.judges import JudgeSpecError, parse_judge
-from judge_api.models import Judgment, Run, utcnow
+from judge_api.models import Judgment, Run, fresh_judgment_fields, utcnow
 from judge_api.planning import PlannedJudgment
 from judge_api.reference_metrics import REFERENCE_JUDGE
 from judge_api.repository.runs import get_items, item_pks_for
@@ -172,15 +172,7 @@ def import_verdicts(
                 "details": {**v.details, "imported": True} if v.details else {"imported": True},
                 "len_a": len(texts[v.system]),
                 "len_b": len(texts[v.system_b]) if v.system_b else None,
-                "injection_flags": [],
-                "created_at": now,
-                "updated_at": now,
-                "input_tokens": 0,
-                "output_tokens": 0,
-                "cost_usd": 0.0,
-                "attempts": 0,
-                "provider_calls": 0,
-                "cached": False,
+                **fresh_judgment_fields(now),
                 "source": source.sha256,
                 "scale_min": row_scale[0] if row_scale else None,
                 "scale_max": row_scale[1] if row_scale else None,
