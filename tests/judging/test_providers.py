@@ -254,10 +254,9 @@ def test_cost_and_run_totals(harness: Harness, provider: str, model: str) -> Non
     run_id = harness.run(items=two_systems(), rubrics=["rsum-single"], judges=[judge], aspects=["consistency"])
     rows = harness.rows(run_id)
     spec = parse_judge(judge)
-    table = load_prices().get(spec.provider, {})
-    price = next((table[m] for m in sorted(table, key=len, reverse=True) if spec.model.startswith(m)), (0.0, 0.0))
+    price = load_prices().for_spec(spec)
     for row in rows:
-        expected = (row.input_tokens * price[0] + row.output_tokens * price[1]) / 1_000_000
+        expected = (row.input_tokens * price.input + row.output_tokens * price.output) / 1_000_000
         assert row.cost_usd == pytest.approx(expected)
         assert (row.cost_usd > 0) == (provider != "openai-compatible")
     summary = harness.summary(run_id)
