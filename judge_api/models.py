@@ -33,7 +33,11 @@ def fresh_judgment_fields(now: datetime) -> dict[str, Any]:
         "updated_at": now,
         "input_tokens": 0,
         "output_tokens": 0,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
         "cost_usd": 0.0,
+        "list_cost_usd": 0.0,
+        "cache_saved_usd": 0.0,
         "attempts": 0,
         "provider_calls": 0,
         "cached": False,
@@ -145,8 +149,13 @@ class Judgment(Base):
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    # parts of input_tokens read from / written to the provider's prompt cache, as the provider reported them
+    cached_input_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
-    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)  # what the provider billed (workers.pricing)
+    list_cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # no cache, no batch
+    cache_saved_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # of it, by caching
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     provider_calls: Mapped[int] = mapped_column(Integer, default=0)
     cached: Mapped[bool] = mapped_column(Boolean, default=False)

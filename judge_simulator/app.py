@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .behaviour import JudgeRequest, approx_tokens, judge
+from .caching import CallUsage, PromptCache
 from .faults import FaultEngine, LatencySampler, RateLimiter
 from .logprobs import logprobs_object
 from .script import Fault, Provider, Script
@@ -60,6 +61,7 @@ class Runtime:
     faults: FaultEngine
     limiter: RateLimiter
     latency: LatencySampler
+    cache: PromptCache
 
     @classmethod
     def build(cls, script: Script) -> Runtime:
@@ -68,6 +70,7 @@ class Runtime:
             faults=FaultEngine(script),
             limiter=RateLimiter(script.rate_limit_rpm, script.rate_limit_window_seconds),
             latency=LatencySampler(script.latency, script.seed),
+            cache=PromptCache(script.prompt_cache),
         )
 
 
@@ -189,12 +192,13 @@ class Simulator:
         record.fault = fault.kind if fault else None
         if fault is not None and fault.kind == "rate_limit":
             return rate_limit_response(provider, fault.retry_after, record.seq, "scripted fault")
+        usage = rt.cache.lookup(provider, req.model, req.prompt, body, approx_tokens(req.prompt))
         delay = fault.hang_seconds if fault is not None and fault.kind == "hang" else rt.latency.sample()
         await sleep_unless_disconnected(request, delay)
         headers = _request_id_headers(provider, record.seq)
         if fault is not None and fault.kind == "server_error":
             return _json(error_body(provider, fault.status), fault.status, headers)
-        payload = self._payload(rt.script, req, body, fault, record)
+        payload = self._payload(rt, req, body, fault, record, usage)
         if fault is not None and fault.kind == "invalid_json":
             raw = json.dumps(payload).encode("utf-8")
             return Response(raw[: len(raw) // 2], 200, headers=headers, media_type="application/json")
@@ -202,23 +206,36 @@ class Simulator:
 
     def _payload(
         self,
-        script: Script,
+        rt: Runtime,
         req: ParsedRequest,
         body: dict[str, Any],
         fault: Fault | None,
         record: CallRecord,
+        usage: CallUsage,
+        batch: bool = False,
     ) -> dict[str, Any]:
+        """The reply to an answered call; its prompt prefixes are cached and its cost added to the bill."""
+        script = rt.script
         jreq = JudgeRequest(req.model, req.prompt, req.temperature, req.request_seed)
         choices = [self._choice(script, req, jreq, i, fault, record) for i in range(req.n)]
-        prompt_tokens = approx_tokens(req.prompt)
         completion_tokens = sum(
             approx_tokens((c.content if c.tool_name is None else c.tool_arguments) or "") for c in choices
         )
+        rt.cache.commit(usage)
+        self.stats.bill.charge(script.prompt_cache, req.provider, req.model, usage, completion_tokens, batch)
         if req.provider == "anthropic":
             mid = response_id("msg_", script.seed, body)
-            return anthropic_message(mid, req.model, choices[0], prompt_tokens, completion_tokens)
+            return anthropic_message(
+                mid,
+                req.model,
+                choices[0],
+                usage.input_tokens,
+                completion_tokens,
+                usage.cached_tokens,
+                usage.cache_write_tokens,
+            )
         cid = response_id("chatcmpl-", script.seed, body)
-        return openai_completion(cid, req.model, choices, prompt_tokens, completion_tokens)
+        return openai_completion(cid, req.model, choices, usage.input_tokens, completion_tokens, usage.cached_tokens)
 
     def _choice(
         self,

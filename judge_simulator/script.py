@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .caching import PromptCaching
 from .facts import EXTRACT_PROTOCOL, FACT_PROTOCOL, MEMORY_PROTOCOL
 
 FaultKind = Literal["rate_limit", "server_error", "hang", "malformed", "truncated", "invalid_json"]
@@ -299,6 +300,10 @@ class Script(_Strict):
     faults: list[Fault] = Field(default_factory=list)
     rate_limit_rpm: int | None = Field(default=None, ge=1, description="max requests per model per window")
     rate_limit_window_seconds: float = Field(default=60.0, gt=0, description="sliding window of rate_limit_rpm")
+    prompt_cache: PromptCaching = Field(
+        default_factory=PromptCaching,
+        description="provider-style prompt caching and the bill (judge_simulator.caching)",
+    )
     models: list[str] = Field(
         default_factory=lambda: ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "claude-sonnet-4-5", "sim-judge"],
         description="ids listed by GET /v1/models (any model name is accepted by the endpoints)",

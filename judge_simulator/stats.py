@@ -14,6 +14,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .caching import Bill
+
 CLIENT_CLOSED = 499
 
 
@@ -64,6 +66,7 @@ class Stats:
         self.max_in_flight = 0
         self.since = time.time()
         self.log: deque[CallRecord] = deque(maxlen=self._log_size)
+        self.bill = Bill()
 
     def begin(self, endpoint: str, model: str, body: Any) -> CallRecord:
         """Count a call as it arrives and as in flight."""
@@ -99,6 +102,7 @@ class Stats:
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "since": self.since,
+            "bill": self.bill.snapshot(),
         }
 
     def recent(self, limit: int) -> list[dict[str, Any]]:

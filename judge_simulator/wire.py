@@ -56,8 +56,10 @@ class ParsedRequest:
     top_logprobs: int | None = None  # None: no logprobs asked for; else how many alternatives per token
 
 
-def _text_of(content: Any) -> str:
-    """Text of a message ``content``: a string, or the text parts of a list of content blocks."""
+def _text_of(content: Any, sep: str = "\n") -> str:
+    """Text of a message ``content``: a string, or the text parts of a list of content blocks joined by ``sep``
+    (Anthropic's text blocks are one text: ``""``, so a prompt split at a ``cache_control`` breakpoint reads the
+    same)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -72,7 +74,7 @@ def _text_of(content: Any) -> str:
                     parts.append(block["text"])
                 elif block.get("type") == "tool_result":
                     parts.append(_text_of(block.get("content")))
-        return "\n".join(p for p in parts if p)
+        return sep.join(p for p in parts if p)
     return ""
 
 
@@ -215,8 +217,8 @@ def parse_anthropic(body: dict[str, Any]) -> ParsedRequest:
         if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
             fmt_schema = fmt.get("schema")
             output = OutputSpec("json_schema", fmt_schema if isinstance(fmt_schema, dict) else {})
-    system = _text_of(body.get("system"))
-    texts = [system] + [_text_of(m.get("content")) for m in messages]
+    system = _text_of(body.get("system"), "")
+    texts = [system] + [_text_of(m.get("content"), "") for m in messages]
     return ParsedRequest(
         provider="anthropic",
         model=model,
@@ -250,7 +252,12 @@ class ChoiceOut:
 
 
 def openai_completion(
-    completion_id: str, model: str, choices: list[ChoiceOut], prompt_tokens: int, completion_tokens: int
+    completion_id: str,
+    model: str,
+    choices: list[ChoiceOut],
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int = 0,
 ) -> dict[str, Any]:
     """A ``chat.completion`` object."""
     out_choices = []
@@ -282,15 +289,23 @@ def openai_completion(
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
         },
         "system_fingerprint": "fp_judge_simulator",
     }
 
 
 def anthropic_message(
-    message_id: str, model: str, choice: ChoiceOut, input_tokens: int, output_tokens: int
+    message_id: str,
+    model: str,
+    choice: ChoiceOut,
+    input_tokens: int,
+    output_tokens: int,
+    cache_read: int = 0,
+    cache_write: int = 0,
 ) -> dict[str, Any]:
-    """A Messages API ``message`` object."""
+    """A Messages API ``message`` object; ``input_tokens`` counts every prompt token and is reported, as Anthropic
+    does, less the tokens read from or written to the cache."""
     content: list[dict[str, Any]] = []
     if choice.tool_name is not None:
         content.append(
@@ -312,10 +327,10 @@ def anthropic_message(
         "stop_reason": choice.finish_reason,
         "stop_sequence": choice.stop_sequence,
         "usage": {
-            "input_tokens": input_tokens,
+            "input_tokens": input_tokens - cache_read - cache_write,
             "output_tokens": output_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": cache_write,
+            "cache_read_input_tokens": cache_read,
         },
     }
 

@@ -61,6 +61,9 @@ class JudgeReply:
     latency_ms: float
     structured: dict[str, Any] | None = None
     logprobs: list[dict[str, Any]] | None = None  # workers.scoring.numeric_positions of the reply, when asked
+    # parts of input_tokens (which counts every prompt token): read from / written to the provider's prompt cache
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass
@@ -203,14 +206,18 @@ class OpenAIJudgeClient:
             except json.JSONDecodeError:
                 structured = None
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        prompt_tokens = _count(usage.get("prompt_tokens"))
         return JudgeReply(
             text=text,
             finish_reason=_text_or_none(choice.get("finish_reason")),
-            input_tokens=_count(usage.get("prompt_tokens")),
+            input_tokens=prompt_tokens,
             output_tokens=_count(usage.get("completion_tokens")),
             latency_ms=latency_ms,
             structured=structured,
             logprobs=_logprobs(choice.get("logprobs")) if request.top_logprobs else None,
+            cached_input_tokens=min(_count(details.get("cached_tokens")), prompt_tokens),
         )
 
 
@@ -295,13 +302,18 @@ class AnthropicJudgeClient:
                 structured = dict(block["input"])
         text = _scrub("\n".join(texts) or (json.dumps(structured) if structured is not None else ""))
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        read = _count(usage.get("cache_read_input_tokens"))
+        written = _count(usage.get("cache_creation_input_tokens"))
         return JudgeReply(
             text=text,
             finish_reason=_text_or_none(data.get("stop_reason")),
-            input_tokens=_count(usage.get("input_tokens")),
+            # Anthropic's input_tokens leaves out what was read from or written to the cache: ours counts them
+            input_tokens=_count(usage.get("input_tokens")) + read + written,
             output_tokens=_count(usage.get("output_tokens")),
             latency_ms=latency_ms,
             structured=structured,
+            cached_input_tokens=read,
+            cache_write_tokens=written,
         )
 
 

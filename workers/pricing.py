@@ -65,15 +65,6 @@ class Usage:
     cache_write_tokens: int = 0
     batch: bool = False
 
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cached_input_tokens + other.cached_input_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-            self.batch and other.batch,
-        )
-
 
 class PriceTable:
     def __init__(self, rules: dict[str, ProviderRules], models: dict[str, dict[str, ModelPrice]]) -> None:

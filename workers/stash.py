@@ -111,6 +111,8 @@ def _encode(reply: JudgeReply, calls: int, cost: float) -> str:
             "latency_ms": reply.latency_ms,
             "structured": reply.structured,
             "logprobs": reply.logprobs,
+            "cached_input_tokens": reply.cached_input_tokens,
+            "cache_write_tokens": reply.cache_write_tokens,
             "calls": calls,
             "cost": cost,
         }
@@ -127,6 +129,8 @@ def _decode(payload: str | bytes, counted: bool) -> Stashed:
         float(data.get("latency_ms") or 0.0),
         data.get("structured"),
         data.get("logprobs"),
+        int(data.get("cached_input_tokens") or 0),
+        int(data.get("cache_write_tokens") or 0),
     )
     return Stashed(reply, int(data["calls"]), float(data["cost"]), counted)
 

@@ -213,7 +213,7 @@ def _judgments() -> Table:
 
 # what the provider was paid is added to the row, never overwritten: calls of a claim that was lost (recorded by
 # add_unused_calls) and of an earlier attempt of the judgment stay counted when the verdict is written
-ACCUMULATED_COLUMNS = ("provider_calls", "cost_usd")
+ACCUMULATED_COLUMNS = ("provider_calls", "cost_usd", "list_cost_usd", "cache_saved_usd")
 
 
 def _accumulate(table: Table, values: dict[str, Any]) -> None:
@@ -291,8 +291,12 @@ VERDICT_COLUMNS = (
     "provider_calls",
     "input_tokens",
     "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
     "latency_ms",
     "cost_usd",
+    "list_cost_usd",
+    "cache_saved_usd",
     "cached",
 )
 
@@ -310,7 +314,11 @@ def complete_pending_many(sessions: sessionmaker[Session], writes: Sequence[dict
         "provider_calls": 0,
         "input_tokens": 0,
         "output_tokens": 0,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
         "cost_usd": 0.0,
+        "list_cost_usd": 0.0,
+        "cache_saved_usd": 0.0,
         "cached": False,
         "injection_flags": [],
     }

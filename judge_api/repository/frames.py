@@ -38,6 +38,10 @@ JUDGMENT_FRAME_COLUMNS = [
     "cost_usd",
     "cached",
     "source",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "list_cost_usd",
+    "cache_saved_usd",
 ]
 _QUERY_COLUMNS = [*JUDGMENT_FRAME_COLUMNS, "judgment_scale_min", "judgment_scale_max"]
 
@@ -68,6 +72,10 @@ _JUDGMENTS_QUERY = (
         Judgment.cost_usd,
         Judgment.cached,
         Judgment.source,
+        Judgment.cached_input_tokens,
+        Judgment.cache_write_tokens,
+        Judgment.list_cost_usd,
+        Judgment.cache_saved_usd,
         Judgment.scale_min,
         Judgment.scale_max,
     )

@@ -50,6 +50,12 @@ INPUT_TOKENS = "input_tokens"
 OUTPUT_TOKENS = "output_tokens"
 LATENCY_MS = "latency_ms"
 COST_USD = "cost_usd"
+CACHED_INPUT_TOKENS = "cached_input_tokens"
+"""Of input_tokens, read from the provider's prompt cache (0 where not reported)."""
+CACHE_WRITE_TOKENS = "cache_write_tokens"
+LIST_COST_USD = "list_cost_usd"
+"""The same tokens at list price (no cache, no batch); missing (NaN) for frames from before it was stored."""
+CACHE_SAVED_USD = "cache_saved_usd"
 CACHED = "cached"
 SOURCE = "source"
 """Imported verdicts: the SHA-256 of the file they came from (None for the service's own judge calls)."""
@@ -110,6 +116,10 @@ JUDGMENT_COLUMNS: tuple[str, ...] = (
     COST_USD,
     CACHED,
     SOURCE,
+    CACHED_INPUT_TOKENS,
+    CACHE_WRITE_TOKENS,
+    LIST_COST_USD,
+    CACHE_SAVED_USD,
 )
 JUDGMENT_REQUIRED: tuple[str, ...] = (ITEM_ID, MODE, SYSTEM_A, ASPECT, JUDGE, STATUS)
 
@@ -123,8 +133,10 @@ _FLOAT_COLUMNS = (
     CONFIDENCE,
     LATENCY_MS,
     COST_USD,
+    LIST_COST_USD,
+    CACHE_SAVED_USD,
 )
-_INT_COLUMNS = (SAMPLE_INDEX, INPUT_TOKENS, OUTPUT_TOKENS)
+_INT_COLUMNS = (SAMPLE_INDEX, INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS, CACHE_WRITE_TOKENS)
 _OPTIONAL_STR_COLUMNS = (SYSTEM_B, ORDER, OUTCOME, SOURCE)
 _STR_COLUMNS = (RUN_ID, ITEM_ID, MODE, SYSTEM_A, ASPECT, JUDGE, RUBRIC_ID, RUBRIC_VERSION, STATUS)
 

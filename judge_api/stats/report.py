@@ -83,7 +83,16 @@ def counts_section(judgments: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-_COST_COLUMNS = (F.INPUT_TOKENS, F.OUTPUT_TOKENS, F.COST_USD, F.LATENCY_MS)
+_COST_COLUMNS = (
+    F.INPUT_TOKENS,
+    F.OUTPUT_TOKENS,
+    F.COST_USD,
+    F.LATENCY_MS,
+    F.CACHED_INPUT_TOKENS,
+    F.CACHE_WRITE_TOKENS,
+    F.LIST_COST_USD,
+    F.CACHE_SAVED_USD,
+)
 
 
 def _cost_block(
@@ -99,10 +108,19 @@ def _cost_block(
         vals = vals[np.isfinite(vals)]
         return float(vals.mean()) if vals.size else None
 
+    cost = total(F.COST_USD)
+    # rows from before the list price was stored (NaN): they were billed at list price
+    listed = float(np.nansum(np.where(np.isfinite(cols[F.LIST_COST_USD]), cols[F.LIST_COST_USD], cols[F.COST_USD])))
+    cache_saved = total(F.CACHE_SAVED_USD)
     return {
         "input_tokens": int(total(F.INPUT_TOKENS)),
         "output_tokens": int(total(F.OUTPUT_TOKENS)),
-        "cost_usd": total(F.COST_USD),
+        "cached_input_tokens": int(total(F.CACHED_INPUT_TOKENS)),
+        "cache_write_tokens": int(total(F.CACHE_WRITE_TOKENS)),
+        "cost_usd": cost,
+        "list_cost_usd": listed,
+        # what the provider's discounts saved against list price: caching at real-time prices, batch the rest
+        "saved_usd": {"cache": cache_saved, "batch": max(listed - cost - cache_saved, 0.0)},
         "latency_ms": total(F.LATENCY_MS),
         "n_finished": int(finished.sum()),
         "n_cached": int((called & cached).sum()),
@@ -679,14 +697,29 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     out.append(
         (
             "Cost",
-            ["judgments", "cached", "input tokens", "output tokens", "cost USD", "mean latency ms"],
+            [
+                "judgments",
+                "cached",
+                "input tokens",
+                "from prompt cache",
+                "output tokens",
+                "cost USD",
+                "list price USD",
+                "saved by caching",
+                "saved by batch",
+                "mean latency ms",
+            ],
             [
                 [
                     _fmt(cost.get("n_finished", 0)),
                     _fmt(cost.get("n_cached", 0)),
                     _fmt(cost.get("input_tokens", 0)),
+                    _fmt(cost.get("cached_input_tokens", 0)),
                     _fmt(cost.get("output_tokens", 0)),
                     _fmt(cost.get("cost_usd"), 4),
+                    _fmt(cost.get("list_cost_usd", cost.get("cost_usd")), 4),
+                    _fmt((cost.get("saved_usd") or {}).get("cache", 0.0), 4),
+                    _fmt((cost.get("saved_usd") or {}).get("batch", 0.0), 4),
                     _fmt(cost.get("mean_latency_ms"), 0),
                 ]
             ],
