@@ -567,6 +567,7 @@ def requeue(
 def rubrics() -> None:
     """List the rubrics (shipped ones and those in DJ_RUBRICS_PATH)."""
     from judge_api.rubrics import RubricError, get_registry
+    from workers.dispatch import rubric_prefix
 
     try:
         registry = get_registry(refresh=True)
@@ -576,6 +577,7 @@ def rubrics() -> None:
         scale = f"{rubric.scale[0]:g}-{rubric.scale[1]:g}" if rubric.scale else "pairwise"
         emit(
             f"{rubric.id:<22} {rubric.kind:<9} {scale:<9} v{rubric.version}  aspects: {', '.join(rubric.aspect_names)}"
+            f"  cacheable prefix: {rubric_prefix(rubric)}"
         )
     for name, reason in sorted(registry.errors.items()):
         err.print(f"[red]skipped {name}:[/red] {reason}", highlight=False)

@@ -38,6 +38,7 @@ import openai
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec
 from judge_api.secrets import provider_secret, scrub_str
+from workers.dispatch import CachePrefix
 from workers.scoring import numeric_positions
 
 
@@ -50,6 +51,9 @@ class JudgeRequest:
     json_schema: dict[str, Any] | None = None
     schema_name: str = "verdict"
     top_logprobs: int | None = None  # ask for token log-probabilities (expected scoring)
+    # where the prompt's cacheable shared prefix ends (workers.dispatch): OpenAI gets its key as prompt_cache_key,
+    # Anthropic a cache_control breakpoint there. Not part of the judge cache's key: the prompt is the same.
+    cache_prefix: CachePrefix | None = None
 
 
 @dataclass
@@ -162,6 +166,8 @@ class OpenAIJudgeClient:
         kwargs["max_completion_tokens" if self.spec.provider == "openai" else "max_tokens"] = request.max_tokens
         if request.seed is not None:
             kwargs["seed"] = request.seed
+        if request.cache_prefix is not None and self.spec.provider == "openai":
+            kwargs["prompt_cache_key"] = request.cache_prefix.key
         if request.top_logprobs:
             kwargs["logprobs"] = True
             kwargs["top_logprobs"] = request.top_logprobs
@@ -243,6 +249,37 @@ def _logprobs(data: Any) -> list[dict[str, Any]] | None:
     return numeric_positions(tokens) if tokens else None
 
 
+def anthropic_messages(request: JudgeRequest) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
+    """The system prompt and messages of a Messages request. With a cache prefix, the text of the message it ends
+    in is split into two text blocks there, the first carrying a ``cache_control`` breakpoint: the concatenated
+    text is the prompt, byte for byte."""
+    breakpoint_at = request.cache_prefix
+    chat = request.messages
+    system_parts = [i for i, m in enumerate(chat) if m["role"] == "system"]
+    others = [i for i, m in enumerate(chat) if m["role"] != "system"]
+    if not others:  # a system-only prompt (MemoChat's judge): Messages needs a user turn
+        system_parts, others = [], system_parts
+
+    def content(index: int) -> str | list[dict[str, Any]]:
+        text = chat[index]["content"]
+        if breakpoint_at is None or breakpoint_at.message != index or not 0 < breakpoint_at.offset <= len(text):
+            return text
+        head: dict[str, Any] = {"type": "text", "text": text[: breakpoint_at.offset], "cache_control": EPHEMERAL}
+        tail = text[breakpoint_at.offset :]
+        return [head, {"type": "text", "text": tail}] if tail else [head]
+
+    system: str | list[dict[str, Any]] = "\n\n".join(chat[i]["content"] for i in system_parts)
+    if breakpoint_at is not None and breakpoint_at.message in system_parts and len(system_parts) == 1:
+        system = content(system_parts[0])
+    messages = [
+        {"role": "user" if chat[i]["role"] == "system" else chat[i]["role"], "content": content(i)} for i in others
+    ]
+    return system, messages
+
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
 class AnthropicJudgeClient:
     def __init__(self, spec: JudgeSpec, settings: Settings) -> None:
         self.spec = spec
@@ -257,10 +294,8 @@ class AnthropicJudgeClient:
         )
 
     def complete(self, request: JudgeRequest) -> JudgeReply:
-        system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
-        messages = [{"role": m["role"], "content": m["content"]} for m in request.messages if m["role"] != "system"]
-        if not messages:  # a system-only prompt (MemoChat's judge): Messages needs a user turn
-            messages, system = [{"role": "user", "content": system}], ""
+        system: str | list[dict[str, Any]]
+        system, messages = anthropic_messages(request)
         kwargs: dict[str, Any] = {
             "model": self.spec.model,
             "messages": messages,

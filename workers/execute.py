@@ -14,6 +14,7 @@ jitter (``DJ_BACKOFF_BASE`` doubling up to ``DJ_BACKOFF_MAX``), honouring a ``Re
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -41,16 +42,18 @@ from judge_api.repository.claims import JudgmentTask
 from judge_api.repository.projects import DEFAULT_PROJECT
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
+from workers.dispatch import CACHING_PROVIDERS, dispatch_order, plan_groups
 from workers.injection import scan_item
 from workers.leases import LeaseKeeper
 from workers.parsing import ParsedVerdict, parse_reply
-from workers.pricing import Usage, list_price_usage, price_usage
+from workers.pricing import Usage, list_price_usage, load_prices, price_usage
 from workers.prompting import parse_context, render
 from workers.ratelimit import RateLimiter, limit_for
 from workers.reference import reference_values
 from workers.scoring import TOP_LOGPROBS, apply_expected_scoring
 from workers.singleflight import Lease, SingleFlight
 from workers.stash import ReplyStash
+from workers.tokens import count_text
 from workers.writer import VerdictWrite, VerdictWriter
 
 log = logging.getLogger(__name__)
@@ -142,7 +145,7 @@ class JudgeEngine:
                 single.set_exception(exc)
             asked.append((mine[0], single))
         else:
-            asked = [(loaded, self.call_pool().submit(self._judge_claimed, loaded, token)) for loaded in mine]
+            asked = self._dispatch(mine, token)
             wait([future for _, future in asked])
         failure: BaseException | None = None
         for loaded, future in asked:
@@ -154,6 +157,65 @@ class JudgeEngine:
         if failure is not None:
             raise failure  # the infrastructure failed (claims handed back where possible): the task retries
         return result
+
+    def _dispatch(self, mine: list[Loaded], token: str) -> list[tuple[Loaded, Future[_Asked]]]:
+        """Submit the claimed judgments to the call slots, cache-aware (workers.dispatch): a group sharing a
+        cacheable prefix sends its leader first and the rest once the leader has answered, carrying the prefix's
+        cache key / breakpoint; everything else goes at once and fills the slots meanwhile."""
+        pool = self.call_pool()
+        futures: dict[int, Future[_Asked]] = {}
+        now, followers = self._cache_plan(mine)
+
+        def send(index: int) -> None:
+            future = pool.submit(self._judge_claimed, mine[index], token)
+            if index in futures:  # a follower: its placeholder takes the result
+                placeholder = futures[index]
+                future.add_done_callback(lambda done: _chain(done, placeholder))
+            else:
+                futures[index] = future
+            if followers.get(index):
+                future.add_done_callback(functools.partial(release, index))
+
+        def release(leader: int, _done: Future[_Asked]) -> None:
+            for index in followers[leader]:
+                send(index)
+
+        for members in followers.values():
+            for index in members:
+                futures[index] = Future()
+        for index in now:
+            send(index)
+        return [(loaded, futures[index]) for index, loaded in enumerate(mine)]
+
+    def _cache_plan(self, mine: list[Loaded]) -> tuple[list[int], dict[int, list[int]]]:
+        """Which claimed judgments to send now and which after their group's leader (workers.dispatch)."""
+        prompts: list[list[dict[str, str]]] = []
+        keys: list[Any] = []
+        for index, loaded in enumerate(mine):
+            ready = loaded.ready
+            task = loaded.judgment
+            if ready is None or ready.spec.provider not in CACHING_PROVIDERS or loaded.settled is not None:
+                keys.append(("alone", index))
+                prompts.append([])
+                continue
+            keys.append((task.run_id, task.judge, task.rubric_id, task.rubric_version, str(task.item.get("id"))))
+            prompts.append(ready.request.messages)
+        if all(key[0] == "alone" for key in keys):
+            return list(range(len(mine))), {}
+        prices = load_prices(str(self.settings.prices_file) if self.settings.prices_file else None)
+
+        def long_enough(index: int, prefix: str) -> bool:
+            ready = mine[index].ready
+            assert ready is not None
+            return count_text(ready.spec, prefix) >= prices.min_cache_tokens(ready.spec)
+
+        groups = plan_groups(keys, prompts, long_enough)
+        for group in groups:
+            for index in group.members if group.prefix is not None else ():
+                ready = mine[index].ready
+                assert ready is not None
+                ready.request = replace(ready.request, cache_prefix=group.prefix)
+        return dispatch_order(groups)
 
     def _find_stashed(self, mine: list[Loaded]) -> None:
         """Which of the claimed misses have a paid reply waiting (one round trip for the batch)."""
@@ -699,6 +761,14 @@ def bill_values(spec: JudgeSpec, paid: list[Usage], prices: str | None) -> dict[
     listed = sum((list_price_usage(spec, u, prices) for u in paid), 0.0)
     realtime = sum((price_usage(spec, replace(u, batch=False), prices) for u in paid), 0.0)
     return {"cost_usd": cost, "list_cost_usd": listed, "cache_saved_usd": max(listed - realtime, 0.0)}
+
+
+def _chain(done: Future[_Asked], into: Future[_Asked]) -> None:
+    error = done.exception()
+    if error is not None:
+        into.set_exception(error)
+    else:
+        into.set_result(done.result())
 
 
 def reply_usage(reply: JudgeReply, batch: bool = False) -> Usage:

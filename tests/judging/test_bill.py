@@ -68,3 +68,48 @@ def test_cached_tokens_are_priced_as_the_table_says(harness: Harness, provider: 
     assert section["saved_usd"]["batch"] == pytest.approx(0.0, abs=1e-12)
     if provider == "openai":
         assert section["saved_usd"]["cache"] > 0
+
+
+def _bodies(harness: Harness) -> list[dict]:
+    return [r["body"] for r in harness.sim.requests(limit=1000)]
+
+
+def _marked(body: dict) -> bool:
+    values = [body.get("system")] + [m["content"] for m in body["messages"]]
+    return any(isinstance(v, list) and any("cache_control" in b for b in v) for v in values)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_cache_aware_dispatch_marks_only_cacheable_prefixes(harness: Harness, provider: str) -> None:
+    """A batch with a long-history MemoChat item (4 candidates) and a short rsum item: the long group's leader goes
+    first, the rest read the cached prefix; only the long prompts carry a breakpoint / prompt_cache_key."""
+    harness.sim.set_script({"prompt_cache": {"enabled": True, "prices": SIM_PRICES}, "latency": 0.05})
+    judge = harness.judge(provider)
+    long_run = harness.create(items=[long_item("a", 4)], rubrics=["memochat-consistency"], judges=[judge])
+    short_run = harness.create(
+        items=[dialogue_item("s", {f"s{k}": f"Rex. <<q={50 + k}>>" for k in range(3)})],
+        rubrics=["memochat-consistency"],
+        judges=[judge],
+    )
+    ids = harness.pending(long_run) + harness.pending(short_run)
+    counts = harness.engine.judge_many(ids)
+    assert counts == {"done": 7}
+
+    bodies = _bodies(harness)
+    long_bodies = [b for b in bodies if "Turn 100" in str(b)]
+    short_bodies = [b for b in bodies if "Turn 100" not in str(b)]
+    assert len(long_bodies) == 4 and len(short_bodies) == 3
+    if provider == "anthropic":
+        assert all(_marked(b) for b in long_bodies) and not any(_marked(b) for b in short_bodies)
+    else:
+        keys = {b.get("prompt_cache_key") for b in long_bodies}
+        assert len(keys) == 1 and None not in keys
+        assert all("prompt_cache_key" not in b for b in short_bodies)
+    rows = harness.rows(long_run)
+    read = sorted(r.cached_input_tokens > 0 for r in rows)
+    assert read == [False, True, True, True]  # the leader wrote (or missed), every follower read
+    if provider == "anthropic":
+        assert sum(r.cache_write_tokens > 0 for r in rows) == 1
+    assert all(r.cached_input_tokens == 0 and r.cache_write_tokens == 0 for r in harness.rows(short_run))
+    # the prompts are the same bytes as without dispatch: the same judge-cache keys, the same verdicts
+    assert sorted(r.score for r in rows) == [40, 41, 42, 43]

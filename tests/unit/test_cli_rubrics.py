@@ -55,3 +55,21 @@ def test_a_broken_rubric_is_reported_and_exits_2(rubric_dir: Path) -> None:
     result = CliRunner().invoke(app, ["rubrics"])
     assert result.exit_code == 2
     assert "skipped broken" in result.stderr and "rsum-single" in result.stdout
+
+
+def test_cacheable_prefix_is_shown(rubric_dir: Path) -> None:
+    """A rubric whose template puts the candidate before the history cannot share a prefix (issue 24 item 2)."""
+    first = rubric_dir / "candidate-first"
+    shutil.copytree(REPO_ROOT / "rubrics" / "rsum-single", first)
+    config = (first / "rubric.yaml").read_text().replace("id: rsum-single", "id: candidate-first")
+    (first / "rubric.yaml").write_text(config)
+    (first / "prompt.j2").write_text(
+        "Assistant Response: {{ response }}\nConversation Context:{{ dialog }} Personality:{{ persona }}\n"
+        "Rate it [[rating]]."
+    )
+    result = CliRunner().invoke(app, ["rubrics"])
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert lines["candidate-first"].endswith("cacheable prefix: none")
+    assert lines["memochat-consistency"].endswith("cacheable prefix: history")
+    assert lines["rsum-single"].endswith("cacheable prefix: history")
