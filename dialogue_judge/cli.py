@@ -334,6 +334,9 @@ def submit(
         "(repeatable; docs/generation.md); items may then come without candidates",
     ),
     wait: bool = typer.Option(False, help="wait with a progress bar and print the report"),
+    estimate: bool = typer.Option(
+        False, "--estimate", help="print what the run would cost and take (POST /v1/runs/estimate); submit nothing"
+    ),
     fmt: str = typer.Option("table", "--format", help="report format with --wait: table, json, md"),
     api: str = typer.Option(None, help="API URL (default DJ_API_URL or http://127.0.0.1:8000)"),
     api_key: str = typer.Option(None, help="API key (default DJ_API_KEY)"),
@@ -395,6 +398,10 @@ def submit(
     client.retry_for = retry_for
     client.on_retry = _say_retrying
     try:
+        if estimate:
+            figures = client.estimate_run(body)
+            emit(json.dumps(figures, indent=2) if fmt == "json" else format_estimate(figures))
+            return
         created = client.create_run(body)
         if created.get("n_generations"):
             emit(
@@ -408,6 +415,22 @@ def submit(
             emit(render_report(client.report(created["id"]), fmt))
     except ApiError as exc:
         raise fail(exc.message) from None
+
+
+def format_estimate(figures: dict[str, Any]) -> str:
+    cost = figures["cost_usd"]
+    seconds = figures["seconds"]
+    lines = [
+        f"judgments         {figures['judgments']}  ({figures['cached_judgments']} from the judge cache)",
+        f"provider calls    {figures['provider_calls']}",
+        f"input tokens      {figures['input_tokens']}  ({figures['cached_input_tokens']} from the prompt cache)",
+        f"output tokens     {figures['output_tokens']}",
+        f"cost USD          real-time {cost['realtime']:.4f}  batch {cost['batch']:.4f}  list price {cost['list']:.4f}",
+        "time              "
+        + ("no rate limit configured" if seconds is None else f"{seconds:.0f} s at the rate limits"),
+    ]
+    lines += [f"note: {note}" for note in figures.get("notes") or []]
+    return "\n".join(lines)
 
 
 runs_app = typer.Typer(
@@ -566,8 +589,8 @@ def requeue(
 @app.command()
 def rubrics() -> None:
     """List the rubrics (shipped ones and those in DJ_RUBRICS_PATH)."""
+    from judge_api.prefixes import rubric_prefix
     from judge_api.rubrics import RubricError, get_registry
-    from workers.dispatch import rubric_prefix
 
     try:
         registry = get_registry(refresh=True)

@@ -131,6 +131,10 @@ class ApiClient:
         return self.request("POST", path, json=body)
 
     # convenience
+    def estimate_run(self, body: dict[str, Any]) -> dict[str, Any]:
+        """What ``create_run(body)`` would cost and take (POST /v1/runs/estimate): nothing stored, nothing called."""
+        return dict(self.post("/v1/runs/estimate", body))
+
     def create_run(self, body: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
         """Submit a run (POST /v1/runs). Retried on connection errors and 5xx with one Idempotency-Key (a new UUID
         unless given), so it creates at most one run however often it is sent."""

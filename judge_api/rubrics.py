@@ -126,6 +126,12 @@ class Rubric(BaseModel):
     extraction_prompt: str | None = Field(
         default=None, description="second-pass prompt mapping a free-text verdict to a label (re-ask)"
     )
+    typical_reply_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="output tokens of a typical judge reply, for the run estimate (POST /v1/runs/estimate); "
+        "unset: a default per kind",
+    )
     scoring: Literal["parsed", "expected"] = Field(
         default="parsed",
         description="single scores: the parsed integer, or its probability-weighted expectation over the judge's "

@@ -424,6 +424,41 @@ class RunCreated(BaseModel):
     n_generations: int = Field(default=0, description="runs with systems: the (item, system) responses to generate")
 
 
+class EstimateCost(BaseModel):
+    realtime: float = Field(description="USD at real-time prices, expected prompt-cache hits counted")
+    batch: float = Field(description="USD at batch prices (execution: batch), the same cache hits counted")
+    list: float = Field(description="USD at list price: no cache hits, real-time")
+
+
+class JudgeEstimate(BaseModel):
+    judge: str
+    judgments: int
+    provider_calls: int
+    input_tokens: int
+    cached_input_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    cost_usd: EstimateCost
+    seconds: float | None
+    priced: bool = Field(description="the judge's model is in the price table (else priced at 0)")
+    tokenizer: str = Field(description="the provider's tokenizer used to count input tokens, or the approximation")
+
+
+class RunEstimate(BaseModel):
+    """What a run would cost and take (POST /v1/runs/estimate): nothing stored, nothing called."""
+
+    judgments: int = Field(description="judgments the run plans (as POST /v1/runs would)")
+    provider_calls: int = Field(description="calls to make: judgments less judge-cache hits (re-asks not counted)")
+    cached_judgments: int = Field(description="judgments the judge cache answers (no call, no cost)")
+    input_tokens: int
+    cached_input_tokens: int = Field(description="of them, expected to be read from the provider's prompt cache")
+    output_tokens: int = Field(description="from each rubric's typical_reply_tokens (or a default per kind)")
+    cost_usd: EstimateCost
+    seconds: float | None = Field(description="at the configured rate limits (DJ_RATE_LIMITS); None: no limit set")
+    per_judge: list[JudgeEstimate]
+    notes: list[str]
+
+
 class JudgmentOut(BaseModel):
     id: int
     run_id: str

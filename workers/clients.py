@@ -37,8 +37,8 @@ import openai
 
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec
+from judge_api.prefixes import CachePrefix
 from judge_api.secrets import provider_secret, scrub_str
-from workers.dispatch import CachePrefix
 from workers.scoring import numeric_positions
 
 

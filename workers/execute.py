@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import json
 import logging
 import random
 import threading
@@ -33,27 +31,28 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api import logs, metrics, repository, tracing
+from judge_api.cachekeys import judge_cache_key, request_options
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
 from judge_api.models import TERMINAL_STATUSES, Run, utcnow
+from judge_api.prefixes import CACHING_PROVIDERS, dispatch_order, plan_groups
+from judge_api.pricing import Usage, list_price_usage, load_prices, price_usage
 from judge_api.reference_metrics import is_reference_judge
 from judge_api.repository import cache, claims
 from judge_api.repository.claims import JudgmentTask
 from judge_api.repository.projects import DEFAULT_PROJECT
 from judge_api.rubrics import DEFAULT_OUTCOME_MAP, Rubric, RubricError, RubricRegistry
+from judge_api.tokens import count_text
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
-from workers.dispatch import CACHING_PROVIDERS, dispatch_order, plan_groups
 from workers.injection import scan_item
 from workers.leases import LeaseKeeper
 from workers.parsing import ParsedVerdict, parse_reply
-from workers.pricing import Usage, list_price_usage, load_prices, price_usage
 from workers.prompting import parse_context, render
 from workers.ratelimit import RateLimiter, limit_for
 from workers.reference import reference_values
-from workers.scoring import TOP_LOGPROBS, apply_expected_scoring
+from workers.scoring import apply_expected_scoring
 from workers.singleflight import Lease, SingleFlight
 from workers.stash import ReplyStash
-from workers.tokens import count_text
 from workers.writer import VerdictWrite, VerdictWriter
 
 log = logging.getLogger(__name__)
@@ -378,23 +377,8 @@ class JudgeEngine:
             second = candidates[judgment.system_b] if judgment.system_b else None
         prompt = render(rubric, item, judgment.aspect, first, second)
         flags = scan_item(item, systems)
-        options = judgment.judge_params
-        schema = (
-            rubric.structured_output.json_schema
-            if (options.get("structured_output") and rubric.structured_output)
-            else None
-        )
-        seed = options.get("seed")
-        if seed is not None and judgment.sample_index:
-            seed = int(seed) + judgment.sample_index
         request = JudgeRequest(
-            messages=prompt.messages,
-            temperature=float(options.get("temperature", 0.0)),
-            max_tokens=int(options.get("max_tokens", 512)),
-            seed=seed,
-            json_schema=schema,
-            schema_name=rubric.structured_output.name if rubric.structured_output else "verdict",
-            top_logprobs=TOP_LOGPROBS if expected_scoring(rubric, options) else None,
+            messages=prompt.messages, **request_options(rubric, judgment.judge_params, judgment.sample_index)
         )
         key = cache_key(rubric, spec, request, judgment.sample_index, 0, cache_scope(judgment, self.settings))
         base: dict[str, Any] = {"prompt_hash": prompt.prompt_hash, "cache_key": key, "injection_flags": flags}
@@ -796,26 +780,16 @@ def cache_scope(judgment: JudgmentTask, settings: Settings) -> str | None:
 def cache_key(
     rubric: Rubric, spec: JudgeSpec, request: JudgeRequest, sample_index: int, reask: int, project: str | None = None
 ) -> str:
-    """Content address of one provider reply: rubric version, rendered prompt, judge, every request parameter,
-    the self-consistency sample, the re-ask round and the project whose cache it is (``cache_scope``): one project
-    never reads another's entries, nor learns from a hit that another judged the same text."""
-    material = {
-        "rubric_version": rubric.version,
-        "judge": spec.key,
-        "messages": request.messages,
+    """The judge cache's key of a request (judge_api.cachekeys.judge_cache_key)."""
+    params = {
         "temperature": request.temperature,
         "max_tokens": request.max_tokens,
         "seed": request.seed,
-        "schema": request.json_schema,
+        "json_schema": request.json_schema,
         "schema_name": request.schema_name,
-        "sample": sample_index,
-        "reask": reask,
+        "top_logprobs": request.top_logprobs,
     }
-    if request.top_logprobs:  # only then: the keys of every other request stay what they were
-        material["top_logprobs"] = request.top_logprobs
-    if project is not None:  # likewise: unscoped keys (default project, shared cache) are the keys of old
-        material["project"] = project
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    return judge_cache_key(rubric.version, spec.key, request.messages, params, sample_index, reask, project)
 
 
 def cache_row(key: str, spec: JudgeSpec, reply: JudgeReply) -> dict[str, Any]:
@@ -843,11 +817,6 @@ def cached_reply(entry: Any) -> JudgeReply:
         entry.structured,
         getattr(entry, "logprobs", None),
     )
-
-
-def expected_scoring(rubric: Rubric, options: dict[str, Any]) -> bool:
-    """Does this judgment want the probability-weighted score (the run's option over the rubric's)?"""
-    return rubric.kind == "single" and (options.get("scoring") or rubric.scoring) == "expected"
 
 
 def parse_scored(

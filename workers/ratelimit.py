@@ -18,48 +18,18 @@ The in-process variant serves the standalone mode (CI gate without Redis); the R
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Protocol
 
 import redis
 
-from judge_api.config import Settings
+from judge_api.ratelimits import Limit, limit_for, parse_limits
+
+__all__ = ["Limit", "limit_for", "parse_limits"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Limit:
-    rpm: int = 0  # 0 = unlimited
-    tpm: int = 0
-
-
-def parse_limits(spec: str) -> list[tuple[str, Limit]]:
-    """``"openai:gpt-4o=500/300000,anthropic:*=50/0"`` -> [(pattern, Limit)]; later patterns win."""
-    limits: list[tuple[str, Limit]] = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        pattern, _, numbers = part.rpartition("=")
-        rpm, _, tpm = numbers.partition("/")
-        if not pattern:
-            raise ValueError(f"DJ_RATE_LIMITS entry {part!r} must be '<judge pattern>=<rpm>/<tpm>'")
-        try:
-            limit = Limit(int(rpm or 0), int(tpm or 0))
-        except ValueError:
-            raise ValueError(f"DJ_RATE_LIMITS entry {part!r}: rpm and tpm must be whole numbers") from None
-        limits.append((pattern, limit))
-    return limits
-
-
-def limit_for(judge_key: str, settings: Settings) -> Limit:
-    chosen = Limit(settings.default_rpm, settings.default_tpm)
-    for pattern, limit in parse_limits(settings.rate_limits):
-        if fnmatch.fnmatchcase(judge_key, pattern):
-            chosen = limit
-    return chosen
 
 
 class RateLimiter(Protocol):

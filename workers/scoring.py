@@ -27,7 +27,6 @@ from typing import Any
 from judge_api.rubrics import Rubric
 from workers.parsing import ParsedVerdict
 
-TOP_LOGPROBS = 20  # OpenAI's maximum
 _DIGITS = re.compile(r"^\s*-?\d+\s*$")
 _BRACKET = re.compile(r"\[\[\s*(-?\d+)\s*(?:/\s*\d+\s*)?\]\]")
 _JSON_SCORE = re.compile(r"\"score\"\s*:\s*\"?(-?\d+)")

@@ -33,7 +33,7 @@ from judge_api.planning import PlanError, plan_run, run_rubrics, with_placeholde
 from judge_api.repository import generations, retention
 from judge_api.responders import parse_responder
 from judge_api.rubrics import get_registry
-from judge_api.schemas import Page, RunCreate, RunCreated, RunSummary
+from judge_api.schemas import Page, RunCreate, RunCreated, RunEstimate, RunSummary
 from judge_api.strategies import StrategyError, StrategyRegistry, get_strategies
 from judge_api.submit_limit import SubmitRateLimit
 
@@ -319,6 +319,27 @@ def create_run(
     key = parse_idempotency_key(idempotency_key)
     submission = Submission(key, "/v1/runs", request, principal.project_id, settings.idempotency_ttl_s)
     return _create(request, principal, background, session, settings, rate_limit, submission, response)
+
+
+@router.post("/v1/runs/estimate", response_model=RunEstimate)
+def estimate_run(
+    request: RunCreate,
+    principal: Principal = Depends(require("submit")),
+    settings: Settings = Depends(app_settings),
+) -> RunEstimate:
+    """What POST /v1/runs with this body would cost and take: planned the same way, nothing stored, nothing called
+    (judge_api.estimate)."""
+    from judge_api.estimate import estimate_run as estimate
+
+    check_run_limits(request, settings)
+    check_systems(request, settings)
+    try:
+        figures = estimate(request, get_registry(), settings, get_engine(), principal.project_id)
+    except PlanError as exc:
+        parts = exc.field.replace("]", "").split("[")
+        loc: list[str | int] = [int(p) if p.isdigit() else p for p in parts]
+        raise field_error(loc, exc.message) from None
+    return RunEstimate.model_validate(figures)
 
 
 @router.post("/v1/runs/jsonl", status_code=202, response_model=RunCreated)

@@ -24,6 +24,7 @@ ROUTE_MODULES = [
     ("GET", "/v1/rubrics/{rubric_id}/versions/{version}", "rubrics"),
     ("POST", "/v1/runs", "runs"),
     ("POST", "/v1/runs/jsonl", "runs"),
+    ("POST", "/v1/runs/estimate", "runs"),
     ("GET", "/v1/runs", "runs"),
     ("GET", "/v1/runs/{run_id}", "runs"),
     ("POST", "/v1/runs/{run_id}/retry", "runs"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from judge_api.prefixes import CachePrefix, dispatch_order, plan_groups, shared_prefix
 from workers.clients import JudgeRequest, anthropic_messages
-from workers.dispatch import CachePrefix, dispatch_order, plan_groups, shared_prefix
 
 HISTORY = "Related Conversation History\n" + "".join(f"user: turn {k}\nbot: ok {k}\n" for k in range(50))
 

@@ -119,7 +119,7 @@ def rubric_prefix(rubric: Any) -> str:
     (``dialogue-judge rubrics``): ``history`` (the item's dialogue comes first: cache-aware dispatch can save the
     history's tokens), ``instructions`` (only the fixed text before the candidate), ``none``, or ``unknown`` (the
     probe item could not be rendered)."""
-    from workers.prompting import render
+    from judge_api.prompting import render
 
     item = {
         "id": "probe",
