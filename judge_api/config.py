@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     # throughput: judgments per Celery message, and provider calls in flight per worker process
     task_batch: int = Field(default=16, ge=1, le=500, alias="DJ_TASK_BATCH")
     call_concurrency: int = Field(default=32, ge=1, le=1024, alias="DJ_CALL_CONCURRENCY")
+    # send a shared prompt prefix's first judgment before the rest (workers: judge_api.prefixes); off: all at once
+    cache_aware_dispatch: bool = Field(default=True, alias="DJ_CACHE_AWARE_DISPATCH")
     # verdicts of provider calls are written in groups: the writer waits this long for more before a transaction
     write_linger_ms: float = Field(default=100.0, ge=0, le=5000, alias="DJ_WRITE_LINGER_MS")
     write_group: int = Field(default=64, ge=1, le=1000, alias="DJ_WRITE_GROUP")

@@ -535,6 +535,29 @@ RUN_CASES = [
     ),
 ]
 
+# POST /v1/runs/estimate takes the body of POST /v1/runs: a sample of its cases, and nothing is stored either way
+ESTIMATE_CASES = [
+    Case(
+        "estimate not json",
+        "POST",
+        "/v1/runs/estimate",
+        422,
+        ["body"],
+        "JSON decode error",
+        content=b'{"items": [',
+        headers={"content-type": "application/json"},
+    ),
+    Case(
+        "estimate unknown rubric",
+        "POST",
+        "/v1/runs/estimate",
+        422,
+        ["body", "rubrics", 0],
+        "unknown rubric 'nope'",
+        json=body_with(set_(["rubrics"], ["nope"])),
+    ),
+]
+
 JSONL_PARAMS = {"rubric": "rsum-single", "judge": JUDGE}
 JSONL_BODY = "\n".join(json.dumps(item(i)) for i in range(2)).encode()
 JSONL_CASES = [
@@ -1127,7 +1150,14 @@ FACTS_AND_VERDICTS_CASES = [
 ]
 
 ALL_CASES = (
-    RUN_CASES + JSONL_CASES + READ_CASES + RATING_CASES + RUBRIC_CASES + RETENTION_CASES + FACTS_AND_VERDICTS_CASES
+    RUN_CASES
+    + ESTIMATE_CASES
+    + JSONL_CASES
+    + READ_CASES
+    + RATING_CASES
+    + RUBRIC_CASES
+    + RETENTION_CASES
+    + FACTS_AND_VERDICTS_CASES
 )
 
 
