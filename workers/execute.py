@@ -163,9 +163,7 @@ class JudgeEngine:
         cache key / breakpoint; everything else goes at once and fills the slots meanwhile."""
         pool = self.call_pool()
         futures: dict[int, Future[_Asked]] = {}
-        now, followers = (
-            self._cache_plan(mine) if self.settings.cache_aware_dispatch else (list(range(len(mine))), {})
-        )
+        now, followers = self._cache_plan(mine) if self.settings.cache_aware_dispatch else (list(range(len(mine))), {})
 
         def send(index: int) -> None:
             future = pool.submit(self._judge_claimed, mine[index], token)
