@@ -76,11 +76,14 @@ def shared_prefix(prompts: Sequence[Messages]) -> CachePrefix | None:
 
 def _common_prefix(texts: Sequence[str]) -> str:
     lo, hi = min(texts), max(texts)  # the common prefix of all is that of the smallest and the largest
-    n = 0
-    limit = min(len(lo), len(hi))
-    while n < limit and lo[n] == hi[n]:
-        n += 1
-    return lo[:n]
+    low, high = 0, min(len(lo), len(hi))
+    while low < high:  # binary search on slice equality (compared in C, not character by character here)
+        mid = (low + high + 1) // 2
+        if lo[:mid] == hi[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return lo[:low]
 
 
 def plan_groups(

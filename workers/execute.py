@@ -206,7 +206,10 @@ class JudgeEngine:
         def long_enough(index: int, prefix: str) -> bool:
             ready = mine[index].ready
             assert ready is not None
-            return count_text(ready.spec, prefix) >= prices.min_cache_tokens(ready.spec)
+            minimum = prices.min_cache_tokens(ready.spec)
+            if len(prefix) >= 8 * minimum:  # no tokenizer packs 8 characters a token: long enough, uncounted
+                return True
+            return count_text(ready.spec, prefix) >= minimum
 
         groups = plan_groups(keys, prompts, long_enough)
         for group in groups:
