@@ -264,6 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         f"; the simulator counted {aware[0]['bill_input']} input ({aware[0]['bill_cached']} cached) and "
         f"{aware[0]['bill_output']} output tokens"
     )
+    # the output side is the rubric's stated reply length (a real judge's); the simulator's replies are shorter
+    out_price = price.output / 1e6
+    same_output = est["cost_usd"]["realtime"] - (est["output_tokens"] - aware[0]["bill_output"]) * out_price
+    print(
+        f"estimate with the simulator's reply length ({aware[0]['bill_output'] / n:.1f} tokens a reply instead of "
+        f"{est['output_tokens'] / n:.0f}): ${same_output:.4f} ({same_output / bill - 1:+.1%}); input tokens "
+        f"{est['input_tokens'] / aware[0]['bill_input'] - 1:+.1%} (o200k against the simulator's 4 characters a token)"
+    )
     return 0
 
 
