@@ -53,6 +53,12 @@ PRIOR = 1.0
 """Virtual ties per pair of systems: the report's default (``stats.ranking``)."""
 MIN_ROBUST_ITEMS = 30
 """From this many judged items on, the cluster-robust variance alone is used (see the module docstring)."""
+DEGENERATE_SHARE = 1e-6
+"""A cluster-robust variance below this share of the model-based one is degenerate (every comparison a tie, or
+rounding below zero) and the model-based variance is used instead: no spread seen is not certainty."""
+DIFF_TOLERANCE = 1e-9
+"""A log-strength difference at or below this is no difference (two systems tied on every comparison are equal up
+to rounding): its z is 0, never separated."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +97,7 @@ def predictive_power(gap: Gap, information_max: float, alpha: float) -> float:
     if gap.separated:
         return 1.0
     info, more = gap.information, information_max - gap.information
-    if not math.isfinite(info) or more <= 1e-12 * max(info, 1.0):
+    if not math.isfinite(info) or info <= 0 or more <= 1e-12 * max(info, 1.0):
         return 0.0
     needed = mixture_z(information_max, alpha) * math.sqrt(information_max)
     spread = math.sqrt(more * information_max / info)
@@ -172,9 +178,14 @@ class RankingState:
 
     def _variance(self, c: np.ndarray) -> float:
         robust = float(c @ self._sandwich @ c)
-        if self.n_items >= MIN_ROBUST_ITEMS:
-            return robust
-        return max(robust, float(c @ self._a_inv @ c))
+        model = float(c @ self._a_inv @ c)
+        if self.n_items < MIN_ROBUST_ITEMS:
+            return max(robust, model)
+        if not robust > DEGENERATE_SHARE * model:
+            # every item contributes nothing (all ties) or rounding made it negative: the sandwich says no more
+            # than "no spread seen", which is no information; the model-based variance is the floor
+            return model
+        return robust
 
     # -- the ranking and its gaps --------------------------------------------------------------------------------
 
@@ -191,11 +202,12 @@ class RankingState:
             i, j = self.order[pos], self.order[pos + 1]
             diff = float(self.theta[i] - self.theta[j])
             var = self.contrast_variance(i, j)
-            info = 1.0 / var if var > 0 else math.inf
-            se = math.sqrt(var)
-            z = diff / se if se > 0 else math.inf
+            info = 1.0 / var if var > 0 else 0.0
+            se = math.sqrt(var) if var > 0 else math.inf
+            z = diff / se if diff > DIFF_TOLERANCE and math.isfinite(se) else 0.0
             needed = mixture_z(info, alpha)
-            out.append(Gap(self.systems[i], self.systems[j], pos + 1, diff, se, info, z, needed, z >= needed))
+            separated = math.isfinite(z) and math.isfinite(needed) and z >= needed
+            out.append(Gap(self.systems[i], self.systems[j], pos + 1, diff, se, info, z, needed, separated))
         return out
 
     def intervals(self, confidence: float) -> dict[str, tuple[float, float]]:
@@ -208,6 +220,6 @@ class RankingState:
             c = np.full(s, -1.0 / s)
             c[i] += 1.0
             var = self._variance(c)
-            half = mixture_z(1.0 / var, alpha) * math.sqrt(var) if var > 0 else 0.0
+            half = mixture_z(1.0 / var, alpha) * math.sqrt(var) if var > 0 else math.inf
             out[name] = (float(self.theta[i] - half), float(self.theta[i] + half))
         return out

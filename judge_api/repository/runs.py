@@ -107,10 +107,15 @@ def judgment_row(
         "status": "pending",
         "len_a": len(texts[p.system_a]),
         "len_b": len(texts[p.system_b]) if p.system_b else None,
+        "enqueued_at": enqueued_at,
+        # every row has the same keys: a bulk insert of pending rows mixed with identical-response ties otherwise
+        # fails ("A value is required for bind parameter 'verdict'")
+        "verdict": None,
+        "preference": None,
+        "outcome": None,
+        "explanation": None,
         **fresh_judgment_fields(now),
     }
-    if enqueued_at is not None:
-        row["enqueued_at"] = enqueued_at
     if p.identical:
         row.update(
             status="done",
