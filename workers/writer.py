@@ -9,12 +9,15 @@ The write is a stage of its own: a provider-call slot hands its verdict over (:m
 takes the next call at once, so the linger and the commit never hold provider concurrency. The Celery task that
 owns the batch waits for ``VerdictWrite.written`` (a message is acknowledged only after its verdicts are stored).
 
-The database unreachable (``OperationalError``/``InterfaceError``): the writer retries the group with back-off
-(``_RETRY_BASE_S`` doubling up to ``_RETRY_MAX_S``) for as long as it takes; the replies are stashed in Redis
+The database unreachable (``OperationalError``/``InterfaceError`` that :func:`database_unreachable` recognises:
+no connection, a server shutting down, a lock or deadlock): the writer retries the group with back-off
+(``_RETRY_BASE_S`` doubling up to ``_RETRY_MAX_S``) for as long as it takes (any other ``OperationalError``, such as
+SQLite's missing table, reaches the callers after ``_PERMANENT_TRIES``); the replies are stashed in Redis
 (:mod:`workers.stash`) meanwhile, so even if this process dies nothing paid is lost or paid again. After a commit
 it clears the group's stashes; a judgment whose claim was lost gives its stash up and, if the calls are still its
 own to count, adds them to the row (``claims.add_unused_calls``): every provider call is counted once. Any other
-error reaches every caller of the group, who hands its judgment back.
+error reaches every caller of the group, who hands its judgment back. Once a group is committed, every caller gets
+its result even if releasing the locks or settling the stashes fails (a caller waiting on it never hangs).
 """
 
 from __future__ import annotations
@@ -41,6 +44,21 @@ log = logging.getLogger(__name__)
 _IDLE_EXIT_S = 60.0  # a writer thread with nothing to write for this long ends
 _RETRY_BASE_S = 0.25  # the database unreachable: retry a group after this, doubling
 _RETRY_MAX_S = 5.0
+_PERMANENT_TRIES = 3  # an OperationalError that is not the database being away: tries before the callers get it
+_TRANSIENT_SQLSTATE = ("08", "40", "53", "57P")  # connection, rollback (deadlock), resources, server shutdown
+_TRANSIENT_WORDS = ("connection", "server closed", "terminating", "timeout", "database is locked", "busy")
+
+
+def database_unreachable(exc: OperationalError | InterfaceError) -> bool:
+    """The database is away or busy for now (retry for as long as it takes), as opposed to an error retrying cannot
+    mend (a missing table, a database file that cannot be opened)."""
+    if isinstance(exc, InterfaceError) or exc.connection_invalidated:
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate:
+        return str(sqlstate).startswith(_TRANSIENT_SQLSTATE)
+    message = str(exc.orig).lower()
+    return any(word in message for word in _TRANSIENT_WORDS)
 
 
 @dataclass
@@ -106,25 +124,41 @@ class VerdictWriter:
 
     def _loop(self) -> None:
         while True:
-            group = self._next_group()
+            try:
+                group = self._next_group()
+            except BaseException:  # never: a queue read does not fail; the next write starts another thread
+                log.exception("the verdict writer could not take its next group")
+                with self._start_lock:
+                    self._thread = None
+                return
             if not group:  # idle: the thread ends (the next write starts another)
                 return
             try:
-                written = self._write_group(group)
-            except BaseException as exc:  # every caller hands its judgment back and lets its task retry
+                self._finish(group)
+            except BaseException as exc:  # every caller still waiting hands its judgment back; its task retries
                 for item in group:
-                    item.written.set_exception(exc)
-                continue
-            try:
-                self.flight.release([lease for item in group for lease in item.leases], committed=True)
-            except Exception:  # the verdicts are stored; unreleased locks lapse with their lease
-                log.exception("could not release single-flight locks")
+                    if not item.written.done():
+                        item.written.set_exception(exc)
+
+    def _finish(self, group: list[VerdictWrite]) -> None:
+        """Write the group, then the bookkeeping after the commit. Whatever the bookkeeping raises, every future of
+        a committed group resolves with its result (a caller waiting on it must never hang)."""
+        written = self._write_group(group)
+        try:
+            self.flight.release([lease for item in group for lease in item.leases], committed=True)
+        except Exception:  # the verdicts are stored; unreleased locks lapse with their lease
+            log.exception("could not release single-flight locks")
+        try:
             self._settle_stashes(group, written)
+        except Exception:  # the verdicts are stored; uncleared stashes lapse with their time to live
+            log.exception("could not settle the stashed replies of %d verdicts", len(group))
+        finally:
             for item, ok in zip(group, written, strict=True):
                 item.written.set_result(ok)
 
     def _write_group(self, group: list[VerdictWrite]) -> list[bool]:
         delay = _RETRY_BASE_S
+        permanent_failures = 0
         while True:
             try:
                 with (
@@ -138,7 +172,12 @@ class VerdictWriter:
                         [(item.judgment_id, item.token, item.values) for item in group],
                         [row for item in group for row in item.cache_rows],
                     )
-            except (OperationalError, InterfaceError) as exc:  # unreachable: the replies wait (and are stashed)
+            except (OperationalError, InterfaceError) as exc:
+                if not database_unreachable(exc):
+                    permanent_failures += 1
+                    if permanent_failures >= _PERMANENT_TRIES:
+                        raise  # not the database being away: the callers hand their judgments back
+                # unreachable: the replies wait (and are stashed) for as long as it takes
                 log.warning("could not write %d verdicts (%s); retrying in %.2fs", len(group), exc, delay)
                 self.sleep(delay)
                 delay = min(_RETRY_MAX_S, delay * 2)

@@ -270,3 +270,79 @@ def test_a_stashed_reply_is_counted_by_exactly_one_claim(
         else:  # the payer (still the taker) loses its claim: it records the calls itself
             assert stash.release_lost(["k"], taker_token) is True
         assert stash.present(["k"]) == set()
+
+
+class BrokenSettleStash:
+    """A reply stash whose settle step fails after the commit (a Redis error the writer did not expect)."""
+
+    def settle(self, *_: Any) -> None:
+        raise RuntimeError("stash exploded")
+
+    def release_lost(self, *_: Any) -> bool:
+        raise RuntimeError("stash exploded")
+
+
+def test_a_failure_after_the_commit_resolves_every_future_and_the_writer_goes_on(db_harness: Harness) -> None:
+    """Issue 28.3: the settle step once ran outside any ``try``; an exception there ended the writer thread and the
+    group's futures never resolved, so the task waited for good while its claims were renewed."""
+    ids = make_run(db_harness, 3)
+    token, _ = claims.claim_many(get_engine(), ids, lease_s=600)
+    writer = VerdictWriter(
+        get_engine(),
+        LocalSingleFlight(),
+        linger_s=0.0,
+        max_group=64,
+        stash=BrokenSettleStash(),  # type: ignore[arg-type]
+    )
+    first = writer.submit(VerdictWrite(ids[0], token, done(40.0), stash_keys=["k0"]))
+    assert first.result(timeout=10) is True
+    lost = writer.submit(VerdictWrite(ids[0], "another-token", done(41.0), stash_keys=["k0"]))
+    assert lost.result(timeout=10) is False  # release_lost raised too: the caller still gets its answer
+    second = writer.submit(VerdictWrite(ids[1], token, done(50.0)))
+    assert second.result(timeout=10) is True  # the writer is still serving
+    with session_scope() as session:
+        rows = {r.id: r for r in session.scalars(select(Judgment).where(Judgment.id.in_(ids)))}
+    assert (rows[ids[0]].status, rows[ids[0]].score) == ("done", 40.0)
+    assert (rows[ids[1]].status, rows[ids[1]].score) == ("done", 50.0)
+    assert rows[ids[2]].status == "running"
+
+
+def test_a_permanent_database_error_reaches_the_caller_instead_of_being_retried_forever(
+    db_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    ids = make_run(db_harness, 1)
+    token, _ = claims.claim_many(get_engine(), ids, lease_s=600)
+    tries: list[int] = []
+
+    def missing_table(*_: Any, **__: Any) -> list[bool]:
+        tries.append(1)
+        raise OperationalError("UPDATE judgments ...", {}, sqlite3.OperationalError("no such table: judgments"))
+
+    monkeypatch.setattr(claims, "write_verdicts", missing_table)
+    writer = VerdictWriter(get_engine(), LocalSingleFlight(), linger_s=0.0, max_group=64, sleep=lambda _: None)
+    future = writer.submit(VerdictWrite(ids[0], token, done(1.0)))
+    with pytest.raises(OperationalError, match="no such table"):
+        future.result(timeout=10)
+    assert 1 <= len(tries) <= 5
+
+
+@pytest.mark.parametrize(
+    ("orig", "unreachable"),
+    [
+        ("connection failed: connection to server at 127.0.0.1, port 5432 failed: Connection refused", True),
+        ("server closed the connection unexpectedly", True),
+        ("database is locked", True),
+        ("no such table: judgments", False),
+        ("unable to open database file", False),
+    ],
+)
+def test_which_database_errors_are_waited_out(orig: str, unreachable: bool) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from workers.writer import database_unreachable
+
+    assert database_unreachable(OperationalError("SELECT 1", {}, Exception(orig))) is unreachable
