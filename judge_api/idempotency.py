@@ -57,11 +57,19 @@ def parse_key(raw: str | None) -> str | None:
 
 def request_hash(request: RunCreate) -> str:
     """The fingerprint of a validated run request. Its canonical JSON keeps the order of mappings (the order of an
-    item's candidates decides the pairs' presentation), so only a request that plans the same run matches."""
+    item's candidates decides the pairs' presentation), so only a request that plans the same run matches. Fields
+    at their default are left out: a deploy that adds a defaulted field does not turn a client's retry of the same
+    body into a conflict, and a field sent at its default is the same request as one left out."""
+    return hashlib.sha256(request.model_dump_json(exclude_defaults=True).encode("utf-8")).hexdigest()
+
+
+def legacy_request_hash(request: RunCreate) -> str:
+    """The fingerprint keys stored before defaulted fields were left out (every field in): a retry of such a key,
+    within its time to live, still matches."""
     return hashlib.sha256(request.model_dump_json().encode("utf-8")).hexdigest()
 
 
-def check_match(stored: StoredKey, key: str, endpoint: str, fingerprint: str) -> str:
+def check_match(stored: StoredKey, key: str, endpoint: str, fingerprint: str, *also: str) -> str:
     """The stored run's id if this request is the one the key was first used for; else :class:`KeyConflict`."""
     when = stored.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     if stored.endpoint != endpoint:
@@ -69,7 +77,7 @@ def check_match(stored: StoredKey, key: str, endpoint: str, fingerprint: str) ->
             f"{HEADER} {key!r} was used at {when} for POST {stored.endpoint} (run {stored.run_id}), not for "
             f"POST {endpoint}; send a new key for a new request"
         )
-    if stored.request_hash != fingerprint:
+    if stored.request_hash not in (fingerprint, *also):
         raise KeyConflict(
             f"{HEADER} {key!r} was used at {when} for a request with a different body (run {stored.run_id}); "
             "a retry must send the same body, and a new request needs a new key"

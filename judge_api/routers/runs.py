@@ -140,6 +140,7 @@ class Submission:
         self.key = key
         self.endpoint = endpoint
         self.fingerprint = idempotency.request_hash(request) if key else ""
+        self.legacy_fingerprint = idempotency.legacy_request_hash(request) if key else ""
         self.project_id = project_id
         self.ttl_s = ttl_s
 
@@ -151,7 +152,7 @@ class Submission:
         if stored is None:
             return None
         try:
-            run_id = idempotency.check_match(stored, self.key, self.endpoint, self.fingerprint)
+            run_id = idempotency.check_match(stored, self.key, self.endpoint, self.fingerprint, self.legacy_fingerprint)
         except idempotency.KeyConflict as exc:
             raise HTTPException(409, str(exc)) from None
         run = repository.get_run(session, run_id, self.project_id)

@@ -225,3 +225,42 @@ def test_expired_keys_are_pruned_after_a_keyed_submission(api: Api, monkeypatch:
     assert post(api, run_body(), "new").status_code == 202  # the prune runs after the response
     assert sorted(r["key"] for r in key_rows(api)) == ["fresh", "new"]
     assert api.row_counts()["runs"] == 4  # the runs stay; only their keys are forgotten
+
+
+def test_a_field_added_with_a_default_does_not_change_the_fingerprint() -> None:
+    """Issue 28.6: the fingerprint once took every field, defaulted ones included, so a client's retry of the same
+    body across a deploy that added a defaulted field got 409."""
+    from judge_api.idempotency import request_hash
+    from judge_api.schemas import RunCreate
+
+    class Deployed(RunCreate):
+        new_option: int = 7
+
+    body = run_body(n_items=2)
+    before = request_hash(RunCreate.model_validate(body))
+    assert request_hash(Deployed.model_validate(body)) == before
+    assert request_hash(Deployed.model_validate({**body, "new_option": 7})) == before  # sent at its default
+    assert request_hash(Deployed.model_validate({**body, "new_option": 8})) != before  # another request
+    assert request_hash(RunCreate.model_validate({**body, "name": "other"})) != before
+
+
+def test_a_key_stored_with_the_earlier_fingerprint_still_replays(api: Api) -> None:
+    from judge_api.idempotency import legacy_request_hash
+    from judge_api.schemas import RunCreate
+
+    body = run_body(n_items=2)
+    first = post(api, body, "key-old")
+    assert first.status_code == 202, first.text
+    engine = create_engine(api.database_url)
+    try:
+        with engine.begin() as connection:  # as a key stored before this version computed it
+            connection.execute(
+                text("UPDATE idempotency_keys SET request_hash = :h WHERE key = 'key-old'"),
+                {"h": legacy_request_hash(RunCreate.model_validate(body))},
+            )
+    finally:
+        engine.dispose()
+    again = post(api, body, "key-old")
+    assert again.status_code == 202, again.text
+    assert again.json()["id"] == first.json()["id"] and again.headers["idempotent-replayed"] == "true"
+    assert post(api, {**body, "name": "other"}, "key-old").status_code == 409
