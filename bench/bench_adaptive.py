@@ -67,9 +67,9 @@ from judge_api.stats.mtbench import load_mtbench_gpt4_pair_judgments  # noqa: E4
 from judge_simulator.behaviour import JudgeRequest as SimRequest  # noqa: E402
 from judge_simulator.behaviour import judge as simulate  # noqa: E402
 from judge_simulator.script import Rule, Script  # noqa: E402
-from workers.execute import verdict_values  # noqa: E402
 from workers.parsing import parse_reply  # noqa: E402
 from workers.prompting import render  # noqa: E402
+from workers.verdicts import verdict_values  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "mtbench_human_judgments"
 N_SYSTEMS, N_ITEMS = 6, 80

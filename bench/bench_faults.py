@@ -10,17 +10,26 @@ done, and waits for the run:
 * ``none``: no fault (the reference wall time)
 * ``kill``: ``kill -9`` of one worker, a new one started ``--restart-after`` s later
 * ``redis``: Redis killed (no persistence: the queue is gone) and restarted ``--restart-after`` s later
+  (``--redis-restarts`` times, 5 s apart)
 * ``db``: the database unreachable for ``--outage`` s (the proxy stopped, open connections cut, then started)
 * ``storm``: the provider answers a share of calls with 429 (Retry-After 1 s) and 503 (``--storm`` each)
 
-For each it prints planned / done / lost (not finished) / duplicated (replies the provider delivered beyond one per
-judgment) / provider calls seen by the simulator vs recorded in the database (sum of ``provider_calls``) / delay
-(wall time minus the reference's) and the longest stall between two stored verdicts.
+Every scenario runs ``--rounds`` times (default 3), each round next to a no-fault run of its own; per scenario the
+benchmark prints the min / median / max of the delay (wall time minus the same round's no-fault wall time), and per
+round planned / done / lost (not finished) / provider calls seen by the simulator vs recorded in the database (sum
+of ``provider_calls``), how the simulator ended the calls it saw (``cut``: the client hung up mid-call, e.g. a
+killed worker; ``unsaved``: replies delivered beyond one per judgment, i.e. paid for and never stored), the longest
+stall between two stored verdicts, and the time from the end of the fault to the first and to the last verdict
+after it. The machine's load average is printed per run: on a shared machine the no-fault runs themselves vary, so
+the delay is also given over the median no-fault run.
+For a kill it splits ``unsaved`` by when the simulator finished the first reply: before the kill (the reply was on
+its way to, or in, the worker, which died before stashing it: issue 26.6) or after it (answered to a worker
+already dead).
 
 Usage::
 
-    python bench/bench_faults.py                                    # all scenarios, 1,950 judgments, 2 x 16
-    python bench/bench_faults.py --scenarios kill db --judgments 600
+    python bench/bench_faults.py                                    # none, kill, redis, db; 3 rounds each
+    python bench/bench_faults.py --scenarios kill db --judgments 600 --rounds 1
 
 Figures are printed, not asserted.
 """
@@ -28,8 +37,10 @@ Figures are printed, not asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -75,7 +86,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"dj-faults-{name}-"))
     own_redis = OwnRedis(workdir / "redis")
     own_redis.start()
-    script: dict[str, Any] = {"latency": {"kind": "fixed", "seconds": args.latency}}
+    script: dict[str, Any] = {"latency": args.latency}
     if name == "storm":
         script["faults"] = [
             {"kind": "rate_limit", "probability": args.storm, "retry_after": 1.0},
@@ -84,7 +95,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         with (
             database("postgres", workdir) as direct_url,
-            SimulatorProcess(script) as sim,
+            SimulatorProcess(script, extra_args=("--log-size", str(3 * args.judgments))) as sim,
             TcpProxy.for_url(direct_url) as proxy,
         ):
             service = LiveService(
@@ -135,17 +146,25 @@ def drive(
     injector: threading.Thread | None = None
     finished = 0
     last_count, last_change, longest_stall = 0, started, 0.0
+    resumed_at: float | None = None  # the first new verdict after the fault ended
+    count_at_end: int | None = None
+
+    killed_at: float | None = None  # wall clock, as the simulator's call log
 
     def inject() -> None:
-        nonlocal fault_end
+        nonlocal fault_end, killed_at
         if name == "kill":
+            killed_at = time.time()
             service.kill_worker(workers[0])
             time.sleep(args.restart_after)
             service.start_worker()
         elif name == "redis":
-            own_redis.kill()
-            time.sleep(args.restart_after)
-            own_redis.start()
+            for restart in range(args.redis_restarts):
+                if restart:
+                    time.sleep(5.0)
+                own_redis.kill()
+                time.sleep(args.restart_after)
+                own_redis.start()
         elif name == "db":
             proxy.stop()
             time.sleep(args.outage)
@@ -156,6 +175,10 @@ def drive(
         with engine.connect() as connection:
             finished = int(connection.execute(finished_q, {"r": run_id}).scalar_one())
         now = time.monotonic()
+        if fault_end is not None and count_at_end is None:
+            count_at_end = finished
+        elif count_at_end is not None and resumed_at is None and finished > count_at_end:
+            resumed_at = now
         if finished != last_count:
             longest_stall = max(longest_stall, now - last_change)
             last_count, last_change = finished, now
@@ -183,70 +206,124 @@ def drive(
     engine.dispose()
     stats = sim.stats()
     delivered = int(stats["by_status"].get("200", 0))
+    cut = int(stats["by_status"].get("499", 0))
     return {
         "scenario": name,
         "planned": planned,
         "done": int(row[0]),
         "lost": planned - int(row[0]),
         "duplicated": max(0, delivered - planned),
+        "cut": cut,
         "calls_seen": int(stats["total_calls"]),
         "calls_recorded": int(row[1]),
         "wall_s": wall,
         "fault_after_s": (fault_at - started) if fault_at else None,
         "recovered_after_fault_s": (started + wall - fault_end) if fault_end else None,
+        "resumed_after_fault_s": (resumed_at - fault_end) if resumed_at is not None and fault_end else None,
         "longest_stall_s": longest_stall,
+        "unsaved_before_kill": unsaved_before(sim, killed_at, 3 * args.judgments) if killed_at else None,
     }
+
+
+def unsaved_before(sim: SimulatorProcess, killed_at: float, limit: int) -> int:
+    """Prompts answered (200) more than once whose first answer the simulator finished before the kill."""
+    first: dict[str, float] = {}
+    again: set[str] = set()
+    for call in sim.requests(limit):
+        if call["status"] == 200:
+            prompt = json.dumps(call["body"].get("messages"), sort_keys=True)
+            finished = call["started"] + call["duration_s"]
+            again.update([prompt] if prompt in first else [])
+            first[prompt] = min(first.get(prompt, finished), finished)
+    return sum(1 for prompt in again if first[prompt] < killed_at)
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=["kill", "redis", "db"])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per scenario, each with its own no-fault run")
     parser.add_argument("--judgments", type=int, default=1950)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=16, help="Celery threads per worker (default 16)")
-    parser.add_argument("--latency", type=float, default=0.5, help="simulator latency per call, s (default 0.5)")
+    parser.add_argument(
+        "--latency", default="uniform(0.1, 0.3)", help="simulator latency per call (default uniform(0.1, 0.3) s)"
+    )
     parser.add_argument("--at", type=float, default=0.3, help="inject the fault when this share is done")
     parser.add_argument("--restart-after", type=float, default=3.0)
+    parser.add_argument("--redis-restarts", type=int, default=1, help="Redis kill-and-restarts per redis run")
     parser.add_argument("--outage", type=float, default=15.0, help="database outage, s (default 15)")
     parser.add_argument("--storm", type=float, default=0.1, help="share of calls answered 429, and 503 (each)")
     parser.add_argument("--timeout", type=float, default=1200.0)
     args = parser.parse_args(argv)
-    scenarios = list(args.scenarios)
-    if "none" not in scenarios:
-        scenarios.insert(0, "none")
+    faults = [s for s in args.scenarios if s != "none"]
     defaults = default_env()
     print(
         f"fault benchmark ({os.cpu_count()} CPUs, load avg {', '.join(f'{x:.1f}' for x in os.getloadavg())}): "
-        f"{args.judgments} judgments, {args.workers} workers x {args.threads} threads, L = {args.latency} s, "
-        f"PostgreSQL behind a TCP proxy; default timers: lease {defaults['DJ_CLAIM_LEASE']} s, sweep "
-        f"{defaults['DJ_SWEEP_INTERVAL']} s, requeue {defaults['DJ_REQUEUE_AFTER']} s, visibility "
+        f"{args.judgments} judgments, {args.workers} workers x {args.threads} threads, latency {args.latency}, "
+        f"PostgreSQL behind a TCP proxy, {args.rounds} rounds; default timers: lease {defaults['DJ_CLAIM_LEASE']} s, "
+        f"sweep {defaults['DJ_SWEEP_INTERVAL']} s, requeue {defaults['DJ_REQUEUE_AFTER']} s, visibility "
         f"{defaults['DJ_VISIBILITY_TIMEOUT']} s"
     )
-    results = []
-    reference: float | None = None
     header = (
-        f"  {'scenario':<8} {'planned':>7} {'done':>6} {'lost':>5} {'dup':>5} {'seen':>6} {'recorded':>8} "
-        f"{'wall s':>7} {'delay s':>8} {'stall s':>8} {'fault->done s':>13}"
+        f"  {'round':>5} {'scenario':<8} {'planned':>7} {'done':>6} {'lost':>5} {'seen':>6} {'recorded':>8} "
+        f"{'cut':>4} {'unsaved':>7} {'wall s':>7} {'delay s':>8} {'stall s':>8} {'resume s':>8} {'fault->done s':>13} "
+        f"{'load':>5}"
     )
-    print(header)
-    for name in scenarios:
-        result = run_scenario(name, args)
-        if name == "none":
-            reference = result["wall_s"]
-        delay = result["wall_s"] - reference if reference is not None else math.nan
-        results.append(result)
-        after = result["recovered_after_fault_s"]
-        print(
-            f"  {name:<8} {result['planned']:>7} {result['done']:>6} {result['lost']:>5} {result['duplicated']:>5} "
-            f"{result['calls_seen']:>6} {result['calls_recorded']:>8} {result['wall_s']:>7.1f} {delay:>8.1f} "
-            f"{result['longest_stall_s']:>8.1f} {after if after is not None else math.nan:>13.1f}",
-            flush=True,
-        )
+    print(header, flush=True)
+    delays: dict[str, list[float]] = {name: [] for name in faults}
+    exact: dict[str, list[bool]] = {name: [] for name in faults}
+    walls: dict[str, list[float]] = {name: [] for name in ["none", *faults]}
+    for round_no in range(1, args.rounds + 1):
+        reference: float | None = None
+        for name in ["none", *faults]:
+            result = run_scenario(name, args)
+            if name == "none":
+                reference = result["wall_s"]
+            delay = result["wall_s"] - reference if reference is not None else math.nan
+            if name != "none":
+                delays[name].append(delay)
+                exact[name].append(result["calls_seen"] == result["calls_recorded"])
+            after = result["recovered_after_fault_s"]
+            resumed = result["resumed_after_fault_s"]
+            walls[name].append(result["wall_s"])
+            print(
+                f"  {round_no:>5} {name:<8} {result['planned']:>7} {result['done']:>6} {result['lost']:>5} "
+                f"{result['calls_seen']:>6} {result['calls_recorded']:>8} {result['cut']:>4} "
+                f"{result['duplicated']:>7} {result['wall_s']:>7.1f} {delay:>8.1f} {result['longest_stall_s']:>8.1f} "
+                f"{resumed if resumed is not None else math.nan:>8.1f} "
+                f"{after if after is not None else math.nan:>13.1f} {os.getloadavg()[0]:>5.1f}",
+                flush=True,
+            )
+            if result["unsaved_before_kill"] is not None:
+                print(
+                    f"        unsaved {result['duplicated']}: {result['unsaved_before_kill']} finished by the provider "
+                    f"before the kill (never stashed), {result['duplicated'] - result['unsaved_before_kill']} after it",
+                    flush=True,
+                )
     print(
-        "  lost: not finished; dup: replies delivered beyond one per judgment; seen/recorded: provider calls the "
-        "simulator received / the database records; delay: wall time minus the no-fault run's; stall: the longest "
-        "time without a new verdict; fault->done: from the end of the fault to the run's end"
+        "  lost: not finished; seen/recorded: provider calls the simulator received / the database records; cut: "
+        "calls the client hung up on mid-call; unsaved: replies delivered beyond one per judgment (paid for, never "
+        "stored); delay: wall time minus the same round's no-fault run; stall: the longest time without a new "
+        "verdict; resume: from the end of the fault to the first verdict after it; fault->done: from the end of "
+        "the fault to the run's end"
     )
+    reference = statistics.median(walls["none"])
+    print(
+        "  delay over the same round's no-fault run, and over the median no-fault run "
+        f"({reference:.1f} s), min / median / max (s); calls recorded = seen in how many rounds"
+    )
+    for name in faults:
+        over_median = [wall - reference for wall in walls[name]]
+        print(
+            f"  {name:<8} {spread(delays[name]):>22}   {spread(over_median):>22}   "
+            f"{sum(exact[name])}/{len(exact[name])}"
+        )
     return 0
 
 

@@ -126,8 +126,9 @@ def rubric_version(conn: Conn, rubric_id: str, version: str) -> dict[str, Any]:
 
 # -- report ----------------------------------------------------------------------------------------------
 @st.cache_data(ttl=300, max_entries=32, show_spinner="Computing the report…")
-def report(conn: Conn, run_id: str, n_boot: int, version: str, ratings_rev: int = 0) -> dict[str, Any]:
-    """The run's report (``/report``); ``version`` / ``ratings_rev`` only key the cache."""
+def report(conn: Conn, run_id: str, n_boot: int | None, version: str, ratings_rev: int = 0) -> dict[str, Any]:
+    """The run's report (``/report``; ``n_boot`` None: the API's default, as the CLI asks); ``version`` /
+    ``ratings_rev`` only key the cache."""
     del version, ratings_rev
     return _dict(_get(conn, f"/v1/runs/{run_id}/report", n_boot=n_boot), "the report")
 
@@ -323,10 +324,10 @@ def create_run_jsonl(
     return _dict(result, "the new run")
 
 
-def retry_run(conn: Conn, run_id: str) -> dict[str, Any]:
+def retry_run(conn: Conn, run_id: str, unparseable: bool = False) -> dict[str, Any]:
     client = make_client(conn)
     try:
-        result = client.post(f"/v1/runs/{run_id}/retry", {})
+        result = client.post(f"/v1/runs/{run_id}/retry", {"unparseable": True} if unparseable else {})
     finally:
         client.close()
     list_runs.clear()
@@ -336,3 +337,44 @@ def retry_run(conn: Conn, run_id: str) -> dict[str, Any]:
 
 def clear_caches() -> None:
     st.cache_data.clear()
+
+
+# -- monitors (docs/monitoring.md) -----------------------------------------------------------------------
+@st.cache_data(ttl=5, show_spinner=False)
+def list_monitors(conn: Conn) -> list[dict[str, Any]]:
+    """The project's monitors with their status today (newest first)."""
+    page = _dict(_get(conn, "/v1/monitors", limit=500), "/v1/monitors")
+    return list(page.get("items") or [])
+
+
+@st.cache_data(ttl=30, max_entries=32, show_spinner="Loading the series…")
+def monitor_series(
+    conn: Conn, monitor_id: str, bucket: str, by: tuple[str, ...], rubric: str | None, aspect: str | None
+) -> pd.DataFrame:
+    """A monitor's series rows (``/series``), bucket_start as UTC timestamps."""
+    data = _dict(
+        _get(conn, f"/v1/monitors/{monitor_id}/series", bucket=bucket, by=list(by), rubric=rubric, aspect=aspect),
+        "the series",
+    )
+    frame = pd.DataFrame(list(data.get("rows") or []))
+    if not frame.empty:
+        frame["bucket_start"] = pd.to_datetime(frame["bucket_start"], utc=True)
+    return frame
+
+
+@st.cache_data(ttl=5, max_entries=32, show_spinner=False)
+def monitor_alerts(conn: Conn, monitor_id: str) -> list[dict[str, Any]]:
+    """A monitor's alerts, newest first, with their evidence (``GET /v1/monitors/{id}/alerts``)."""
+    page = _dict(_get(conn, f"/v1/monitors/{monitor_id}/alerts", limit=200), "the alerts")
+    return list(page.get("items") or [])
+
+
+@st.cache_data(ttl=30, max_entries=32, show_spinner=False)
+def bucket_responses(
+    conn: Conn, monitor_id: str, start: str, bucket: str, filters: tuple[tuple[str, str], ...] = ()
+) -> dict[str, Any]:
+    """The sampled responses of one bucket with their verdicts (``GET /v1/monitors/{id}/responses``)."""
+    return _dict(
+        _get(conn, f"/v1/monitors/{monitor_id}/responses", start=start, bucket=bucket, **dict(filters)),
+        "the bucket's responses",
+    )

@@ -21,7 +21,8 @@ import streamlit as st  # noqa: E402
 from dashboard import state  # noqa: E402
 
 PAGES = [
-    st.Page("views/runs.py", title="Runs", icon=":material/list:", url_path="runs", default=True),
+    # the default page is served at "/" whatever its url_path; "/runs" is its hidden twin below
+    st.Page("views/runs.py", title="Runs", icon=":material/list:", url_path="home", default=True),
     st.Page("views/leaderboard.py", title="Leaderboard", icon=":material/leaderboard:", url_path="leaderboard"),
     st.Page("views/winrates.py", title="Win / tie / loss", icon=":material/stacked_bar_chart:", url_path="wins"),
     st.Page("views/agreement.py", title="Human agreement", icon=":material/handshake:", url_path="agreement"),
@@ -29,8 +30,12 @@ PAGES = [
     st.Page("views/explorer.py", title="Item explorer", icon=":material/forum:", url_path="explorer"),
     st.Page("views/disagreements.py", title="Disagreements", icon=":material/rule:", url_path="disagreements"),
     st.Page("views/contradictions.py", title="Contradictions", icon=":material/fact_check:", url_path="contradictions"),
+    st.Page("views/memory.py", title="Memory audit", icon=":material/psychology:", url_path="memory-audit"),
     st.Page("views/annotate.py", title="Annotate", icon=":material/edit_note:", url_path="annotate"),
     st.Page("views/compare.py", title="Compare runs", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("views/monitors.py", title="Monitors", icon=":material/monitor_heart:", url_path="monitors"),
+    # every page opens from its own URL (a shared link /runs?run=... showed "Page not found"); not in the menu
+    st.Page("views/runs.py", title="Runs", icon=":material/list:", url_path="runs", visibility="hidden"),
 ]
 
 st.set_page_config(page_title="dialogue-judge", page_icon=":material/gavel:", layout="wide")

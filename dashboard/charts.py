@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 AltairChart = alt.Chart | alt.LayerChart | alt.FacetChart | alt.ConcatChart | alt.HConcatChart | alt.VConcatChart
 OUTCOME_COLORS = {"win": "#2e7d32", "tie": "#b0bec5", "loss": "#c62828"}
 MAX_POINTS = 5000
+COUNT_AXIS = alt.Axis(tickMinStep=1, format="d")  # counts: whole ticks (never 0.5, 1.5)
 HEIGHT_PER_ROW = 34
 
 
@@ -86,7 +87,7 @@ def histogram_chart(hist: pd.DataFrame) -> AltairChart:
         .mark_bar()
         .encode(
             x=alt.X("bin:N", sort=alt.SortField("bin_start"), title="score bin"),
-            y=alt.Y("sum(count):Q", title="items"),
+            y=alt.Y("sum(count):Q", title="items", axis=COUNT_AXIS),
             color=alt.Color("system:N"),
             xOffset="system:N",
             column=alt.Column("aspect:N", title=None),
@@ -281,7 +282,8 @@ def delta_chart(deltas: pd.DataFrame) -> AltairChart:
     df["direction"] = df["delta"].map(lambda d: "better" if d > 0 else "worse" if d < 0 else "same")
     base = alt.Chart(df).encode(y=alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=260)))
     rules = base.mark_rule(strokeWidth=2, color="#78909c").encode(
-        x=alt.X("ci_low:Q", title="candidate − baseline (mean score, 95% CI)"), x2="ci_high:Q"
+        x=alt.X("ci_low:Q", title="candidate − baseline (mean score, 95% CI)", axis=alt.Axis(format=".2f")),
+        x2="ci_high:Q",
     )
     points = base.mark_point(filled=True, size=110).encode(
         x="delta:Q",
@@ -366,8 +368,14 @@ def progress_figure(counts: dict[str, int]) -> go.Figure:
         margin={"l": 10, "r": 10, "t": 10, "b": 10},
         legend={"orientation": "h", "y": -0.4},
         yaxis={"visible": False},
+        xaxis={"tickformat": "d", "dtick": integer_dtick(sum(int(counts.get(s) or 0) for s in colors))},
     )
     return fig
+
+
+def integer_dtick(largest: int, ticks: int = 8) -> int:
+    """A whole tick step for a count axis up to ``largest`` (about ``ticks`` ticks; never a half step)."""
+    return max(1, -(-int(largest) // ticks))
 
 
 def contradiction_chart(counts: pd.DataFrame) -> AltairChart:
@@ -376,10 +384,68 @@ def contradiction_chart(counts: pd.DataFrame) -> AltairChart:
         alt.Chart(counts)
         .mark_bar()
         .encode(
-            x=alt.X("contradictions:Q", title="contradicted facts"),
+            x=alt.X("contradictions:Q", title="contradicted facts", axis=COUNT_AXIS),
             y=alt.Y("system:N", title=None),
             color=alt.Color("source_kind:N", title="fact source"),
             tooltip=["system:N", "source_kind:N", "contradictions:Q"],
         )
         .properties(height=_height(counts["system"].nunique(), minimum=110, per_row=40))
+    )
+
+
+def series_chart(rows: pd.DataFrame, slice_by: str, value: str = "mean") -> AltairChart:
+    """A monitor's series: one line per slice (``slice_by``: version, system or segment) over the buckets, with the
+    interval as a band of the same colour (``value="contradiction_rate"``: the rate, no band)."""
+    df = rows.dropna(subset=[value]).copy()
+    df["slice"] = df[slice_by].fillna("(none)") if slice_by in df else "(all)"
+    color = alt.Color("slice:N", title=slice_by)
+    base = alt.Chart(df).encode(x=alt.X("bucket_start:T", title="bucket (UTC)"), color=color)
+    tooltip = ["bucket_start:T", "slice:N", "n:Q", alt.Tooltip(f"{value}:Q", format=".3f")]
+    line = base.mark_line(point=True).encode(
+        y=alt.Y(f"{value}:Q", title=value.replace("_", " "), scale=alt.Scale(zero=False)), tooltip=tooltip
+    )
+    if value != "mean":
+        return line.properties(height=280)
+    band = base.mark_area(opacity=0.2).encode(y="ci_low:Q", y2="ci_high:Q")
+    return (band + line).properties(height=320)
+
+
+def memory_figures_chart(figures: pd.DataFrame) -> AltairChart:
+    """Memory audit: precision, recall and F1 per system (grouped bars, 0-1) with their 95% CI error bars."""
+    df = figures.dropna(subset=["value"]).copy()
+    order = ["precision", "recall", "F1"]
+    base = alt.Chart(df).encode(
+        x=alt.X("system:N", title=None, axis=alt.Axis(labelAngle=0)), xOffset=alt.XOffset("figure:N", sort=order)
+    )
+    tooltip = [
+        "system:N",
+        "figure:N",
+        alt.Tooltip("value:Q", format=".3f"),
+        alt.Tooltip("ci_low:Q", format=".3f"),
+        alt.Tooltip("ci_high:Q", format=".3f"),
+        "n_items:Q",
+    ]
+    bars = base.mark_bar(opacity=0.85).encode(
+        y=alt.Y("value:Q", title="fact level", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("figure:N", sort=order, title=None),
+        tooltip=tooltip,
+    )
+    errors = base.mark_rule(color="black", strokeWidth=1.5).encode(y="ci_low:Q", y2="ci_high:Q")
+    return alt.layer(bars, errors).properties(height=320)
+
+
+def error_shares_chart(shares: pd.DataFrame) -> AltairChart:
+    """Memory audit: each system's errors split by type (stacked shares summing to 1)."""
+    order = ["fabricated", "wrong relationship", "missing"]
+    return (
+        alt.Chart(shares.dropna(subset=["share"]))
+        .mark_bar()
+        .encode(
+            x=alt.X("share:Q", title="share of the system's errors", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("system:N", title=None),
+            color=alt.Color("error_type:N", sort=order, title="error type"),
+            order=alt.Order("error_type:N"),
+            tooltip=["system:N", "error_type:N", "count:Q", alt.Tooltip("share:Q", format=".3f")],
+        )
+        .properties(height=_height(shares["system"].nunique(), minimum=110, per_row=40))
     )

@@ -16,7 +16,7 @@ from dashboard import api, widgets
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 RUN_LIST_LIMIT = 100
-N_BOOT_CHOICES = (0, 200, 500, 1000, 2000)
+N_BOOT_CHOICES: tuple[int | None, ...] = (None, 0, 200, 500, 2000)  # None: the report's own default
 FINISHED = ("done", "budget_exhausted", "cancelled", "failed")
 
 
@@ -24,7 +24,7 @@ def init() -> None:
     ss = st.session_state
     ss.setdefault("api_url", os.environ.get("DJ_API_URL") or DEFAULT_API_URL)
     ss.setdefault("api_key", os.environ.get("DJ_API_KEY") or "")
-    ss.setdefault("n_boot", 500)
+    ss.setdefault("n_boot", None)
     ss.setdefault("ratings_rev", 0)
     if "run_id" not in ss:
         ss["run_id"] = st.query_params.get("run")
@@ -36,8 +36,11 @@ def conn() -> api.Conn:
     return api.Conn(url.rstrip("/"), str(st.session_state["api_key"]).strip() or None)
 
 
-def n_boot() -> int:
-    return int(st.session_state.get("n_boot", 500))
+def n_boot() -> int | None:
+    """The report's bootstrap replicates; None (the default) leaves them to the API, so the intervals on every page
+    are those of ``dialogue-judge report``."""
+    value = st.session_state.get("n_boot")
+    return None if value is None else int(value)
 
 
 def ratings_rev() -> int:
@@ -71,7 +74,8 @@ def sidebar() -> None:
                 "Bootstrap resamples (CIs)",
                 N_BOOT_CHOICES,
                 key="n_boot",
-                help="n_boot of the report: more is steadier and slower",
+                format_func=lambda n: "as `dialogue-judge report`" if n is None else str(n),
+                help="n_boot of the report: by default the report's own (the CLI's intervals); more is steadier",
             )
             if st.button("Refresh data", help="Forget cached API answers"):
                 api.clear_caches()
@@ -134,6 +138,14 @@ def require_report(run: dict[str, Any]) -> dict[str, Any]:
     if report is None:
         st.stop()
     return report
+
+
+def rubrics_with_parser(run: dict[str, Any], parser: str) -> list[str]:
+    """The run's rubrics whose parser is ``parser`` (``fact_check``, ``memory_audit``); the rubric list is best
+    effort: unreachable, none."""
+    listed = widgets.guard(api.rubrics, conn(), what="the rubrics", quiet=True) or []
+    parsers = {str(r.get("id")): r.get("parser") for r in listed}
+    return [str(r) for r in run.get("rubrics") or [] if parsers.get(str(r)) == parser]
 
 
 def unfinished(run: dict[str, Any]) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Literal, TypeVar
 
 import altair as alt
@@ -52,6 +52,45 @@ def guard(fn: Callable[..., T], *args: Any, what: str, quiet: bool = False, **kw
 def empty(message: str) -> None:
     """An empty state that says what to do next."""
     st.info(message, icon="ℹ️")
+
+
+def no_verdicts_text(
+    report: dict[str, Any] | None, mode: str | None, none_message: str, rubrics: Collection[str] | None = None
+) -> str:
+    """``none_message`` when the run has no ``mode`` judgments (None: of any mode; with ``rubrics``: no judgments of
+    those rubrics); when it has some but none gave a verdict, how many and why (unparseable, failed, not done yet),
+    so "none exist" is never said of judgments that all failed."""
+    counted = (report or {}).get("counts") or {}
+    if rubrics is not None:
+        groups = {k: v for k, v in (counted.get("by_rubric") or {}).items() if k in rubrics}
+    else:
+        groups = {k: v for k, v in (counted.get("by_mode") or {}).items() if mode is None or k == mode}
+    counts: dict[str, int] = {}
+    for statuses in groups.values():
+        for status, n in (statuses or {}).items():
+            counts[status] = counts.get(status, 0) + int(n)
+    total = sum(counts.values())
+    if total == 0 or counts.get("done", 0) > 0:
+        return none_message
+    parts = ", ".join(
+        f"{counts[s]:,} {s}" for s in ("unparseable", "failed", "pending", "running", "cancelled") if counts.get(s)
+    )
+    unfinished = counts.get("pending", 0) + counts.get("running", 0)
+    kind = ", ".join(sorted(groups)) if rubrics is not None else mode
+    judgments = f"{total:,} {kind + ' ' if kind else ''}judgment{'s' if total != 1 else ''}"
+    if unfinished == total:
+        return f"This run has {judgments}, none done yet ({parts}) — wait for them on the **Runs** page."
+    return (
+        f"This run has {judgments}, but none gave a verdict ({parts}) — see the **Item explorer** for the judge's "
+        "replies and errors."
+    )
+
+
+def no_verdicts(
+    report: dict[str, Any] | None, mode: str | None, none_message: str, rubrics: Collection[str] | None = None
+) -> None:
+    """The empty state of a section that shows ``mode`` verdicts (see :func:`no_verdicts_text`)."""
+    empty(no_verdicts_text(report, mode, none_message, rubrics))
 
 
 def pager(total: int, key: str, page_size: int = PAGE_SIZE) -> int:
@@ -104,14 +143,24 @@ def table(
         if pd.api.types.is_float_dtype(df[c])
     }
     config.update(column_config or {})
-    st.dataframe(
-        df.iloc[offset : offset + page_size],
-        hide_index=True,
-        column_config=config,
-        height=height,
-        key=f"{key}_df",
-    )
+    dataframe(df.iloc[offset : offset + page_size], key=f"{key}_df", column_config=config, height=height)
     csv_button(df, name, key)
+
+
+NOT_APPLICABLE = "n/a"
+
+
+def dataframe(
+    df: pd.DataFrame,
+    *,
+    key: str,
+    column_config: dict[str, Any] | None = None,
+    height: int | Literal["auto"] = "auto",
+) -> None:
+    """Every table of the dashboard is drawn here: a value that does not apply (``system_b`` of a single judgment,
+    ``finished_at`` of a running run, a missing number) reads "n/a" where Streamlit would write "None", and the
+    data keeps its types (numbers sort as numbers; the CSV download keeps empty cells)."""
+    st.dataframe(df, hide_index=True, column_config=column_config, height=height, key=key, placeholder=NOT_APPLICABLE)
 
 
 def chart(figure: Any, key: str, *, stretch: bool = True) -> None:

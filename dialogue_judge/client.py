@@ -12,9 +12,12 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from dialogue_judge.monitor_log import MonitorLogger
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 # the connection failed or broke, or the answer did not come in time; a bad URL or a malformed request is not retried
@@ -158,10 +161,32 @@ class ApiClient:
         path = f"/v1/runs/{run_id}/verdicts"
         return dict(self.request("POST", path, content=content, params=query, headers=headers, retry=True))
 
+    # monitors (docs/monitoring.md)
+    def create_monitor(self, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.post("/v1/monitors", body))
+
+    def monitors(self) -> list[dict[str, Any]]:
+        return list(self.get("/v1/monitors", limit=500)["items"])
+
+    def monitor_info(self, monitor_id: str) -> dict[str, Any]:
+        return dict(self.get(f"/v1/monitors/{monitor_id}"))
+
+    def monitor_series(self, monitor_id: str, **params: Any) -> Any:
+        """GET /v1/monitors/{id}/series (``by`` may be a list; ``format="csv"`` returns the CSV text)."""
+        return self.get(f"/v1/monitors/{monitor_id}/series", **params)
+
+    def monitor(self, monitor_id: str, **options: Any) -> MonitorLogger:
+        """A logger of production responses to the monitor: ``.log(...)`` buffers and returns at once, a background
+        thread sends (dialogue_judge.monitor_log); ``.flush()`` / ``.close()`` when done."""
+        from dialogue_judge.monitor_log import MonitorLogger
+
+        return MonitorLogger(self.base_url, monitor_id, dict(self._http.headers), **options)
+
     def run(self, run_id: str) -> dict[str, Any]:
         return dict(self.get(f"/v1/runs/{run_id}"))
 
-    def report(self, run_id: str, n_boot: int = 1000, **params: Any) -> dict[str, Any]:
+    def report(self, run_id: str, n_boot: int | None = None, **params: Any) -> dict[str, Any]:
+        """The run's report; ``n_boot`` None: the API's default replicates (the figures every surface shows)."""
         return dict(self.get(f"/v1/runs/{run_id}/report", n_boot=n_boot, **params))
 
     def all_judgments(self, run_id: str, page: int = 1000, **filters: Any) -> list[dict[str, Any]]:

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dialogue_judge.cli import render_report, wait_for_run
+from dialogue_judge.cli.reports import render_report
+from dialogue_judge.cli.submit import wait_for_run
 from dialogue_judge.client import ApiClient
 from dialogue_judge.datasets import msc_record_to_items
 from dialogue_judge.generation import SystemArg, build_systems, run_generation

@@ -9,6 +9,7 @@ imports nothing from ``workers``, ``dashboard`` or ``dialogue_judge`` (tests/api
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -57,9 +58,19 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeper = _start_sweeper(settings)
     except Exception as exc:
         log.warning("sweeper not started: %s", exc)
+    freeze_startup_objects()
     yield
+    gc.unfreeze()  # an app started in a test process: what it kept alive can be collected again
     if sweeper is not None:
         sweeper.stop_event.set()
+
+
+def freeze_startup_objects() -> None:
+    """Move everything alive after startup (modules, schemas, rubrics, the statistics warmed up: some 250,000
+    objects) out of the cyclic garbage collector's reach. They live as long as the process, but each full collection
+    walked them all: about 0.15 s of CPU inside whichever request triggered it (docs/monitoring.md#ingestion-speed)."""
+    gc.collect()
+    gc.freeze()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     # verdicts of provider calls are written in groups: the writer waits this long for more before a transaction
     write_linger_ms: float = Field(default=100.0, ge=0, le=5000, alias="DJ_WRITE_LINGER_MS")
     write_group: int = Field(default=64, ge=1, le=1000, alias="DJ_WRITE_GROUP")
+    # batch execution (workers.batches): how often an open provider batch is polled, and at most how many requests
+    # a batch holds (the provider's own limit when lower: OpenAI 50,000 requests / 200 MB, Anthropic 100,000 / 256 MB)
+    batch_poll_s: float = Field(default=30.0, gt=0, alias="DJ_BATCH_POLL")
+    batch_max_requests: int = Field(default=100_000, ge=1, alias="DJ_BATCH_MAX_REQUESTS")
 
     # reference metrics: BERTScore from a local model directory on the workers (never downloaded)
     bertscore_model: str | None = Field(default=None, alias="DJ_BERTSCORE_MODEL")
@@ -56,6 +60,13 @@ class Settings(BaseSettings):
 
     # openai-compatible judges: base URLs (prefixes) a run may name; empty = any URL while auth is off
     judge_url_allowlist: str = Field(default="", alias="DJ_JUDGE_URL_ALLOWLIST")
+    # webhooks (judge_api/webhooks.py): URL prefixes a callback may name with auth on besides public hosts; the
+    # retry schedule (back-off doubling from DJ_WEBHOOK_BACKOFF up to DJ_WEBHOOK_BACKOFF_MAX, for DJ_WEBHOOK_RETRY_FOR)
+    callback_url_allowlist: str = Field(default="", alias="DJ_CALLBACK_URL_ALLOWLIST")
+    webhook_backoff_s: float = Field(default=30.0, gt=0, alias="DJ_WEBHOOK_BACKOFF")
+    webhook_backoff_max_s: float = Field(default=3600.0, gt=0, alias="DJ_WEBHOOK_BACKOFF_MAX")
+    webhook_retry_for_s: float = Field(default=86_400.0, gt=0, alias="DJ_WEBHOOK_RETRY_FOR")
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=60, alias="DJ_WEBHOOK_TIMEOUT")
 
     # reliability: a claim's lease is renewed every third of it while its worker lives (workers/leases.py), so a
     # short lease is safe and a dead worker's judgments are re-sent within lease + sweep interval
@@ -97,11 +108,9 @@ class Settings(BaseSettings):
         With an allowlist, only URLs under one of its prefixes. Without one, any URL on the open embedded default
         (auth off, loopback only), but none once auth is on: a submitter must not be able to point the workers,
         and the operator's key, at a server of their choosing."""
-        prefixes = [p.strip().rstrip("/") for p in self.judge_url_allowlist.split(",") if p.strip()]
-        if not prefixes:
+        if not self.judge_url_allowlist.strip():
             return not self.auth_enabled
-        url = base_url.rstrip("/")
-        return any(url == p or url.startswith(p + "/") for p in prefixes)
+        return url_under_prefixes(base_url, self.judge_url_allowlist)
 
     def resolved_database_url(self) -> str:
         if self.database_url:
@@ -118,6 +127,13 @@ class Settings(BaseSettings):
     def strategy_dirs(self) -> list[Path]:
         """Where memory strategies are read from (strategies/ of the checkout or the wheel, then DJ_STRATEGIES_PATH)."""
         return _data_dirs("strategies", self.strategies_path)
+
+
+def url_under_prefixes(url: str, allowlist: str) -> bool:
+    """Is ``url`` one of the comma-separated prefixes of ``allowlist`` or under one (at a ``/``)?"""
+    prefixes = [p.strip().rstrip("/") for p in allowlist.split(",") if p.strip()]
+    url = url.rstrip("/")
+    return any(url == p or url.startswith(p + "/") for p in prefixes)
 
 
 def _data_dirs(folder: str, extra: str) -> list[Path]:

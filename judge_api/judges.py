@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 from urllib.parse import urlparse
 
@@ -54,6 +55,7 @@ class JudgeSpec:
         return self.provider
 
 
+@lru_cache(maxsize=1024)  # every judgment parses its judge: a frozen spec per string, parsed once
 def parse_judge(spec: str) -> JudgeSpec:
     """Parse and validate a judge string; raises JudgeSpecError with the reason."""
     if not isinstance(spec, str) or ":" not in spec:

@@ -174,6 +174,39 @@ class QueueCollector(Collector):
             yield GaugeMetricFamily(f"{NAMESPACE}_workers_alive", "Workers with a fresh heartbeat", value=alive)
 
 
+class AlertCollector(Collector):
+    """``dialogue_judge_monitor_alert{monitor,monitor_name,rule}``: 1 while the rule has an open alert, else 0; one
+    sample per rule of every monitor, read from the database when scraped (the API's ``/metrics``)."""
+
+    def __init__(self, read: Callable[[], list[tuple[str, str, str, bool]]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            rows = self.read()
+        except Exception:  # the database is down: say nothing rather than fail the scrape
+            return
+        family = GaugeMetricFamily(
+            "dialogue_judge_monitor_alert",
+            "1 while a monitor's alert rule has an open alert (docs/monitoring.md#alerts), else 0",
+            labels=["monitor", "monitor_name", "rule"],
+        )
+        for monitor_id, name, rule, is_open in rows:
+            family.add_metric([monitor_id, name, rule], 1.0 if is_open else 0.0)
+        yield family
+
+
+class Collectors(Collector):
+    """Several collectors as the one ``exposition`` takes."""
+
+    def __init__(self, *collectors: Collector) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Any]:
+        for collector in self.collectors:
+            yield from collector.collect()
+
+
 def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 

@@ -91,6 +91,17 @@ class Run(Base):
     """Adaptive runs: planning steps taken (a step is a compare-and-set on it, so no two plan the same batch)."""
     plan_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     """Adaptive runs: the ranking, intervals, calls used and (once stopped) the stopping reason."""
+    monitor_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    """A monitor's internal run (docs/monitoring.md): holds its sampled responses and their judgments; left out of
+    the runs list, deleted with the monitor."""
+    callback_url: Mapped[str | None] = mapped_column(String(2000), nullable=True)
+    """Where the ``run.finished`` webhook goes (judge_api/webhooks.py)."""
+    callback_secret: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    """The webhook's HMAC key: never returned by the API, never logged."""
+    execution: Mapped[str] = mapped_column(String(16), default="realtime", server_default="realtime")
+    """``realtime`` (a call per judgment) or ``batch`` (provider batch APIs at the batch price: workers.batches)."""
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    """``POST /v1/runs/{id}/cancel``: pending judgments cancelled, open provider batches asked to cancel."""
 
     items: Mapped[list[RunItem]] = relationship(back_populates="run", cascade="all, delete-orphan")
 
@@ -115,6 +126,9 @@ class Judgment(Base):
     __table_args__ = (
         UniqueConstraint("dedup_key", name="uq_judgments_dedup"),
         Index("ix_judgments_run_status", "run_id", "status"),
+        Index("ix_judgments_run_created", "run_id", "created_at"),  # a monitor's spend today (its daily budget)
+        # the estimate's calibration: a run's judgments of a rubric version and judge, newest first (repository.history)
+        Index("ix_judgments_history", "run_id", "rubric_id", "rubric_version", "judge", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -156,6 +170,9 @@ class Judgment(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)  # what the provider billed (workers.pricing)
     list_cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # no cache, no batch
     cache_saved_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # of it, by caching
+    estimated_cost_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """A monitor's sampled judgment with a daily budget: its expected cost (judge_api.estimate), which the budget
+    counts while the judgment waits or runs (then its recorded ``cost_usd``); None elsewhere."""
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     provider_calls: Mapped[int] = mapped_column(Integer, default=0)
     cached: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -269,3 +286,188 @@ class IdempotencyKey(Base):
     request_hash: Mapped[str] = mapped_column(String(64))
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+
+
+class Monitor(Base):
+    """A chatbot watched in production (docs/monitoring.md): responses are posted to it, a deterministic sample of
+    them is judged in its internal run (``run_id``), and its series, alerts and callbacks read those verdicts."""
+
+    __tablename__ = "monitors"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    run_id: Mapped[str] = mapped_column(String(32))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """rubrics, judges, aspects and judge options (as a run's config), what every sampled response is judged by."""
+    sample_rate: Mapped[float] = mapped_column(Float)
+    daily_budget_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    retention_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    alerts: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    """The alert rules, validated (``schemas.AlertRule``); evaluated by the alert evaluator."""
+    callback_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    callback_secret: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class MonitorResponse(Base):
+    """Every response posted to a monitor, once per response id (a retried batch inserts nothing): its slice keys,
+    its time and whether it was sampled. The text is kept only for sampled ones (as an item of the monitor's run)."""
+
+    __tablename__ = "monitor_responses"
+    __table_args__ = (
+        UniqueConstraint("monitor_id", "response_id", name="uq_monitor_responses_id"),
+        Index("ix_monitor_responses_received", "monitor_id", "received_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"))
+    response_id: Mapped[str] = mapped_column(String(200))
+    system: Mapped[str] = mapped_column(String(100))
+    version: Mapped[str] = mapped_column(String(100))
+    segment: Mapped[str] = mapped_column(String(100), default="")
+    ts: Mapped[datetime] = mapped_column(DateTime)
+    """The response's own time (``timestamp``, else when it was received): the series' buckets are by it."""
+    received_at: Mapped[datetime] = mapped_column(DateTime)
+    sampled: Mapped[bool] = mapped_column(Boolean)
+
+
+class MonitorHourly(Base):
+    """Hourly sums of a monitor's finished verdicts whose judgments retention deleted: the series reads these plus
+    the live judgments, so it stays when the judgments go (sums are additive: no hour is counted twice)."""
+
+    __tablename__ = "monitor_hourly"
+
+    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"), primary_key=True)
+    hour_start: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    system: Mapped[str] = mapped_column(String(100), primary_key=True)
+    version: Mapped[str] = mapped_column(String(100), primary_key=True)
+    segment: Mapped[str] = mapped_column(String(100), primary_key=True)
+    rubric_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    aspect: Mapped[str] = mapped_column(String(64), primary_key=True)
+    judge: Mapped[str] = mapped_column(String(300), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
+    total: Mapped[float] = mapped_column(Float)
+    total_sq: Mapped[float] = mapped_column(Float)
+    fact_n: Mapped[int] = mapped_column(Integer, default=0)
+    """fact-check verdicts among n, and the sum of their contradiction rates"""
+    fact_total: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class WebhookDelivery(Base):
+    """One webhook event to deliver (``run.finished``, ``alert.opened``, ``alert.resolved``), unique by its event
+    key so an event is stored, and sent, once; retried with back-off until a 2xx or until it is given up
+    (``judge_api/webhooks.py``). ``secret`` is the HMAC key at the time of the event: never returned, never logged."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    event_key: Mapped[str] = mapped_column(String(200), unique=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id"), index=True)
+    event: Mapped[str] = mapped_column(String(32))
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), nullable=True, index=True)
+    monitor_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    secret: Mapped[str] = mapped_column(String(500))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    """pending (to send, now or at ``next_attempt_at``), delivered (a 2xx came back), failed (given up)."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    claimed_until: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class WebhookAttempt(Base):
+    """Every attempt at a delivery: when, how long, the receiver's status code or why it failed."""
+
+    __tablename__ = "webhook_attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(ForeignKey("webhook_deliveries.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    duration_ms: Mapped[float] = mapped_column(Float)
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    outcome: Mapped[str] = mapped_column(String(16))
+    """delivered (2xx), failed (another status, a timeout, a refused connection), refused (the URL is not allowed)."""
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+PROVIDER_BATCH_OPEN = ("submitting", "open")
+
+
+class ProviderBatch(Base):
+    """A provider batch (OpenAI Batch API, Anthropic Message Batches) holding judgments of a batch-mode run
+    (workers.batches). ``submitting``: stored with its judgments before the provider is asked (a worker killed
+    before it recorded the provider's id leaves it so: the poller looks it up by its ``custom_id`` prefix);
+    ``open``: at the provider; ``ended``: every result stored or sent back to be retried."""
+
+    __tablename__ = "provider_batches"
+    __table_args__ = (Index("ix_provider_batches_status_poll", "status", "next_poll_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    provider: Mapped[str] = mapped_column(String(32))
+    judge: Mapped[str] = mapped_column(String(300))
+    provider_batch_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    input_file_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    status: Mapped[str] = mapped_column(String(16), default="submitting")
+    provider_status: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    requests: Mapped[int] = mapped_column(Integer, default=0)
+    judgments: Mapped[int] = mapped_column(Integer, default=0)
+    result_counts: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    submitted_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    next_poll_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    cancel_sent_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class ProviderBatchJudgment(Base):
+    """Which judgments a provider batch holds, under which request (``custom_id``; judgments with one judge-cache
+    key share a request). Indexed by judgment: is it inside a batch, which one."""
+
+    __tablename__ = "provider_batch_judgments"
+
+    batch_pk: Mapped[int] = mapped_column(ForeignKey("provider_batches.id", ondelete="CASCADE"), primary_key=True)
+    judgment_id: Mapped[int] = mapped_column(
+        ForeignKey("judgments.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    custom_id: Mapped[str] = mapped_column(String(64))
+
+
+class MonitorAlert(Base):
+    """An alert of a monitor's rule (judge_api/alerts.py): opened when the rule decides a regression (a compare
+    rule) or a breach (a floor rule), with the evidence; resolved when it no longer holds. ``start_id`` /
+    ``last_id`` are the judgment ids bounding the candidate stream that decided it: the check for resolution reads
+    the verdicts after ``last_id``."""
+
+    __tablename__ = "monitor_alerts"
+    __table_args__ = (
+        UniqueConstraint("monitor_id", "rule", "definition", "epoch", "start_id", name="uq_monitor_alerts_stream"),
+        Index("ix_monitor_alerts_rule", "monitor_id", "rule", "opened_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"))
+    rule: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))
+    definition: Mapped[str] = mapped_column(String(16))
+    """A hash of the rule as it was when the alert opened: an edited rule starts afresh."""
+    status: Mapped[str] = mapped_column(String(16))
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    """Time-window rules: the candidate window's index (its start / its length); 0 for the others."""
+    start_id: Mapped[int] = mapped_column(Integer, default=0)
+    last_id: Mapped[int] = mapped_column(Integer, default=0)
+    resolved_last_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    opened_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
+    resolution: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -48,3 +48,11 @@ def queue_state(settings: Settings) -> dict[str, float | None]:
         state["queue_depth"] = broker["queue_depth"]
         state["workers_alive"] = len(broker["workers"])
     return state
+
+
+def alert_states() -> list[tuple[str, str, str, bool]]:
+    """(monitor id, monitor name, rule, open?) for the ``dialogue_judge_monitor_alert`` gauge."""
+    from judge_api.repository import alerts
+
+    with session_scope() as session:
+        return alerts.gauge_rows(session)

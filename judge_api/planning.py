@@ -20,7 +20,14 @@ from judge_api.adaptive.planner import Pair, PlannerConfig, plan_step
 from judge_api.adaptive.replay import pair_items_of
 from judge_api.config import get_settings
 from judge_api.judges import parse_judge
-from judge_api.reference_metrics import REFERENCE_JUDGE, REFERENCE_RUBRIC, REFERENCE_VERSION, reference_rubric
+from judge_api.reference_metrics import (
+    LEXICAL_METRICS,
+    REFERENCE_JUDGE,
+    REFERENCE_RUBRIC,
+    REFERENCE_VERSION,
+    reference_rubric,
+    reference_version,
+)
 from judge_api.rubrics import PREFERENCE_LEVELS, Rubric, RubricRegistry
 from judge_api.schemas import AdaptiveOptions, Item, JudgeOptions, PanelOptions, RunCreate
 
@@ -92,7 +99,7 @@ def resolve_rubrics(request: RunCreate, registry: RubricRegistry) -> list[Rubric
                 f"rubric {rubric_id!r} is a {rubric.kind} rubric but mode is {request.mode}",
             )
         rubrics.append(rubric)
-    for mode in request.mode:
+    for mode in request.mode if request.rubrics else []:  # no rubric: reference metrics only
         if not any(r.mode == mode for r in rubrics):
             raise PlanError("mode", f"mode {mode!r} needs at least one {mode} rubric")
     if request.aspects:
@@ -191,6 +198,8 @@ def round_robin_calls(pair_items: Mapping[Pair, Sequence[str]], candidates: Mapp
 def _check_judges(request: RunCreate) -> list[str]:
     settings = get_settings()
     for index, judge in enumerate(request.judges):
+        if judge == REFERENCE_JUDGE:  # reference metrics only (RunCreate checks it stands alone)
+            continue
         try:
             spec = parse_judge(judge)
         except ValueError as exc:
@@ -201,7 +210,7 @@ def _check_judges(request: RunCreate) -> list[str]:
                 f"base URL {spec.base_url!r} is not in DJ_JUDGE_URL_ALLOWLIST (openai-compatible judges must be "
                 "allow-listed by the operator when auth is on)",
             )
-    return [parse_judge(j).key for j in request.judges]
+    return [parse_judge(j).key for j in request.judges if j != REFERENCE_JUDGE]
 
 
 def _aspects(request: RunCreate, rubric: Rubric) -> list[str]:
@@ -269,7 +278,7 @@ def plan_run(request: RunCreate, registry: RubricRegistry, max_judgments: int) -
                 f"with up to {request.options.max_sample_count} samples per judgment the run could need {most} "
                 f"judgments, more than {max_judgments}; lower max_samples or split the run",
             )
-    if not planned:
+    if not planned and request.rubrics:  # no rubric: reference metrics only (RunCreate checks an item has one)
         raise PlanError("items", "the run plans no judgment (pairwise items need two or more candidates)")
     planned += plan_reference_metrics(request)
     if len(planned) > max_judgments:
@@ -330,25 +339,31 @@ def is_adaptive(config: Mapping[str, Any]) -> bool:
 
 
 def plan_reference_metrics(request: RunCreate) -> list[PlannedJudgment]:
-    """One judgment of the ``reference`` pseudo-judge per metric and candidate of every item with a reference."""
-    return [
-        PlannedJudgment(
-            item.id, "single", system, None, None, REFERENCE_RUBRIC, REFERENCE_VERSION, metric, REFERENCE_JUDGE, 0
-        )
-        for item in request.items
-        if item.reference and item.reference.strip()
-        for system in item.candidates
-        for metric in request.metrics
-    ]
+    """One judgment of the ``reference`` pseudo-judge per metric and candidate of every item with a reference. Its
+    version names the tokenisation of the lexical metrics (``tokenize``: ``auto`` is resolved here, per item, from
+    the reference); BERTScore has its own tokenizer and keeps the base version."""
+    planned: list[PlannedJudgment] = []
+    for item in request.items:
+        if not (item.reference and item.reference.strip()):
+            continue
+        lexical = reference_version(request.tokenize, item.reference)
+        for system in item.candidates:
+            for metric in request.metrics:
+                version = lexical if metric in LEXICAL_METRICS else REFERENCE_VERSION
+                planned.append(
+                    PlannedJudgment(
+                        item.id, "single", system, None, None, REFERENCE_RUBRIC, version, metric, REFERENCE_JUDGE, 0
+                    )
+                )
+    return planned
 
 
 def run_rubrics(request: RunCreate, registry: RubricRegistry) -> list[Rubric]:
     """The rubrics a run is planned with, to be stored with it: the named ones, and the reference metrics'
-    pseudo-rubric when the run computes reference metrics."""
+    pseudo-rubric (each version its items use) when the run computes reference metrics."""
     rubrics = [registry.get(r) for r in sorted(set(request.rubrics))]
-    if plan_reference_metrics(request):
-        rubrics.append(reference_rubric())
-    return rubrics
+    versions = sorted({p.rubric_version for p in plan_reference_metrics(request)})
+    return rubrics + [reference_rubric(v) for v in versions]
 
 
 def check_panel(request: RunCreate, judges: list[str]) -> None:
@@ -359,6 +374,10 @@ def check_panel(request: RunCreate, judges: list[str]) -> None:
             raise PlanError(f"panel.judges[{index}]", str(exc)) from None
         if key not in judges:
             raise PlanError(f"panel.judges[{index}]", f"{judge!r} is not one of the run's judges")
+    quorum = request.panel.quorum
+    n_members = len(dict.fromkeys(request.panel.judges)) if request.panel.judges else len(judges)
+    if quorum is not None and quorum > n_members:
+        raise PlanError("panel.quorum", f"{quorum} is more than the panel's members ({n_members})")
 
 
 def check_metrics(request: RunCreate, bertscore_model: str | None) -> None:
@@ -371,20 +390,25 @@ def check_metrics(request: RunCreate, bertscore_model: str | None) -> None:
 
 
 def run_config(request: RunCreate) -> dict[str, Any]:
-    """What is stored as the run's config (everything but the items)."""
-    return request.model_dump(mode="json", exclude={"items"})
+    """What is stored as the run's config (everything but the items and the webhook, kept in the run's columns)."""
+    return request.model_dump(mode="json", exclude={"items", "callback_url", "callback_secret"})
 
 
 def panel_settings(
-    config: dict[str, Any] | None, judges: list[str] | None = None, aggregate: str | None = None
+    config: dict[str, Any] | None,
+    judges: list[str] | None = None,
+    aggregate: str | None = None,
+    quorum: int | None = None,
 ) -> dict[str, Any]:
-    """The panel settings of a stored run config (``panel``), with ``judges`` / ``aggregate`` overriding them, the
-    judges as canonical judge keys (what the judgments store)."""
+    """The panel settings of a stored run config (``panel``), with ``judges`` / ``aggregate`` / ``quorum``
+    overriding them, the judges as canonical judge keys (what the judgments store)."""
     panel = dict((config or {}).get("panel") or {})
     if judges:
         panel["judges"] = judges
     if aggregate:
         panel["aggregate"] = aggregate
+    if quorum is not None:
+        panel["quorum"] = quorum
     if panel.get("judges"):
         canonical = []
         for judge in panel["judges"]:

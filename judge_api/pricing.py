@@ -2,8 +2,11 @@
 
 The table is ``workers/prices.yaml`` or the file named by ``DJ_PRICES_FILE``; it is re-read when the file changes,
 so an edit takes effect without restarting the workers. The longest model-name prefix listed under the judge's
-provider wins, a version number right after it excepted (``gpt-5`` does not price ``gpt-5.4``); a model that is
-not listed costs 0 (self-hosted and local judges, models newer than the table).
+provider wins, a version number right after it excepted (``gpt-5`` does not price ``gpt-5.4``). A model that is
+not listed costs 0 where its provider does not bill (self-hosted ``openai-compatible`` servers, ``local``). A model
+of a billing provider (OpenAI, Anthropic, any provider the table gives ``rules``) that is not listed is *unpriced*:
+its calls are recorded at 0, but its cost is not known, so the estimate says so (cost None) and a budget over it
+is refused (``unpriced_budget_refusal``): a budget that counts $0 a call could never stop one.
 
 Each model has an input, cached-input, cache-write and output price, and the provider's batch discount: a
 ``Usage`` record (tokens as the provider reports them, normalised so ``input_tokens`` counts every prompt token,
@@ -16,15 +19,16 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from judge_api.judges import JudgeSpec
+from judge_api.judges import JudgeSpec, JudgeSpecError, parse_judge
 
 DEFAULT_PRICES = Path(__file__).resolve().parents[1] / "workers" / "prices.yaml"
 
@@ -51,6 +55,9 @@ class ModelPrice(BaseModel):
     min_cache_tokens: int = Field(ge=0)  # the shortest prefix the provider caches for this model
 
 
+# providers that bill every call: a model of theirs the table does not list has an unknown cost. Any provider the
+# table gives `rules` joins them (an operator whose openai-compatible judges are a paid gateway says so that way).
+BILLING_PROVIDERS = ("openai", "anthropic")
 ZERO = ModelPrice(input=0, output=0, cached_input=0, cache_write=0, batch=1, min_cache_tokens=1024)
 
 
@@ -79,6 +86,12 @@ class PriceTable:
 
     def for_spec(self, spec: JudgeSpec) -> ModelPrice:
         return self.get(spec.provider, spec.model) or ZERO
+
+    def is_priced(self, spec: JudgeSpec) -> bool:
+        """Is the cost of ``spec``'s calls known: the table lists its model, or its provider does not bill (a
+        self-hosted ``openai-compatible`` server, the embedded ``local`` model: 0)."""
+        bills = spec.provider in BILLING_PROVIDERS or spec.provider in self.rules
+        return not bills or self.get(spec.provider, spec.model) is not None
 
     def min_cache_tokens(self, spec: JudgeSpec) -> int:
         price = self.get(spec.provider, spec.model)
@@ -139,18 +152,58 @@ def parse_prices(raw: Any) -> PriceTable:
     return PriceTable(rules, models)
 
 
-@lru_cache(maxsize=8)
-def _load(path: str, mtime_ns: int) -> PriceTable:
-    return parse_prices(yaml.safe_load(Path(path).read_text()))
+_tables: dict[tuple[str, int], PriceTable] = {}  # (path, mtime_ns) -> its table; an edit is a new key
+_tables_lock = threading.Lock()
 
 
 def load_prices(path: str | None = None) -> PriceTable:
+    """The price table of ``path`` (default: workers/prices.yaml), re-read when the file changes. Threads asking
+    together for a table not read yet parse it once: a worker's 32 call slots starting at once each parsed it (YAML,
+    several ms of CPU each) before the first one had cached it."""
     file = str(path or DEFAULT_PRICES)
-    return _load(file, os.stat(file).st_mtime_ns)
+    key = (file, os.stat(file).st_mtime_ns)
+    table = _tables.get(key)
+    if table is None:
+        with _tables_lock:
+            table = _tables.get(key)
+            if table is None:
+                table = parse_prices(yaml.safe_load(Path(file).read_text()))
+                if len(_tables) >= 8:
+                    _tables.clear()
+                _tables[key] = table
+    return table
 
 
 def price_of(spec: JudgeSpec, prices_file: str | None = None) -> ModelPrice:
     return load_prices(prices_file).for_spec(spec)
+
+
+def unpriced_judges(judges: Iterable[str], prices: PriceTable) -> list[str]:
+    """The judges among ``judges`` (judge strings, in order, once each) whose cost the table cannot state;
+    strings that name no provider judge (``reference``) are skipped."""
+    out: list[str] = []
+    for judge in dict.fromkeys(judges):
+        try:
+            spec = parse_judge(judge)
+        except JudgeSpecError:
+            continue
+        if not prices.is_priced(spec):
+            out.append(judge)
+    return out
+
+
+def unpriced_budget_refusal(judges: Iterable[str], prices: PriceTable, field: str) -> str | None:
+    """Why a budget (named ``field``) over ``judges`` cannot be kept, or None when every judge is priced."""
+    unpriced = unpriced_judges(judges, prices)
+    if not unpriced:
+        return None
+    names = ", ".join(repr(j) for j in unpriced)
+    has = "judges " + names + " have" if len(unpriced) > 1 else f"judge {names} has"
+    return (
+        f"{field} cannot be kept: {has} no price in the price table (workers/prices.yaml or "
+        f"DJ_PRICES_FILE), so its calls would count $0 against the budget and never stop; add the model's prices to "
+        f"the table or drop {field}"
+    )
 
 
 def bill(price: ModelPrice, usage: Usage) -> float:

@@ -19,6 +19,7 @@ JUDGE_TASK = "dialogue_judge.judge"
 JUDGE_BATCH_TASK = "dialogue_judge.judge_batch"
 JUDGE_QUEUE = "judgments"
 GENERATE_TASK = "dialogue_judge.generate"
+POLL_BATCHES_TASK = "dialogue_judge.poll_batches"
 
 
 def celery_config(settings: Settings) -> dict[str, object]:
@@ -89,3 +90,9 @@ def enqueue_generations(settings: Settings, generation_ids: Sequence[int]) -> in
         for generation_id in ids:
             app.send_task(GENERATE_TASK, args=[generation_id], queue=JUDGE_QUEUE, producer=prod)
     return len(ids)
+
+
+def request_batch_poll(settings: Settings) -> None:
+    """Ask a worker to poll the provider batches that are due (workers.batches). Raises if the broker is
+    unreachable."""
+    producer(settings).send_task(POLL_BATCHES_TASK, queue=JUDGE_QUEUE)

@@ -12,6 +12,10 @@ Definitions (those of ParlAI's ``parlai/core/metrics.py``, which the long-term-d
 * ``bleu-1`` / ``bleu-2``: NLTK's ``sentence_bleu`` on the normalised text split on single spaces, uniform weights
   over 1..n-grams, smoothing ``SmoothingFunction(epsilon=1e-12).method1`` (a zero n-gram precision counts as
   1e-12 / denominator), brevity penalty as NLTK;
+* tokens: the run's ``tokenize`` option (``whitespace``, ``char`` or ``auto``, the default) chooses how the
+  normalised text is split; ``whitespace`` is ParlAI's definition above, ``char`` makes each CJK character a token
+  (``judge_api.reference_tokens`` says exactly how), ``auto`` takes ``char`` for an item whose reference is mostly
+  CJK. The tokenisation is part of the stored version (``parlai-nltk-1``: whitespace, ``parlai-nltk-1.tok-char``);
 * ``bertscore`` (optional): BERTScore F1 (``bert-score``) with a model from a local directory the operator names
   (``DJ_BERTSCORE_MODEL``); never downloaded (see ``workers.bertscore``).
 """
@@ -23,19 +27,32 @@ from collections import Counter
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
+from judge_api.reference_tokens import (
+    BASE_VERSION,
+    VERSIONS,
+    Tokenisation,
+    Tokenize,
+    normalize_char,
+    resolve,
+    tokenisation_of,
+)
+
 if TYPE_CHECKING:
     from judge_api.rubrics import Rubric
 
 MetricName = Literal["f1", "bleu-1", "bleu-2", "bertscore"]
 METRICS: tuple[MetricName, ...] = ("f1", "bleu-1", "bleu-2", "bertscore")
 DEFAULT_METRICS: tuple[MetricName, ...] = ("f1", "bleu-1", "bleu-2")
+LEXICAL_METRICS: tuple[MetricName, ...] = ("f1", "bleu-1", "bleu-2")
+"""The metrics computed from tokens (the run's ``tokenize`` applies to them; BERTScore has its own tokenizer)."""
 LABELS: dict[str, str] = {"f1": "F1", "bleu-1": "BLEU-1", "bleu-2": "BLEU-2", "bertscore": "BERTScore"}
 
 REFERENCE_JUDGE = "reference"
 """The pseudo-judge whose judgments hold the reference metrics (aspect = metric name)."""
 REFERENCE_RUBRIC = "reference-metrics"
-REFERENCE_VERSION = "parlai-nltk-1"
-"""Stored as the judgments' rubric version: a change of a definition gets a new version."""
+REFERENCE_VERSION = BASE_VERSION
+"""Stored as the judgments' rubric version (with whitespace tokens; ``reference_tokens.VERSIONS`` has the others): a
+change of a definition gets a new version."""
 SCALE = (0.0, 1.0)
 BLEU_SMOOTHING = "nltk SmoothingFunction(epsilon=1e-12).method1 (ParlAI's)"
 
@@ -53,10 +70,15 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def token_f1(candidate: str, reference: str) -> float:
+def normalized(text: str, tokenisation: Tokenisation = "whitespace") -> str:
+    """The normalised text whose space-separated parts are the tokens (ParlAI's, or ``char``'s)."""
+    return normalize_char(text) if tokenisation == "char" else normalize_answer(text)
+
+
+def token_f1(candidate: str, reference: str, tokenisation: Tokenisation = "whitespace") -> float:
     """Unigram F1 of the normalised tokens (ParlAI's ``_f1_score`` with one reference)."""
-    guess = normalize_answer(candidate).split()
-    gold = normalize_answer(reference).split()
+    guess = normalized(candidate, tokenisation).split()
+    gold = normalized(reference, tokenisation).split()
     same = sum((Counter(guess) & Counter(gold)).values())
     if same == 0:
         return 0.0
@@ -64,37 +86,52 @@ def token_f1(candidate: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def bleu(candidate: str, reference: str, n: int) -> float:
+def bleu(candidate: str, reference: str, n: int, tokenisation: Tokenisation = "whitespace") -> float:
     """BLEU-n (uniform weights over 1..n-grams) as ParlAI's ``_bleu`` computes it with NLTK."""
     from nltk.translate import bleu_score
 
     return float(
         bleu_score.sentence_bleu(
-            [normalize_answer(reference).split(" ")],
-            normalize_answer(candidate).split(" "),
+            [normalized(reference, tokenisation).split(" ")],
+            normalized(candidate, tokenisation).split(" "),
             weights=[1.0 / n] * n,
             smoothing_function=bleu_score.SmoothingFunction(epsilon=1e-12).method1,
         )
     )
 
 
-def lexical_metrics(candidate: str, reference: str, metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, float]:
-    """The lexical metrics among ``metrics`` (``bertscore`` is computed by the workers with its model)."""
+def lexical_metrics(
+    candidate: str, reference: str, metrics: tuple[str, ...] = DEFAULT_METRICS, tokenize: Tokenize = "auto"
+) -> dict[str, float]:
+    """The lexical metrics among ``metrics`` (``bertscore`` is computed by the workers with its model), with the
+    tokens ``tokenize`` gives this reference."""
+    tokenisation = resolve(tokenize, reference)
     out: dict[str, float] = {}
     for name in metrics:
         if name == "f1":
-            out[name] = token_f1(candidate, reference)
+            out[name] = token_f1(candidate, reference, tokenisation)
         elif name in ("bleu-1", "bleu-2"):
-            out[name] = bleu(candidate, reference, int(name[-1]))
+            out[name] = bleu(candidate, reference, int(name[-1]), tokenisation)
     return out
 
 
-@lru_cache(maxsize=1)
-def reference_rubric() -> Rubric:
-    """The pseudo-rubric the reference metric judgments are planned with (stored as a snapshot with the run, so a
-    judgment names the definitions it was computed with). Nothing renders it: no judge is asked."""
+def reference_version(tokenize: Tokenize, reference: str) -> str:
+    """The version an item's reference judgments are planned (and stored) with: it names the tokenisation."""
+    return VERSIONS[resolve(tokenize, reference)]
+
+
+@lru_cache(maxsize=len(VERSIONS))
+def reference_rubric(version: str = REFERENCE_VERSION) -> Rubric:
+    """The pseudo-rubric the reference metric judgments of ``version`` are planned with (stored as a snapshot with
+    the run, so a judgment names the definitions it was computed with). Nothing renders it: no judge is asked."""
     from judge_api.rubrics import Rubric
 
+    options: dict[str, str] = {"bleu_smoothing": BLEU_SMOOTHING, "normalisation": "ParlAI normalize_answer"}
+    if tokenisation_of(version) == "char":
+        # the whitespace version's content stays what it was stored as before the option existed
+        options["tokenisation"] = (
+            "char: each CJK character one token, other runs whitespace words; Unicode punctuation to spaces"
+        )
     rubric = Rubric.model_validate(
         {
             "id": REFERENCE_RUBRIC,
@@ -106,8 +143,8 @@ def reference_rubric() -> Rubric:
             "scale": list(SCALE),
             "messages": [{"role": "user", "text": "(computed from the item's reference; no judge is asked)"}],
             "parser": "json_score",
-            "options": {"bleu_smoothing": BLEU_SMOOTHING, "normalisation": "ParlAI normalize_answer"},
+            "options": options,
         }
     )
-    rubric.version = REFERENCE_VERSION
+    rubric.version = version
     return rubric

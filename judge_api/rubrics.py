@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
+from time import monotonic
 from typing import Any, Literal
 
 import jinja2
@@ -297,6 +298,7 @@ class RubricRegistry:
 
 _registry: RubricRegistry | None = None
 _signature: tuple[tuple[str, int, int], ...] | None = None
+_checked_at = 0.0  # monotonic() of the last look at the folders
 
 
 def _folder_signature(dirs: list[Path]) -> tuple[tuple[str, int, int], ...]:
@@ -313,12 +315,20 @@ def _folder_signature(dirs: list[Path]) -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted(entries))
 
 
-def get_registry(refresh: bool = False) -> RubricRegistry:
-    """The registry of the configured folders; reloaded when a rubric file is added, edited or removed."""
-    global _registry, _signature
+def get_registry(refresh: bool = False, max_age_s: float = 0.0) -> RubricRegistry:
+    """The registry of the configured folders; reloaded when a rubric file is added, edited or removed.
+
+    Looking at the folders walks and stats every rubric file (about a millisecond); a hot path (a monitor's sampled
+    responses) passes ``max_age_s`` to take the registry as it was when the folders were looked at that recently."""
+    global _registry, _signature, _checked_at
     dirs = get_settings().rubric_dirs()
+    now = monotonic()
+    fresh_enough = max_age_s > 0 and 0 <= now - _checked_at < max_age_s
+    if fresh_enough and not refresh and _registry is not None and _registry.dirs == dirs:
+        return _registry
     signature = _folder_signature(dirs)
     if _registry is None or refresh or signature != _signature or _registry.dirs != dirs:
         _registry = RubricRegistry(dirs)
         _signature = signature
+    _checked_at = now
     return _registry

@@ -9,10 +9,12 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from judge_api.reference_metrics import DEFAULT_METRICS, MetricName
+from judge_api.reference_metrics import DEFAULT_METRICS, REFERENCE_JUDGE, MetricName
+from judge_api.reference_tokens import DEFAULT_TOKENIZE, Tokenize
 from judge_api.responders import ResponderSpecError, parse_responder
 
 T = TypeVar("T")
@@ -28,6 +30,33 @@ MAX_JUDGE_SEED = 2**31 - 1 - 16  # a judge's seed, plus the sample index, fits t
 MAX_BUDGET_USD = 1_000_000.0
 MAX_SESSION = 10_000
 MAX_SCORE = 1e6  # sample margins and boundaries: on a rubric's scale
+
+
+CALLBACK_SECRET_MIN = 16
+
+
+def check_callback_url(value: str | None) -> str | None:
+    """A webhook URL: http(s) with a host (where it may point is checked against the allowlist rules later)."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("callback_url must be an http:// or https:// URL with a host")
+    if parts.username or parts.password:
+        raise ValueError("callback_url must not carry credentials (user:password@); sign with callback_secret")
+    return value
+
+
+def check_callback_secret(value: SecretStr | None, url: str | None) -> SecretStr | None:
+    """The HMAC key of a webhook: required with a callback_url (an unsigned callback cannot be trusted), refused
+    without one."""
+    if url is not None and value is None:
+        raise ValueError("callback_secret is required with callback_url: every callback is signed with it")
+    if url is None and value is not None:
+        raise ValueError("callback_secret without callback_url: name the URL to call")
+    if value is not None and len(value.get_secret_value()) < CALLBACK_SECRET_MIN:
+        raise ValueError(f"callback_secret must be at least {CALLBACK_SECRET_MIN} characters")
+    return value
 
 
 class Turn(BaseModel):
@@ -139,6 +168,12 @@ class JudgeOptions(BaseModel):
         description="single scores: 'expected' = probability-weighted over the judge's token log-probabilities "
         "(G-Eval), 'parsed' = the integer it wrote; default: the rubric's 'scoring'",
     )
+    cache: Literal["use", "refresh", "off"] = Field(
+        default="use",
+        description="the judge cache: 'use' = a request asked before is answered from the cache; 'refresh' = ask "
+        "again and replace the cache entries (e.g. after fixing a judge whose replies were unparseable); 'off' = "
+        "neither read nor write it",
+    )
 
     @field_validator("samples")
     @classmethod
@@ -206,6 +241,13 @@ class PanelOptions(BaseModel):
     aggregate: Literal["mean", "median"] = Field(
         default="mean", description="single scores: mean or median of the members; pairwise: always the majority"
     )
+    quorum: int | None = Field(
+        default=None,
+        ge=1,
+        le=10,
+        description="members that must give a unit a verdict for the panel to have one (default: a majority of the "
+        "members); units below it are left out of the panel's scores, paired tests and ranking",
+    )
 
 
 class RunCreate(BaseModel):
@@ -215,8 +257,14 @@ class RunCreate(BaseModel):
 
     name: str | None = Field(default=None, max_length=200)
     items: list[Item] = Field(min_length=1)
-    rubrics: list[str] = Field(min_length=1, max_length=20)
-    judges: list[str] = Field(min_length=1, max_length=10)
+    rubrics: list[str] = Field(
+        default_factory=list, max_length=20, description="[] only with judges ['reference'] (reference metrics only)"
+    )
+    judges: list[str] = Field(
+        min_length=1,
+        max_length=10,
+        description="['reference'] alone: a run of reference metrics only, no rubric, no judge call, no cost",
+    )
     mode: list[Mode] = Field(default_factory=lambda: list[Mode](["single"]), min_length=1)
     aspects: list[str] | None = Field(default=None, description="subset of the rubric's aspects")
     pairing: Literal["all", "baseline", "adaptive"] = Field(
@@ -241,6 +289,12 @@ class RunCreate(BaseModel):
         description="reference metrics computed (no judge call) for every candidate of an item with a reference; "
         "'bertscore' needs DJ_BERTSCORE_MODEL on the workers; [] for none",
     )
+    tokenize: Tokenize = Field(
+        default=DEFAULT_TOKENIZE,
+        description="how F1 and BLEU split text into tokens: 'whitespace' (ParlAI's), 'char' (each CJK character a "
+        "token, other words split on whitespace) or 'auto' (char for an item whose reference is mostly CJK, else "
+        "whitespace); stored in the metric's version",
+    )
     panel: PanelOptions = Field(default_factory=PanelOptions)
     systems: dict[str, str] | None = Field(
         default=None,
@@ -249,6 +303,70 @@ class RunCreate(BaseModel):
         "(docs/generation.md); their responses join each item's candidates",
     )
     meta: dict[str, Any] = Field(default_factory=dict)
+    callback_url: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="POSTed a signed 'run.finished' event when the run finishes (docs/monitoring.md#webhooks)",
+    )
+    callback_secret: SecretStr | None = Field(
+        default=None,
+        max_length=500,
+        validate_default=True,
+        description="the HMAC-SHA256 key of the callbacks' X-Dialogue-Judge-Signature; never returned",
+    )
+
+    @field_validator("callback_url")
+    @classmethod
+    def _callback_url(cls, value: str | None) -> str | None:
+        return check_callback_url(value)
+
+    @field_validator("callback_secret")
+    @classmethod
+    def _callback_secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        return check_callback_secret(value, info.data.get("callback_url"))
+
+    execution: Literal["realtime", "batch"] = Field(
+        default="realtime",
+        description="'batch': the judge calls go through the provider's batch API (OpenAI Batch, Anthropic Message "
+        "Batches) at the batch price, results within the provider's window (24 h, usually much sooner); judges "
+        "without one (local, reference metrics) stay real-time. Adaptive runs are real-time only",
+    )
+    batch_retry: Literal["batch", "realtime"] = Field(
+        default="batch",
+        description="execution='batch': where a request the provider errored or let expire is retried: in a later "
+        "batch, or in real time (full price, no wait)",
+    )
+
+    @field_validator("execution")
+    @classmethod
+    def _batch_allowed(cls, value: str, info: ValidationInfo) -> str:
+        if value != "batch":
+            return value
+        options = info.data.get("options")
+        if info.data.get("pairing") == "adaptive" or (options is not None and options.samples == "adaptive"):
+            what = "pairing='adaptive'" if info.data.get("pairing") == "adaptive" else "options.samples='adaptive'"
+            raise ValueError(
+                f"'batch' is refused with {what}: an adaptive run plans each step from the verdicts of the last, "
+                "which a provider batch returns hours later; adaptive runs are real-time only"
+            )
+        if "gate" in (info.data.get("meta") or {}):
+            raise ValueError(
+                "'batch' is refused for a CI gate run (meta.gate): the gate decides from verdicts as they arrive, "
+                "look by look; the gate is real-time only"
+            )
+        if options is not None and options.reask:
+            raise ValueError(
+                "'batch' is refused with options.reask: a re-ask is a second turn sent after the reply is read; set "
+                "reask to 0, or use execution='realtime'"
+            )
+        return value
+
+    @field_validator("batch_retry")
+    @classmethod
+    def _retry_of_batch(cls, value: str, info: ValidationInfo) -> str:
+        if value != "batch" and info.data.get("execution") != "batch":
+            raise ValueError("only with execution='batch'")
+        return value
 
     @field_validator("systems")
     @classmethod
@@ -284,6 +402,7 @@ class RunCreate(BaseModel):
             if item.id in seen:
                 raise ValueError(f"items[{index}].id: duplicate item id {item.id!r}")
             seen.add(item.id)
+        self._check_reference_only()
         if systems and (self.pairing == "adaptive" or self.options.samples == "adaptive"):
             raise ValueError(
                 "systems: a run with systems plans its judgments item by item as the responses are generated; "
@@ -309,6 +428,28 @@ class RunCreate(BaseModel):
         if "pairwise" in self.mode and all(len(item.candidates) + len(systems) < 2 for item in self.items):
             raise ValueError("mode: pairwise needs at least two candidates in some item")
         return self
+
+    def _check_reference_only(self) -> None:
+        """judges ['reference']: the reference metrics alone (issue 26.1), computed by the workers without a call."""
+        if REFERENCE_JUDGE not in self.judges:
+            if not self.rubrics:
+                raise ValueError(
+                    "rubrics: name at least one rubric, or use judges ['reference'] for reference metrics only"
+                )
+            return
+        if self.judges != [REFERENCE_JUDGE]:
+            raise ValueError(
+                "judges: 'reference' (the reference metrics) stands alone; with other judges the metrics are "
+                "computed anyway (see 'metrics')"
+            )
+        if self.rubrics:
+            raise ValueError("rubrics: judges ['reference'] computes reference metrics only; leave 'rubrics' out")
+        if not self.metrics:
+            raise ValueError("metrics: judges ['reference'] needs at least one reference metric")
+        if self.mode != ["single"]:
+            raise ValueError("mode: reference metrics score each candidate alone; use mode ['single']")
+        if not any(item.reference and item.reference.strip() for item in self.items):
+            raise ValueError("items: reference metrics need items with a 'reference'; none of the items has one")
 
 
 class RunCounts(BaseModel):
@@ -386,10 +527,25 @@ class GenerationCounts(BaseModel):
     )
 
 
+class BatchCounts(BaseModel):
+    open: int = Field(description="provider batches submitted (or being submitted) whose results are not all in")
+    done: int = Field(description="provider batches ended, every result stored or sent back to be retried")
+    requests: int = Field(description="requests sent in provider batches (one per distinct prompt of a batch)")
+
+
+RunOutcome = Literal["ok", "partial", "failed"]
+
+
 class RunSummary(BaseModel):
     id: str
     name: str | None
     status: str
+    outcome: RunOutcome | None = Field(
+        default=None,
+        description="a finished run's result (null until it is finished): 'failed' = nothing usable came back (no "
+        "judgment 'done' of those planned), 'partial' = some are 'done' and some 'failed' or 'unparseable', 'ok' = "
+        "none failed or unparseable (judgments cancelled, e.g. past a budget, do not make a run partial)",
+    )
     created_at: datetime
     finished_at: datetime | None
     rubrics: list[str]
@@ -411,6 +567,21 @@ class RunSummary(BaseModel):
     generation: GenerationCounts | None = Field(
         default=None, description="runs with systems: generation progress (judging progress is 'counts')"
     )
+    callback_url: str | None = Field(default=None, description="where the run.finished webhook goes")
+    execution: str = Field(default="realtime", description="'realtime' or 'batch'")
+    batches: BatchCounts | None = Field(
+        default=None, description="execution='batch': provider batches open and done, requests sent in them"
+    )
+
+
+class RetryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    unparseable: bool = Field(
+        default=False,
+        description="also re-ask the judgments whose reply could not be parsed, past the judge cache (the new "
+        "replies replace the cached ones); failed and cancelled judgments are always sent again",
+    )
 
 
 class RunCreated(BaseModel):
@@ -430,6 +601,19 @@ class EstimateCost(BaseModel):
     list: float = Field(description="USD at list price: no cache hits, real-time")
 
 
+class ReplyLength(BaseModel):
+    rubric: str
+    tokens: float = Field(description="output tokens a reply was estimated at (before the run's max_tokens cap)")
+    source: Literal["stated", "calibrated"] = Field(
+        description="'stated': the rubric's typical_reply_tokens (or a default per kind); 'calibrated': the mean "
+        "recorded reply of the project's earlier judgments of this rubric version by this judge"
+    )
+    earlier_judgments: int = Field(
+        description="the project's earlier succeeded judgments of this rubric version by this judge that were read "
+        "(calibrated from 20 or more, the most recent 1,000 at most)"
+    )
+
+
 class JudgeEstimate(BaseModel):
     judge: str
     judgments: int
@@ -438,10 +622,13 @@ class JudgeEstimate(BaseModel):
     cached_input_tokens: int
     cache_write_tokens: int
     output_tokens: int
-    cost_usd: EstimateCost
+    cost_usd: EstimateCost | None = Field(
+        description="None: the judge's model is not in the price table, so its cost is unknown"
+    )
     seconds: float | None
-    priced: bool = Field(description="the judge's model is in the price table (else priced at 0)")
+    priced: bool = Field(description="the judge's model is in the price table (or is the embedded local model)")
     tokenizer: str = Field(description="the provider's tokenizer used to count input tokens, or the approximation")
+    reply_tokens: list[ReplyLength] = Field(default_factory=list, description="per rubric: the reply length used")
 
 
 class RunEstimate(BaseModel):
@@ -452,8 +639,16 @@ class RunEstimate(BaseModel):
     cached_judgments: int = Field(description="judgments the judge cache answers (no call, no cost)")
     input_tokens: int
     cached_input_tokens: int = Field(description="of them, expected to be read from the provider's prompt cache")
-    output_tokens: int = Field(description="from each rubric's typical_reply_tokens (or a default per kind)")
-    cost_usd: EstimateCost
+    output_tokens: int = Field(
+        description="from the project's earlier replies of each rubric and judge (calibrated) or each rubric's "
+        "typical_reply_tokens (or a default per kind): per_judge[].reply_tokens says which"
+    )
+    cost_usd: EstimateCost | None = Field(
+        description="None: the cost is unknown, a judge making calls is not in the price table (unpriced_judges)"
+    )
+    unpriced_judges: list[str] = Field(
+        default_factory=list, description="judges making calls whose model the price table does not list"
+    )
     seconds: float | None = Field(description="at the configured rate limits (DJ_RATE_LIMITS); None: no limit set")
     per_judge: list[JudgeEstimate]
     notes: list[str]
@@ -519,6 +714,31 @@ class Page(BaseModel, Generic[T]):
     offset: int
     limit: int
     items: list[T]
+
+
+class WebhookAttemptOut(BaseModel):
+    attempt: int
+    started_at: datetime
+    duration_ms: float
+    status_code: int | None
+    outcome: str = Field(description="delivered (2xx), failed (another answer or none), refused (URL not allowed)")
+    error: str | None
+
+
+class WebhookDeliveryOut(BaseModel):
+    """One webhook event and its delivery: the body sent (less the per-attempt fields) and every attempt."""
+
+    id: str = Field(description="the event id, the body's 'id' on every attempt (a receiver's de-duplication key)")
+    event: str
+    status: str = Field(description="pending (to be sent or retried), delivered, failed (given up after 24 h)")
+    url: str
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
+    last_error: str | None
+    payload: dict[str, Any]
+    history: list[WebhookAttemptOut]
 
 
 class HumanRatingIn(BaseModel):

@@ -4,8 +4,16 @@ Publishing a stored run: :func:`mark_run_enqueued` stamps its judgments in the s
 :func:`enqueue_run` sends them after the response. Re-sending what the queue lost: judgments pending but not
 recently enqueued, and judgments whose worker died holding the claim; the :class:`Sweeper` runs in every worker and
 API process (one at a time, under a Redis lock) and on demand (``dialogue-judge requeue``). A Redis restart (new
-server run id) triggers an immediate full re-enqueue of pending work. Every sweep also takes the planning step of
-adaptive runs a killed worker left without one (``judge_api.adaptive.steps``).
+server run id) triggers an immediate full re-enqueue of pending work. Every sweep also asks a worker to poll the due
+provider batches of batch runs and takes the planning step of adaptive runs a killed worker left without one
+(``judge_api.adaptive.steps``).
+
+Between sweeps the sweeper looks every heartbeat interval (``judge_api.heartbeats``, 2 s) for what must not wait a
+sweep interval: a worker whose heartbeat lapsed (its claims are released and re-sent at once, and once the queue has
+drained, what was enqueued before it died and is still pending, i.e. the messages it had taken and not claimed, is
+re-sent too), a Redis restart, and a sweep that failed because the database or Redis was away (retried at the next
+look, so work resumes within seconds of their return). The claim lease stays the safety net for a worker that is
+alive but stuck, and for one that died while Redis was down.
 
 It needs only storage and :mod:`judge_api.queue` (kept free of storage imports: ``dialogue-judge up`` imports it for
 the queue name), so it lives in ``judge_api``, not in ``workers``.
@@ -16,17 +24,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
+from datetime import UTC, datetime
 
 import redis
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from judge_api import metrics, queue
+from judge_api import alerts, heartbeats, metrics, monitor_retention, queue, webhooks
 from judge_api.adaptive import steps as adaptive_steps
 from judge_api.config import Settings
 from judge_api.db import session_factory, session_scope
 from judge_api.models import Judgment, utcnow
-from judge_api.repository import claims, generations
+from judge_api.repository import batches, claims, generations
 from judge_api.rubrics import get_registry
 
 log = logging.getLogger(__name__)
@@ -111,16 +121,28 @@ def requeue_stale_generations(
     return len(ids)
 
 
-def requeue_stale(settings: Settings, *, everything_pending: bool = False, queue_drained: bool = True) -> int:
+def requeue_stale(
+    settings: Settings,
+    *,
+    everything_pending: bool = False,
+    queue_drained: bool = True,
+    sent_before: datetime | None = None,
+) -> int:
     """Send lost work again. Pending judgments whose message may still wait in the queue are re-sent only once the
-    queue has drained (``queue_drained``), so a long run is not duplicated at every sweep; after a Redis restart
-    (``everything_pending``) all of them are re-sent at once."""
+    queue has drained (``queue_drained``) and their last send is ``requeue_after_s`` old (default
+    ``DJ_REQUEUE_AFTER``), or was before ``sent_before`` (a worker's death: what was sent before it and is still
+    pending), so a long run is not duplicated at every sweep; after a Redis restart (``everything_pending``) all of
+    them are re-sent at once."""
     with session_scope() as session:
         if everything_pending:
             ids = claims.stale_judgment_ids(session, 0.0, settings.claim_lease_s)
         else:
             ids = claims.stale_judgment_ids(
-                session, settings.requeue_after_s, settings.claim_lease_s, include_pending=queue_drained
+                session,
+                settings.requeue_after_s,
+                settings.claim_lease_s,
+                include_pending=queue_drained,
+                sent_before=sent_before,
             )
         if not ids:
             return 0
@@ -129,6 +151,44 @@ def requeue_stale(settings: Settings, *, everything_pending: bool = False, queue
     metrics.resent(sent)
     log.info("re-enqueued %d judgments", sent)
     return sent
+
+
+def poll_provider_batches(settings: Settings) -> bool:
+    """Batch runs: send a worker to poll the provider batches that are due (one message a sweep at most; the
+    pollers take each batch by compare-and-set). True if one was sent."""
+    try:
+        with session_scope() as session:
+            due = batches.any_due(session)
+        if due:
+            queue.request_batch_poll(settings)
+        return due
+    except Exception as exc:  # the database or Redis is away: the next sweep asks again
+        log.warning("provider batch poll request failed: %s", exc)
+        return False
+
+
+DEATH_KEY = "dj:sweeper:death-at"  # epoch seconds: a worker died; what it took before is re-sent once drained
+
+
+def release_dead_worker(settings: Settings, instance: str) -> int:
+    """Hand back the claims of a worker whose heartbeat lapsed and send them again; returns how many. Raises when
+    the database or Redis is away: the next look tries again (what was released and not sent, the next sweep sends).
+
+    The release is committed before the re-send: a worker that takes the message at once must find the judgments
+    pending. Sent inside the releasing transaction, the message met them still held by the dead worker, the taker
+    skipped them, and being stamped as just sent they waited out the requeue delay (DJ_REQUEUE_AFTER, 60 s)."""
+    with session_scope() as session:
+        ids = claims.release_holder(session, instance, enqueued_at=utcnow())
+    if not ids:
+        return 0
+    try:
+        queue.enqueue(settings, ids)
+    except Exception:
+        with contextlib.suppress(Exception), session_scope() as session:
+            claims.clear_enqueued(session, ids)
+        raise
+    metrics.resent(len(ids))
+    return len(ids)
 
 
 def step_adaptive_runs(settings: Settings) -> int:
@@ -148,12 +208,42 @@ class Sweeper(threading.Thread):
         self.client = client
         self.stop_event = threading.Event()
         self._redis_run_id: str | None = None
+        self._retention_at = -monitor_retention.RETENTION_EVERY_S
 
     def _redis_restarted(self) -> bool:
         run_id = str(self.client.info("server").get("run_id"))
         restarted = self._redis_run_id is not None and run_id != self._redis_run_id
         self._redis_run_id = run_id
         return restarted
+
+    def check_workers(self) -> int:
+        """Release and re-send the claims of every worker whose heartbeat lapsed; once the queue has drained after
+        a death, re-send what is still pending from before it (the messages the dead worker had taken and not
+        claimed yet). Returns how many judgments were sent."""
+        lock = self.client.lock("dj:sweeper:workers", timeout=60, blocking=False)
+        if not lock.acquire():
+            return 0
+        sent = 0
+        try:
+            for instance, name in heartbeats.dead_instances(self.client).items():
+                found_at = time.time()  # before the re-send below stamps the released judgments as enqueued
+                released = release_dead_worker(self.settings, instance)
+                heartbeats.release_locks(self.client, instance)
+                self.client.set(DEATH_KEY, found_at, nx=True)
+                heartbeats.bury(self.client, instance)
+                log.warning("worker %s (%s) stopped beating: re-sent its %d claims", name, instance, released)
+                sent += released
+            died_at = self.client.get(DEATH_KEY)
+            if died_at is not None and int(self.client.llen(queue.JUDGE_QUEUE)) == 0:
+                # an absolute cut-off: an age measured now would move it past the death by however long this look
+                # took, and take the claims released at the death (sent just after it) for unsent ones
+                before = datetime.fromtimestamp(float(died_at), UTC).replace(tzinfo=None)
+                sent += requeue_stale(self.settings, queue_drained=True, sent_before=before)
+                self.client.delete(DEATH_KEY)
+            return sent
+        finally:
+            with contextlib.suppress(redis.exceptions.LockError):
+                lock.release()
 
     def sweep_once(self) -> int:
         restarted = self._redis_restarted()
@@ -170,14 +260,47 @@ class Sweeper(threading.Thread):
             except Exception as exc:  # the judgments' sweep is done; this one retries next round
                 log.warning("generation sweep failed: %s", exc)
             step_adaptive_runs(self.settings)
+            self._monitor_retention()
+            poll_provider_batches(self.settings)
+            try:
+                alerts.evaluate_all()  # under the lock: one process decides a monitor's alerts at a time
+            except Exception as exc:
+                log.warning("alert evaluation failed: %s", exc)
             return sent
         finally:
             with contextlib.suppress(redis.exceptions.LockError):
                 lock.release()
 
+    def _monitor_retention(self) -> None:
+        if time.monotonic() - self._retention_at < monitor_retention.RETENTION_EVERY_S:
+            return
+        self._retention_at = time.monotonic()
+        try:
+            monitor_retention.apply()
+        except Exception as exc:  # the database is away: the next round tries again
+            log.warning("monitor retention failed: %s", exc)
+
     def run(self) -> None:
-        while not self.stop_event.wait(self.settings.sweep_interval_s):
+        tick = min(self.settings.sweep_interval_s, heartbeats.INTERVAL_S)
+        next_sweep = time.monotonic() + self.settings.sweep_interval_s
+        while not self.stop_event.wait(tick):
+            restarted = False
+            try:
+                self.check_workers()
+                run_id = str(self.client.info("server").get("run_id"))
+                restarted = self._redis_run_id is not None and run_id != self._redis_run_id
+            except Exception as exc:  # Redis or the database is down: look again next tick
+                log.warning("worker check failed: %s", exc)
+            if not restarted and time.monotonic() < next_sweep:
+                continue
             try:
                 self.sweep_once()
-            except Exception as exc:  # Redis or the database is down: try again next round
+                next_sweep = time.monotonic() + self.settings.sweep_interval_s
+            except Exception as exc:  # Redis or the database is down: try again next tick, not next round
                 log.warning("sweep failed: %s", exc)
+                next_sweep = time.monotonic()
+            try:
+                # outside the lock, in every process: events are stored once by key, deliveries claimed one by one
+                webhooks.sweep(self.settings)
+            except Exception as exc:
+                log.warning("webhook sweep failed: %s", exc)

@@ -44,19 +44,31 @@ def _encoding(name: str) -> Any:
         return bpe_openai.get_encoding(name)
 
 
+def warm_up(name: str = "o200k_base") -> None:
+    """Load an OpenAI vocabulary now (about 0.8 s of CPU holding the GIL, ~150 MB) instead of in the first call
+    that counts tokens (workers.runtime.warm_tokenizer)."""
+    _encoding(name)
+
+
 def exact(spec: JudgeSpec) -> bool:
     """Is ``count_text`` the provider's own count for this judge?"""
     return encoding_name(spec) is not None
 
 
-def count_text(spec: JudgeSpec, text: str) -> int:
-    """Tokens of ``text`` for ``spec``'s model (exact for OpenAI judges, approximated otherwise)."""
+def count_text(spec: JudgeSpec, text: str, chars_per_token: float | None = None) -> int:
+    """Tokens of ``text`` for ``spec``'s model (exact for OpenAI judges, approximated otherwise: at
+    ``chars_per_token`` when given, e.g. a ratio observed on the judge's earlier calls, else the stated one)."""
     name = encoding_name(spec)
     if name is None:
-        return round(len(text) / APPROX_CHARS_PER_TOKEN)
+        return round(len(text) / (chars_per_token or APPROX_CHARS_PER_TOKEN))
     return len(_encoding(name).encode_ordinary(text))
 
 
-def count_messages(spec: JudgeSpec, messages: list[dict[str, str]]) -> int:
+def count_messages(spec: JudgeSpec, messages: list[dict[str, str]], chars_per_token: float | None = None) -> int:
     """Input tokens of a chat request with ``messages``."""
-    return sum(count_text(spec, m["content"]) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMING
+    return sum(count_text(spec, m["content"], chars_per_token) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMING
+
+
+def request_overhead(messages: list[dict[str, str]]) -> int:
+    """The tokens :func:`count_messages` adds to the messages' content."""
+    return len(messages) * MESSAGE_OVERHEAD + REPLY_PRIMING

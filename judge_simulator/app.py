@@ -5,8 +5,10 @@ Routes:
 * ``POST /v1/chat/completions`` - OpenAI Chat Completions wire format.
 * ``POST /v1/messages`` - Anthropic Messages wire format.
 * ``GET /v1/models`` - model list (Anthropic shape when an ``anthropic-version`` header is sent).
-* ``GET /_sim/stats``, ``POST /_sim/reset`` (``?script=1`` also restores the startup script),
-  ``GET|PUT /_sim/script``, ``GET /_sim/requests?limit=N`` (recent calls with their bodies).
+* ``/v1/files``, ``/v1/batches``, ``/v1/messages/batches`` - the batch protocols (judge_simulator.batches).
+* ``GET /_sim/stats`` (``batches``: each batch's requests, creation and end times), ``POST /_sim/reset``
+  (``?script=1`` also restores the startup script), ``GET|PUT /_sim/script``, ``GET /_sim/requests?limit=N``
+  (recent calls with their bodies).
 
 Per model call: count it, apply the rate limiter, let the fault engine pick a fault, sleep the
 sampled latency (``asyncio.sleep``, abandoned early if the client disconnects), then answer from
@@ -19,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,10 +30,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .batches import BatchStore
 from .behaviour import JudgeRequest, approx_tokens, judge
-from .caching import CallUsage, PromptCache
-from .faults import FaultEngine, LatencySampler, RateLimiter
+from .caching import CallUsage
 from .logprobs import logprobs_object
+from .runtime import Runtime
 from .script import Fault, Provider, Script
 from .stats import CLIENT_CLOSED, CallRecord, Stats
 from .structured import default_object, fill_schema
@@ -50,28 +52,6 @@ from .wire import (
 )
 
 ENDPOINTS: dict[Provider, str] = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
-
-
-@dataclass
-class Runtime:
-    """A script with the mutable state derived from it; swapped as a whole on script change or
-    reset, and captured once per request so a concurrent ``PUT /_sim/script`` never mixes."""
-
-    script: Script
-    faults: FaultEngine
-    limiter: RateLimiter
-    latency: LatencySampler
-    cache: PromptCache
-
-    @classmethod
-    def build(cls, script: Script) -> Runtime:
-        return cls(
-            script=script,
-            faults=FaultEngine(script),
-            limiter=RateLimiter(script.rate_limit_rpm, script.rate_limit_window_seconds),
-            latency=LatencySampler(script.latency, script.seed),
-            cache=PromptCache(script.prompt_cache),
-        )
 
 
 class ClientGone(Exception):
@@ -148,6 +128,7 @@ class Simulator:
         self.startup_script = script or Script()
         self.runtime = Runtime.build(self.startup_script)
         self.stats = Stats(log_size)
+        self.batches = BatchStore(self)
 
     # ---- model calls -------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
@@ -296,7 +277,7 @@ class Simulator:
         return _json(models_body(self.runtime.script.models, anthropic_style))
 
     async def get_stats(self, request: Request) -> Response:
-        return _json(self.stats.snapshot())
+        return _json({**self.stats.snapshot(), "batches": self.batches.timeline()})
 
     async def get_requests(self, request: Request) -> Response:
         try:
@@ -318,6 +299,7 @@ class Simulator:
             restore = restore or bool(isinstance(data, dict) and data.get("script"))
         self.runtime = Runtime.build(self.startup_script if restore else self.runtime.script)
         self.stats.reset()
+        self.batches.reset()
         return _json({"ok": True, "script_restored": restore})
 
     async def get_script(self, request: Request) -> Response:
@@ -348,6 +330,18 @@ def create_app(script: Script | None = None, log_size: int = 1000) -> Starlette:
         Route("/v1/chat/completions", sim.chat_completions, methods=["POST"]),
         Route("/v1/messages", sim.messages, methods=["POST"]),
         Route("/v1/models", sim.models, methods=["GET"]),
+        Route("/v1/files", sim.batches.upload, methods=["POST"]),
+        Route("/v1/files/{file_id}", sim.batches.file, methods=["GET"]),
+        Route("/v1/files/{file_id}/content", sim.batches.file_content, methods=["GET"]),
+        Route("/v1/batches", sim.batches.openai_create, methods=["POST"]),
+        Route("/v1/batches", sim.batches.openai_list, methods=["GET"]),
+        Route("/v1/batches/{batch_id}", sim.batches.openai_get, methods=["GET"]),
+        Route("/v1/batches/{batch_id}/cancel", sim.batches.openai_cancel, methods=["POST"]),
+        Route("/v1/messages/batches", sim.batches.anthropic_create, methods=["POST"]),
+        Route("/v1/messages/batches", sim.batches.anthropic_list, methods=["GET"]),
+        Route("/v1/messages/batches/{batch_id}", sim.batches.anthropic_get, methods=["GET"]),
+        Route("/v1/messages/batches/{batch_id}/cancel", sim.batches.anthropic_cancel, methods=["POST"]),
+        Route("/v1/messages/batches/{batch_id}/results", sim.batches.anthropic_results, methods=["GET"]),
         Route("/_sim/stats", sim.get_stats, methods=["GET"]),
         Route("/_sim/requests", sim.get_requests, methods=["GET"]),
         Route("/_sim/reset", sim.reset, methods=["POST"]),

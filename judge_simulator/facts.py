@@ -21,15 +21,15 @@ import json
 import re
 from typing import TYPE_CHECKING
 
+from .requests import Judgement, locate_response
+
 if TYPE_CHECKING:
-    from .behaviour import Judgement, JudgeRequest
+    from .requests import JudgeRequest
     from .script import Rule
 
 FACT_LINE = re.compile(r"(?m)^\[fact:([A-Za-z0-9][A-Za-z0-9_.:-]{0,63})\] ")
 FACTS_FENCE = re.compile(r"<untrusted-facts\b[^>]*>(?P<facts>.*?)</untrusted-facts", re.DOTALL)
 FACT_MARKER = re.compile(r"<<f:([A-Za-z0-9][A-Za-z0-9_.:-]{0,63})=(s!|c!|s|c|n|-|\?)>>")
-FACT_PROTOCOL = r"(?m)^\[fact:[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\] \("
-"""The default rule's ``match``: the prompt lists facts in the protocol's format."""
 
 _LABELS = {"s": "supported", "c": "contradicted", "n": "not_addressed", "?": "unsure"}
 _SENTENCE_END = re.compile(r"[.!?\n]")
@@ -56,7 +56,6 @@ def _evidence(response: str, marker: re.Match[str]) -> str:
 
 
 def judge_facts(rule: Rule, request: JudgeRequest) -> Judgement:
-    from .behaviour import Judgement, locate_response
 
     ids = fact_ids(request.prompt)
     response = locate_response(request.prompt, rule) or ""
@@ -81,8 +80,6 @@ def judge_facts(rule: Rule, request: JudgeRequest) -> Judgement:
 
 
 # -- the memory-audit protocol (dialogue-judge's ``memory-audit`` rubric) -------------------------------------------
-MEMORY_PROTOCOL = r"Generated memory to audit"
-"""The default rule's ``match``: the prompt audits a generated memory against gold facts."""
 GOLD_MARKER = re.compile(r"<<g:([A-Za-z0-9][A-Za-z0-9_.:-]{0,63})>>")
 MEMORY_MARKER = re.compile(r"<<m:(s|f|w)(!?)>>")
 _MEMORY_LABELS = {"s": "supported", "f": "fabricated", "w": "wrong_relationship"}
@@ -98,7 +95,6 @@ def judge_memory(rule: Rule, request: JudgeRequest) -> Judgement:
       supported / fabricated / wrong_relationship; ``<<m:f!>>`` (any label with ``!``) quotes a fact that is not in
       the memory (a planted parse error).
     """
-    from .behaviour import Judgement, locate_response
 
     ids = fact_ids(request.prompt)
     memory = locate_response(request.prompt, rule) or ""
@@ -127,8 +123,6 @@ def judge_memory(rule: Rule, request: JudgeRequest) -> Judgement:
 
 
 # -- the fact-extract protocol (dialogue-judge's ``fact-extract`` rubric) -------------------------------------------
-EXTRACT_PROTOCOL = r"Sources to split into atomic facts"
-"""The default rule's ``match``: the prompt asks for the atomic facts of the listed sources."""
 SOURCES_FENCE = re.compile(r"<untrusted-sources\b[^>]*>(?P<sources>.*?)</untrusted-sources", re.DOTALL)
 SOURCE_LINE = re.compile(r"(?m)^\[source:(?P<name>memory|session [0-9]+ turn [0-9]+)\] (?P<text>.*)$")
 _SPEAKER = re.compile(r"\A\([^()]*\) ")
@@ -173,7 +167,6 @@ def judge_extract(rule: Rule, request: JudgeRequest) -> Judgement:
       not in the named source);
     * ``<<x!>>`` (after the other parts): the quote is a text the source does not contain (a planted parse error).
     """
-    from .behaviour import Judgement
 
     facts = []
     for name, text in extraction_sources(request.prompt):

@@ -204,7 +204,7 @@ class SimulatorProcess:
 
     def stats(self) -> dict[str, Any]:
         """``GET /_sim/stats``: total_calls, by_model, by_endpoint, by_status, by_fault, by_rule,
-        in_flight, max_in_flight."""
+        in_flight, max_in_flight, bill, batches (each provider batch's id, kind, requests, created_at and ended_at)."""
         result: dict[str, Any] = self._control("GET", "/_sim/stats")
         return result
 

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .caching import PromptCaching
-from .facts import EXTRACT_PROTOCOL, FACT_PROTOCOL, MEMORY_PROTOCOL
+from .protocols import EXTRACT_PROTOCOL, FACT_PROTOCOL, MEMORY_PROTOCOL
 
 FaultKind = Literal["rate_limit", "server_error", "hang", "malformed", "truncated", "invalid_json"]
 Provider = Literal["openai", "anthropic"]
@@ -58,6 +58,43 @@ class _Strict(BaseModel):
     """Base for script models: unknown keys are errors so that typos in a script are caught."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class BatchFault(_Strict):
+    """A request of a batch that errors or expires instead of being answered. Counted over every batch request
+    the simulator processes (so a retried request is a later one): ``first_n``, ``every_k``, or each request
+    whose prompt matches ``match`` (at most ``times`` times, if set)."""
+
+    kind: Literal["error", "expire"]
+    status: int = Field(default=500, ge=400, le=599, description="error: the request's HTTP status")
+    first_n: int | None = Field(default=None, ge=1)
+    every_k: int | None = Field(default=None, ge=1)
+    match: str | None = None
+    times: int | None = Field(default=None, ge=1)
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            re.compile(value)
+        return value
+
+
+class BatchBehaviour(_Strict):
+    completion_seconds: float = Field(default=0.0, ge=0, description="how long a batch takes to end")
+    faults: list[BatchFault] = Field(default_factory=list)
+    max_requests: int | None = Field(
+        default=None,
+        ge=1,
+        description="requests one batch may hold (None: the provider's, OpenAI 50,000, Anthropic "
+        "100,000); a larger batch is refused with 400",
+    )
+    max_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="bytes of a batch's input file (OpenAI) or request body (Anthropic) (None: "
+        "the provider's, 200 MB and 256 MB); a larger one is refused (OpenAI 400, Anthropic 413)",
+    )
 
 
 class Latency(_Strict):
@@ -303,6 +340,10 @@ class Script(_Strict):
     prompt_cache: PromptCaching = Field(
         default_factory=PromptCaching,
         description="provider-style prompt caching and the bill (judge_simulator.caching)",
+    )
+    batch: BatchBehaviour = Field(
+        default_factory=BatchBehaviour,
+        description="the batch protocols: how long a batch takes, per-request errors and expirations",
     )
     models: list[str] = Field(
         default_factory=lambda: ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "claude-sonnet-4-5", "sim-judge"],

@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 echo "installing (the first install compiles llama-cpp-python: about 5 minutes) ..."
-.venv/bin/python -m pip install -q -e '.[local]'
+CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" .venv/bin/python -m pip install -q -e '.[local]'
+bash scripts/local_judge_setup.sh
 exec .venv/bin/dialogue-judge demo "$@"

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 import click
+import kombu
 import redis
 from celery import Celery, bootsteps, signals
 from kombu.transport import redis as kombu_redis
@@ -23,10 +24,17 @@ from judge_api import heartbeats, logs, metrics, tracing
 from judge_api.adaptive import steps
 from judge_api.config import get_settings
 from judge_api.db import reset_engines
-from judge_api.queue import GENERATE_TASK, JUDGE_BATCH_TASK, JUDGE_QUEUE, JUDGE_TASK, celery_config
+from judge_api.queue import (
+    GENERATE_TASK,
+    JUDGE_BATCH_TASK,
+    JUDGE_QUEUE,
+    JUDGE_TASK,
+    POLL_BATCHES_TASK,
+    celery_config,
+)
 from judge_api.sweeper import Sweeper, redis_client
 from workers import runtime
-from workers.execute import JudgeEngine
+from workers.execute import HandedBack, JudgeEngine
 from workers.responders.stored import generate_stored
 
 log = logging.getLogger(__name__)
@@ -97,6 +105,28 @@ def _survive_broker_loss() -> None:
 
 
 _survive_broker_loss()
+
+
+def _reconnect_promptly() -> None:
+    """Celery's consumer reaches a lost broker with kombu's default back-off (2 s, then 4, 6, ... up to 30 s), so a
+    Redis back after a 3 s restart was reconnected to 3 s later (the issue's Redis restart cost). Start at 0.5 s and
+    grow by 0.25 s (a 3 s outage is reconnected within about 1 s); with Celery's 100 attempts the worker still keeps
+    trying for about 20 minutes before it gives up."""
+    ensure = kombu.Connection.ensure_connection
+    if getattr(ensure, "_dj_prompt", False):
+        return
+
+    def prompt(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(args) <= 2:  # (errback, max_retries) as Celery passes them; explicit intervals are kept
+            kwargs.setdefault("interval_start", 0.5)
+            kwargs.setdefault("interval_step", 0.25)
+        return ensure(self, *args, **kwargs)
+
+    prompt._dj_prompt = True  # type: ignore[attr-defined]
+    kombu.Connection.ensure_connection = prompt  # type: ignore[method-assign]
+
+
+_reconnect_promptly()
 # the HTTP clients under the SDKs log every request at INFO: one line per provider call is noise (the judgment row
 # records the call) and costs CPU on the hot path
 for _name in ("httpx", "httpx2", "httpcore"):
@@ -130,7 +160,7 @@ DURABLE_TASK: dict[str, Any] = {
     "bind": True,
     "acks_late": True,
     "reject_on_worker_lost": True,
-    "autoretry_for": (OperationalError, InterfaceError),
+    "autoretry_for": (OperationalError, InterfaceError, HandedBack),
     "retry_backoff": True,
     "retry_backoff_max": 60,
     "max_retries": None,
@@ -153,11 +183,17 @@ def judge_batch(self: Any, judgment_ids: list[int]) -> dict[str, int]:
     return counts
 
 
+@app.task(name=POLL_BATCHES_TASK, **DURABLE_TASK)
+def poll_batches(self: Any) -> int:
+    """Poll the provider batches that are due and store the results of those that ended (workers.batches)."""
+    return runtime.engine().batch_stage().poll_due()
+
+
 @app.task(name=GENERATE_TASK, **DURABLE_TASK)
 def generate(self: Any, generation_id: int) -> str:
     """One (item, system) response of a run with systems; its item's judgments follow once all are settled."""
     engine = runtime.engine()
-    return generate_stored(generation_id, engine.settings, engine.sessions, engine.limiter)
+    return generate_stored(generation_id, engine.settings, engine.sessions, engine.limiter, engine.stash)
 
 
 def _step_adaptive_runs(engine: JudgeEngine, judgment_ids: list[int]) -> None:
@@ -200,19 +236,21 @@ def _start_sweeper(sender: Any = None, **_: Any) -> None:
         metrics.start_http_server(port)
         log.info("metrics on :%d/metrics", port)
     runtime.engine()  # migrate and build once before taking work
+    runtime.warm_tokenizer(settings)  # and the OpenAI vocabulary cache-aware dispatch counts prefixes with
     # everything loaded so far lives as long as the process: keep it out of the collector's full passes, which
     # otherwise walk hundreds of thousands of module-level objects again and again on the hot path
     gc.collect()
     gc.freeze()
+    # beating before the first claims are taken: a worker that dies is then known, and its claims released early
+    name = str(getattr(sender, "hostname", None) or f"worker-{os.getpid()}")
+    _heartbeat = heartbeats.Heartbeat(redis_client(settings), name, {"metrics_port": port})
+    _heartbeat.start()
     _sweeper = Sweeper(settings, redis_client(settings))
     try:
         _sweeper.sweep_once()
     except Exception as exc:
         log.warning("initial sweep failed: %s", exc)
     _sweeper.start()
-    name = str(getattr(sender, "hostname", None) or f"worker-{os.getpid()}")
-    _heartbeat = heartbeats.Heartbeat(redis_client(settings), name, {"metrics_port": port})
-    _heartbeat.start()
 
 
 @signals.worker_shutdown.connect

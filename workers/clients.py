@@ -4,14 +4,16 @@
   server): ``openai.OpenAI`` with ``base_url``.
 * ``anthropic``: ``anthropic.Anthropic``.
 
-SDK retries are off (``max_retries=0``): retries, back-off and ``Retry-After`` are ours (workers.execute), so every
+SDK retries are off (``max_retries=0``): retries, back-off and ``Retry-After`` are ours (workers.retries), so every
 attempt is counted and the rate limiter sees it.
 
-Requests go through the SDK client's own ``post`` (its transport, auth headers, timeouts and error classes) with a body
-built here, and the decoded reply JSON is read here: the typed ``create`` wrappers spend another 0.3-0.6 ms of CPU
-per call transforming the request and building response models, at provider rate limits of thousands of calls a
-minute a large share of the service's own cost per judgment. A reply missing what a verdict needs is a
-``malformed_response``.
+OpenAI-style requests go out through ``workers.httppost`` (one keep-alive connection per call thread, the SDK
+client's own headers, the same timeouts and error kinds) unless the SDK's transport is needed (a proxy in the
+environment); Anthropic's through the SDK client's own ``post`` (its transport, auth headers, timeouts and error
+classes). Either way the body is built here, and the decoded reply JSON is read here: the typed ``create``
+wrappers spend another 0.3-0.6 ms of CPU per call transforming the request and building response models, at
+provider rate limits of thousands of calls a minute a large share of the service's own cost per judgment. A reply
+missing what a verdict needs is a ``malformed_response``.
 
 Provider keys come from the environment or secret files (judge_api.secrets) and never leave the client object; error
 text and reply text are scrubbed of them (and of anything shaped like a provider key) before they are returned, so
@@ -21,11 +23,14 @@ before anything is stored.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import json
 import os
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -39,6 +44,7 @@ from judge_api.config import Settings
 from judge_api.judges import JudgeSpec
 from judge_api.prefixes import CachePrefix
 from judge_api.secrets import provider_secret, scrub_str
+from workers.httppost import JsonPoster, PostError, usable_for
 from workers.scoring import numeric_positions
 
 
@@ -80,6 +86,9 @@ class JudgeCallError(Exception):
     retry_after_s: float | None = None
     status_code: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    # False when the request never reached the provider (refused, reset or timed out before it was sent): an
+    # attempt, not a call the provider saw or bills
+    reached_provider: bool = True
 
     def __str__(self) -> str:
         code = f" HTTP {self.status_code}" if self.status_code else ""
@@ -92,7 +101,7 @@ class JudgeClient(Protocol):
     def complete(self, request: JudgeRequest) -> JudgeReply: ...
 
 
-def retry_after_seconds(headers: httpx.Headers | None) -> float | None:
+def retry_after_seconds(headers: httpx.Headers | Mapping[str, str] | None) -> float | None:
     """``retry-after-ms``, else ``retry-after`` in seconds or as an HTTP date; None when absent or unreadable."""
     if headers is None:
         return None
@@ -114,6 +123,34 @@ def retry_after_seconds(headers: httpx.Headers | None) -> float | None:
     return None
 
 
+# the SDKs' HTTP client: httpx2 in the current openai/anthropic releases, httpx before
+_SDK_HTTP: Any = importlib.import_module("httpx2") if importlib.util.find_spec("httpx2") else httpx
+# what the HTTP transport raises when the request was not (completely) sent: no server can have answered it
+_NOT_SENT = tuple(
+    getattr(module, name)
+    for module in {httpx, _SDK_HTTP}
+    for name in ("ConnectError", "ConnectTimeout", "PoolTimeout", "WriteError", "WriteTimeout")
+)
+
+
+def _transport_error(kind: str, exc: BaseException) -> JudgeCallError:
+    """A timeout or connection failure, saying what the transport raised and whether the request was sent."""
+    cause = exc.__cause__ or exc.__context__
+    message = _scrub(str(exc))
+    if cause is not None:
+        message = f"{message} ({type(cause).__name__}: {_scrub(str(cause))[:200]})"
+    return JudgeCallError(kind, message, True, reached_provider=not isinstance(cause, _NOT_SENT))
+
+
+# the SDKs' pool keeps an idle connection 5 s, as long as common servers (uvicorn, so vLLM and the simulator) keep
+# it open: a request sent on a connection idle for about 5 s races the server's close and fails unsent
+_KEEPALIVE_EXPIRY_S = 2.0
+
+
+def _http_limits() -> Any:
+    return _SDK_HTTP.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=_KEEPALIVE_EXPIRY_S)
+
+
 def _status_error(exc: Any, provider: str) -> JudgeCallError:
     status = getattr(exc, "status_code", None)
     response = getattr(exc, "response", None)
@@ -124,6 +161,30 @@ def _status_error(exc: Any, provider: str) -> JudgeCallError:
     if status is not None and (status >= 500 or status in (408, 409)):
         return JudgeCallError("server_error", message, True, retry_after_seconds(headers), status)
     return JudgeCallError("request_rejected", f"{provider} rejected the request: {message}", False, None, status)
+
+
+def _answer_error(status: int, headers: Mapping[str, str], body: bytes, provider: str) -> JudgeCallError:
+    """An HTTP error answer as the SDK's APIStatusError would be classified (``_status_error``)."""
+    text = body.decode("utf-8", "replace")
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        decoded = None
+    error = decoded.get("error") if isinstance(decoded, dict) else None
+    detail = error.get("message") if isinstance(error, dict) and isinstance(error.get("message"), str) else None
+    message = f"Error code: {status} - {detail if detail is not None else (decoded if decoded is not None else text)}"
+    return _status_error(_HttpStatus(status, headers, message), provider)
+
+
+@dataclass
+class _HttpStatus:
+    status_code: int
+    headers: Mapping[str, str]
+    message: str
+
+    @property
+    def response(self) -> _HttpStatus:
+        return self  # _status_error reads response.headers
 
 
 # provider-key shapes (sk-..., sk-proj-..., sk-ant-..., also partly masked ones) and bearer tokens
@@ -152,10 +213,51 @@ class OpenAIJudgeClient:
         if not api_key:
             raise JudgeCallError("configuration", "OPENAI_API_KEY is not set", False)
         self._client = openai.OpenAI(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=settings.judge_timeout_s
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=settings.judge_timeout_s,
+            http_client=openai.DefaultHttpxClient(limits=_http_limits(), timeout=settings.judge_timeout_s),
         )
+        self._poster: JsonPoster | None = None
+        sdk_url = str(self._client.base_url)
+        if usable_for(sdk_url):
+            headers = {**self._client.default_headers, **self._client.auth_headers}
+            self._poster = JsonPoster(
+                sdk_url, {k: v for k, v in headers.items() if isinstance(v, str)}, settings.judge_timeout_s
+            )
 
-    def complete(self, request: JudgeRequest) -> JudgeReply:
+    def _post(self, body: dict[str, Any]) -> Any:
+        """The decoded reply of POST /chat/completions (raises JudgeCallError)."""
+        if self._poster is None:
+            return self._sdk_post(body)
+        try:
+            answer = self._poster.post("/chat/completions", body)
+        except PostError as exc:
+            raise JudgeCallError(exc.kind, _scrub(str(exc)), True, reached_provider=exc.sent) from None
+        if not 200 <= answer.status < 300:
+            raise _answer_error(answer.status, answer.headers, answer.body, self.spec.provider)
+        try:
+            return answer.json()
+        except ValueError as exc:  # not JSON (json.JSONDecodeError and UnicodeDecodeError are ValueErrors)
+            raise JudgeCallError("malformed_response", _scrub(str(exc))[:500], True) from None
+
+    def _sdk_post(self, body: dict[str, Any]) -> Any:
+        try:
+            return self._client.post("/chat/completions", body=body, cast_to=object)
+        except openai.APITimeoutError as exc:
+            raise _transport_error("timeout", exc) from None
+        except openai.APIConnectionError as exc:
+            raise _transport_error("connection_error", exc) from None
+        except openai.APIStatusError as exc:
+            raise _status_error(exc, self.spec.provider) from None
+        except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
+            raise JudgeCallError("malformed_response", _scrub(str(exc))[:500], True) from None
+        except openai.APIError as exc:
+            raise JudgeCallError("api_error", _scrub(str(exc))[:500], False) from None
+
+    def request_body(self, request: JudgeRequest) -> dict[str, Any]:
+        """The Chat Completions body of a request (a real-time call, or a line of a batch file)."""
         kwargs: dict[str, Any] = {
             "model": self.spec.model,
             "messages": request.messages,
@@ -179,20 +281,16 @@ class OpenAIJudgeClient:
                 "type": "json_schema",
                 "json_schema": {"name": request.schema_name, "schema": request.json_schema, "strict": True},
             }
+        return kwargs
+
+    def complete(self, request: JudgeRequest) -> JudgeReply:
+        kwargs = self.request_body(request)
         started = time.perf_counter()
-        try:
-            data: Any = self._client.post("/chat/completions", body=kwargs, cast_to=object)
-        except openai.APITimeoutError as exc:
-            raise JudgeCallError("timeout", _scrub(str(exc)), True) from None
-        except openai.APIConnectionError as exc:
-            raise JudgeCallError("connection_error", _scrub(str(exc)), True) from None
-        except openai.APIStatusError as exc:
-            raise _status_error(exc, self.spec.provider) from None
-        except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
-            raise JudgeCallError("malformed_response", _scrub(str(exc))[:500], True) from None
-        except openai.APIError as exc:
-            raise JudgeCallError("api_error", _scrub(str(exc))[:500], False) from None
-        latency_ms = (time.perf_counter() - started) * 1000
+        data: Any = self._post(kwargs)
+        return self.read_reply(data, request, (time.perf_counter() - started) * 1000)
+
+    def read_reply(self, data: Any, request: JudgeRequest, latency_ms: float) -> JudgeReply:
+        """A chat completion (a real-time reply, or the body of a batch result line) as a reply."""
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise JudgeCallError("malformed_response", "the reply has no choices", True)
@@ -291,9 +389,11 @@ class AnthropicJudgeClient:
             base_url=os.environ.get("ANTHROPIC_BASE_URL"),
             max_retries=0,
             timeout=settings.judge_timeout_s,
+            http_client=anthropic.DefaultHttpxClient(limits=_http_limits(), timeout=settings.judge_timeout_s),
         )
 
-    def complete(self, request: JudgeRequest) -> JudgeReply:
+    def request_body(self, request: JudgeRequest) -> dict[str, Any]:
+        """The Messages body of a request (a real-time call, or the params of a batch request)."""
         system: str | list[dict[str, Any]]
         system, messages = anthropic_messages(request)
         kwargs: dict[str, Any] = {
@@ -309,20 +409,27 @@ class AnthropicJudgeClient:
                 {"name": request.schema_name, "description": "Record the verdict.", "input_schema": request.json_schema}
             ]
             kwargs["tool_choice"] = {"type": "tool", "name": request.schema_name}
+        return kwargs
+
+    def complete(self, request: JudgeRequest) -> JudgeReply:
+        kwargs = self.request_body(request)
         started = time.perf_counter()
         try:
             data: Any = self._client.post("/v1/messages", body=kwargs, cast_to=object)
         except anthropic.APITimeoutError as exc:
-            raise JudgeCallError("timeout", _scrub(str(exc)), True) from None
+            raise _transport_error("timeout", exc) from None
         except anthropic.APIConnectionError as exc:
-            raise JudgeCallError("connection_error", _scrub(str(exc)), True) from None
+            raise _transport_error("connection_error", exc) from None
         except anthropic.APIStatusError as exc:
             raise _status_error(exc, "anthropic") from None
         except (anthropic.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
             raise JudgeCallError("malformed_response", _scrub(str(exc))[:500], True) from None
         except anthropic.APIError as exc:
             raise JudgeCallError("api_error", _scrub(str(exc))[:500], False) from None
-        latency_ms = (time.perf_counter() - started) * 1000
+        return self.read_reply(data, (time.perf_counter() - started) * 1000)
+
+    def read_reply(self, data: Any, latency_ms: float) -> JudgeReply:
+        """A Message (a real-time reply, or a succeeded batch result's message) as a reply."""
         blocks = data.get("content") if isinstance(data, dict) else None
         if not isinstance(blocks, list):
             raise JudgeCallError("malformed_response", "the reply has no content blocks", True)

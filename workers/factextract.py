@@ -26,7 +26,7 @@ from typing import Any
 
 from judge_api.facts import extracted_fact_id
 from judge_api.rubrics import Rubric
-from workers.parsing import CONTEXT_PARSERS, ParsedVerdict, _last_json_object
+from workers.parsed import ParsedVerdict, last_json_object
 from workers.textnorm import normalise
 
 MAX_FACT_CHARS = 4000
@@ -74,7 +74,7 @@ def _facts(entries: Any, sources: dict[str, str]) -> list[dict[str, str]] | str:
 def parse_fact_extract(
     text: str, rubric: Rubric, structured: dict[str, Any] | None, context: dict[str, Any]
 ) -> ParsedVerdict:
-    data = structured if structured is not None else _last_json_object(normalise(text))
+    data = structured if structured is not None else last_json_object(normalise(text))
     if data is None:
         return ParsedVerdict(False, error="no JSON object in the reply")
     facts = _facts(data.get("facts"), context.get("sources") or {})
@@ -87,6 +87,3 @@ def parse_fact_extract(
         details={"extracted": facts, "n_facts": len(facts)},
         method="json",
     )
-
-
-CONTEXT_PARSERS["fact_extract"] = parse_fact_extract

@@ -6,7 +6,10 @@ neutralisation (workers.prompting) are what keep the injected text from working.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from workers.textnorm import normalise
@@ -37,9 +40,27 @@ PATTERNS: dict[str, re.Pattern[str]] = {
 }
 
 
+# flags of texts seen lately, by digest: an item's context is the same text for each of its candidates' judgments,
+# and a batch run prepares each judgment again when its provider batch is collected (workers.batches)
+_SEEN_MAX = 4096
+_seen: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()
+_seen_lock = threading.Lock()
+
+
 def detect(text: str) -> list[str]:
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    with _seen_lock:
+        found = _seen.get(digest)
+        if found is not None:
+            _seen.move_to_end(digest)
+            return list(found)
     clean = normalise(text)
-    return [name for name, pattern in PATTERNS.items() if pattern.search(clean)]
+    flags = tuple(name for name, pattern in PATTERNS.items() if pattern.search(clean))
+    with _seen_lock:
+        _seen[digest] = flags
+        while len(_seen) > _SEEN_MAX:
+            _seen.popitem(last=False)
+    return list(flags)
 
 
 def scan_item(item: dict[str, Any], systems: list[str]) -> list[str]:

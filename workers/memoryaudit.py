@@ -32,7 +32,7 @@ import math
 from typing import Any
 
 from judge_api.rubrics import Rubric
-from workers.parsing import CONTEXT_PARSERS, ParsedVerdict, _last_json_object
+from workers.parsed import ParsedVerdict, last_json_object
 from workers.textnorm import normalise
 
 GOLD_LABELS = ("recalled", "missing")
@@ -119,7 +119,7 @@ def _generated(entries: Any, memory: str) -> list[dict[str, str]] | str:
 def parse_memory_audit(
     text: str, rubric: Rubric, structured: dict[str, Any] | None, context: dict[str, Any]
 ) -> ParsedVerdict:
-    data = structured if structured is not None else _last_json_object(normalise(text))
+    data = structured if structured is not None else last_json_object(normalise(text))
     if data is None:
         return ParsedVerdict(False, error="no JSON object in the reply")
     sheet = {f["id"]: f for f in context["facts"]}
@@ -138,6 +138,3 @@ def parse_memory_audit(
         details={"gold": gold, "generated": generated, **figures},
         method="json",
     )
-
-
-CONTEXT_PARSERS["memory_audit"] = parse_memory_audit

@@ -27,33 +27,27 @@ Documented fallbacks:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from judge_api.rubrics import Rubric
+from workers import factcheck, factextract, memoryaudit
+from workers.parsed import ParsedVerdict, last_json_object
 from workers.textnorm import normalise
 
-
-@dataclass
-class ParsedVerdict:
-    ok: bool
-    score: float | None = None
-    verdict: str | None = None
-    preference: int | None = None  # for the response shown first
-    explanation: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    method: str | None = None
+__all__ = ["CONTEXT_PARSERS", "PARSERS", "ParsedVerdict", "parse_reply", "register"]
 
 
 Parser = Callable[[str, Rubric, "dict[str, Any] | None"], ParsedVerdict]
 PARSERS: dict[str, Parser] = {}
-# parsers that check the reply against the judged item (workers/factcheck.py): (text, rubric, structured, context)
+# parsers that check the reply against the judged item: (text, rubric, structured, context)
 ContextParser = Callable[[str, Rubric, "dict[str, Any] | None", "dict[str, Any]"], ParsedVerdict]
-CONTEXT_PARSERS: dict[str, ContextParser] = {}
+CONTEXT_PARSERS: dict[str, ContextParser] = {
+    "fact_check": factcheck.parse_fact_check,
+    "fact_extract": factextract.parse_fact_extract,
+    "memory_audit": memoryaudit.parse_memory_audit,
+}
 TRUNCATED_REASONS = ("length", "max_tokens")
 
 
@@ -224,23 +218,6 @@ def _verdict(rubric: Rubric, label: str, clean: str, start: int, method: str) ->
 # -- JSON -------------------------------------------------------------------------------------------------------
 
 
-def _last_json_object(text: str) -> dict[str, Any] | None:
-    """The last *top-level* JSON object in the text (objects nested in it are part of it, not candidates)."""
-    decoder = json.JSONDecoder()
-    found: dict[str, Any] | None = None
-    index = text.find("{")
-    while index != -1:
-        try:
-            value, end = decoder.raw_decode(text, index)
-        except json.JSONDecodeError:
-            index = text.find("{", index + 1)
-            continue
-        if isinstance(value, dict):
-            found = value
-        index = text.find("{", end)
-    return found
-
-
 def _json_number(raw: Any) -> float | None:
     if isinstance(raw, bool):
         return None
@@ -254,7 +231,7 @@ def _json_number(raw: Any) -> float | None:
 @register("json_score")
 def parse_json_score(text: str, rubric: Rubric, structured: dict[str, Any] | None) -> ParsedVerdict:
     """Structured output ``{"explanation": ..., "score": n}``; else the last top-level JSON object in the reply."""
-    data = structured if structured is not None else _last_json_object(normalise(text))
+    data = structured if structured is not None else last_json_object(normalise(text))
     if data is None:
         return ParsedVerdict(False, error="no JSON object in the reply")
     value = _json_number(data.get("score"))
@@ -278,7 +255,7 @@ def _error_type(raw: Any) -> str | None:
 @register("memory_faithfulness")
 def parse_memory_faithfulness(text: str, rubric: Rubric, structured: dict[str, Any] | None) -> ParsedVerdict:
     """JSON ``{"errors": [{"type", "evidence"}], "explanation", "score"}``; error types are checked."""
-    data = structured if structured is not None else _last_json_object(normalise(text))
+    data = structured if structured is not None else last_json_object(normalise(text))
     if data is None:
         return ParsedVerdict(False, error="no JSON object in the reply")
     scored = parse_json_score("", rubric, data)
@@ -297,7 +274,3 @@ def parse_memory_faithfulness(text: str, rubric: Rubric, structured: dict[str, A
     counts = {kind: sum(1 for e in labels if e["type"] == kind) for kind in MEMORY_ERROR_TYPES}
     scored.details = {"errors": labels, "error_counts": counts}
     return scored
-
-
-# registers the fact_check, memory_audit and fact_extract parsers (they import this module)
-from workers import factcheck, factextract, memoryaudit  # noqa: E402, F401

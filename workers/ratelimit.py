@@ -10,7 +10,10 @@ Guarantee, for a request rate r = rpm/60 per second and the burst tolerance ``bu
 ``(n - 1) / r - burst_s`` seconds. With rpm=600 and burst_s=1: 11 calls may go at once, then one every 0.1 s.
 
 A provider's own 429 pauses the judge for everyone (``pause``): the Retry-After deadline is stored on the shared
-timeline, so the other workers wait for it too instead of collecting 429s of their own.
+timeline, so the other workers wait for it too instead of collecting 429s of their own. A judge with no limit
+configured has no timeline to reserve on: each process reads its pause from Redis at most every
+``PAUSE_CHECK_S`` (a round trip per call was ~0.1 ms of the service's CPU per judgment, issue 26), so another
+worker's pause is seen within that time; this process's own pause at once.
 
 The in-process variant serves the standalone mode (CI gate without Redis); the Redis variant falls back to it
 (with a warning) when Redis cannot be reached, so a Redis blip slows nothing down to a failure.
@@ -63,6 +66,17 @@ local w2 = reserve(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[
 local delay = math.max(w1, w2, paused, 0)
 return tostring(delay)
 """
+
+# KEYS: pause key. Returns the seconds the judge stays paused (as a string).
+_PAUSED = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local paused = tonumber(redis.call('GET', KEYS[1]) or '0') - now
+if paused < 0 then paused = 0 end
+return tostring(paused)
+"""
+
+PAUSE_CHECK_S = 0.1  # an unlimited judge's shared pause is read at most this often per process
 
 # KEYS: pause key. ARGV: seconds. Moves the pause deadline forward (never back).
 _PAUSE = """
@@ -123,10 +137,14 @@ class RedisRateLimiter:
         self.burst_s = burst_s
         self._reserve = client.register_script(_RESERVE)
         self._pause = client.register_script(_PAUSE)
+        self._paused = client.register_script(_PAUSED)
         self._fallback = LocalRateLimiter(burst_s)
+        self._pause_seen: dict[str, tuple[float, float]] = {}  # judge -> (read at, paused until), monotonic
 
     def acquire(self, judge_key: str, limit: Limit, tokens: int) -> float:
         request_interval, token_interval = _intervals(limit)
+        if not request_interval and not token_interval:
+            return self._wait_out_pause(judge_key)
         try:
             delay = float(
                 self._reserve(
@@ -141,8 +159,28 @@ class RedisRateLimiter:
             time.sleep(delay)
         return delay
 
+    def _wait_out_pause(self, judge_key: str) -> float:
+        """An unlimited judge: wait only for a pause, read from Redis at most every PAUSE_CHECK_S."""
+        now = time.monotonic()
+        read_at, until = self._pause_seen.get(judge_key, (-PAUSE_CHECK_S, 0.0))
+        if now - read_at >= PAUSE_CHECK_S:
+            try:
+                remaining = float(self._paused(keys=[f"dj:rl:pause:{judge_key}"]))
+            except redis.RedisError as exc:
+                log.warning("rate limiter: Redis unavailable (%s); limiting this process only", exc)
+                return self._fallback.acquire(judge_key, Limit(), 1)
+            until = max(until if until > now else 0.0, now + remaining if remaining > 0 else 0.0)
+            self._pause_seen[judge_key] = (now, until)
+        delay = max(0.0, until - now)
+        if delay > 0:
+            time.sleep(delay)
+        return delay
+
     def pause(self, judge_key: str, seconds: float) -> None:
         self._fallback.pause(judge_key, seconds)
+        now = time.monotonic()
+        read_at, until = self._pause_seen.get(judge_key, (-PAUSE_CHECK_S, 0.0))
+        self._pause_seen[judge_key] = (read_at, max(until, now + max(0.0, seconds)))
         try:
             self._pause(keys=[f"dj:rl:pause:{judge_key}"], args=[max(0.0, seconds)])
         except redis.RedisError as exc:

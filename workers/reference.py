@@ -7,7 +7,8 @@ import time
 from typing import Any
 
 from judge_api.config import Settings
-from judge_api.reference_metrics import LABELS, METRICS, REFERENCE_VERSION, lexical_metrics
+from judge_api.reference_metrics import LABELS, METRICS, lexical_metrics
+from judge_api.reference_tokens import tokenisation_of
 from judge_api.repository.claims import JudgmentTask
 from workers.bertscore import BertScoreUnavailable, bertscore_f1
 
@@ -26,10 +27,15 @@ def reference_values(judgment: JudgmentTask, settings: Settings) -> dict[str, An
     if not reference.strip() or candidate is None:
         return {**base, "status": "failed", "error": "the item has no reference (or no such candidate) to compare with"}
     try:
+        # the planned version names the tokenisation (auto was resolved when the item was planned)
+        tokens = tokenisation_of(judgment.rubric_version)
+    except ValueError as exc:
+        return {**base, "status": "failed", "error": str(exc)}
+    try:
         if metric == "bertscore":
             value = bertscore_f1([candidate], [reference], settings.bertscore_model, settings.bertscore_layers)[0]
         else:
-            value = lexical_metrics(candidate, reference, (metric,))[metric]
+            value = lexical_metrics(candidate, reference, (metric,), tokens)[metric]
     except BertScoreUnavailable as exc:
         return {**base, "status": "failed", "error": str(exc)}
     return {
@@ -37,6 +43,6 @@ def reference_values(judgment: JudgmentTask, settings: Settings) -> dict[str, An
         "status": "done",
         "score": value,
         "error": None,
-        "explanation": f"{LABELS[metric]} of the response against the item's reference ({REFERENCE_VERSION})",
+        "explanation": f"{LABELS[metric]} of the response against the item's reference ({judgment.rubric_version})",
         "latency_ms": round((time.perf_counter() - started) * 1000, 3),
     }

@@ -15,6 +15,12 @@ Two ways in:
   The caller writes the cache entry together with its verdict and only then releases; ``committed`` leases leave a
   *filled* marker (for the lock lease) so that a worker whose cache lookup predates the write does not pay for the
   same request again.
+
+A held lock is renewed while its call is in flight (and until its verdict is written): every third of its lease a
+keeper thread extends each lock this process still holds (one script call for all of them, compare-and-set on the
+lock's token), as ``workers.leases`` does for claims. So a call slower than the lease does not let an identical
+request go out beside it; a killed worker stops renewing and its locks lapse within one lease. A lease nobody
+releases (dropped by a bug) stops being renewed once it is garbage.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -40,6 +47,21 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 """
 
+# the same for several keys at once. KEYS: per key its lock and its filled marker; ARGV: lease ms, then per key its
+# token. Returns per key 1 (taken) or 0
+_ACQUIRE_MANY = """
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lock, marker = KEYS[2 * i - 1], KEYS[2 * i]
+  if redis.call('EXISTS', marker) == 0 and redis.call('SET', lock, ARGV[i + 1], 'NX', 'PX', ARGV[1]) then
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
 # ARGV: n, then per lease: token, filled (0/1), marker ttl ms; KEYS: per lease: lock key, filled-marker key
 _RELEASE_MANY = """
 local n = tonumber(ARGV[1])
@@ -48,6 +70,19 @@ for i = 1, n do
   local token, filled, ttl = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
   if filled == '1' then redis.call('SET', marker, '1', 'PX', ttl) end
   if redis.call('GET', lock) == token then redis.call('DEL', lock) end
+end
+return n
+"""
+
+
+# KEYS: lock keys; ARGV: per lock its token and lease ms. Extend the locks still held by these tokens
+_RENEW = """
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+    n = n + 1
+  end
 end
 return n
 """
@@ -75,6 +110,10 @@ class SingleFlight(Protocol):
         """Take the lock for a key the caller has just missed in the cache; None: use ``run`` instead."""
         ...
 
+    def acquire_many(self, keys: Sequence[str], lease_s: float) -> list[Lease | None]:
+        """``acquire`` for several keys in one round trip (a batch's misses); per key its lease or None."""
+        ...
+
     def release(self, leases: Sequence[Lease], committed: bool) -> None:
         """Give the locks back; ``committed``: the filled leases' cache entries are written."""
         ...
@@ -95,6 +134,9 @@ class LocalSingleFlight:
                 return None
             self._locks[key] = (lock, users + 1)
         return Lease(key, "local", max(1, int(lease_s * 1000)), local=True)
+
+    def acquire_many(self, keys: Sequence[str], lease_s: float) -> list[Lease | None]:
+        return [self.acquire(key, lease_s) for key in keys]
 
     def release(self, leases: Sequence[Lease], committed: bool) -> None:
         now = time.monotonic()
@@ -136,23 +178,113 @@ class LocalSingleFlight:
                     self._locks[key] = (lock, users - 1)
 
 
+class LockKeeper:
+    """Renews the Redis single-flight locks this process holds, every third of the shortest lease held."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._renew = client.register_script(_RENEW)
+        self._held: weakref.WeakValueDictionary[int, Lease] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, lease: Lease) -> None:
+        with self._lock:
+            self._held[id(lease)] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="dj-flight-keeper", daemon=True)
+                self._thread.start()
+
+    def drop(self, lease: Lease) -> None:
+        with self._lock:
+            if self._held.get(id(lease)) is lease:
+                del self._held[id(lease)]
+
+    def held(self) -> list[Lease]:
+        with self._lock:
+            return list(self._held.values())
+
+    def renew_once(self) -> int:
+        held = self.held()
+        if not held:
+            return 0
+        args: list[str | int] = []
+        for lease in held:
+            args += [lease.token, lease.ttl_ms]
+        try:
+            return int(self._renew(keys=[f"dj:inflight:{lease.key}" for lease in held], args=args))
+        except redis.RedisError as exc:  # the locks may lapse; the stash still keeps what was paid
+            log.warning("single-flight: could not renew %d locks (%s)", len(held), exc)
+            return 0
+
+    def shortest_ttl_ms(self) -> int | None:
+        """The shortest lease held, or None when nothing is held. Returns a number, not the leases: a reference kept
+        across the keeper's sleep would keep a lease its holder dropped alive in the weak map, renewed forever."""
+        with self._lock:
+            return min((lease.ttl_ms for lease in self._held.values()), default=None)
+
+    def _run(self) -> None:
+        while True:
+            shortest_ms = self.shortest_ttl_ms()
+            if shortest_ms is None:
+                with self._lock:
+                    if not self._held:  # nothing to keep: end (the next hold starts another)
+                        self._thread = None
+                        return
+                continue
+            time.sleep(max(0.01, shortest_ms / 3000))
+            self.renew_once()
+
+
 class RedisSingleFlight:
-    def __init__(self, client: redis.Redis, poll_s: float = 0.05) -> None:
+    def __init__(self, client: redis.Redis, poll_s: float = 0.05, holder: str = "") -> None:
         self.client = client
         self.poll_s = poll_s
+        # lock tokens begin with the process's instance id: the sweeper frees a dead worker's locks at once
+        # (judge_api.heartbeats.release_locks) instead of letting its waiters wait out the lease
+        self.holder = holder
         self._acquire = client.register_script(_ACQUIRE)
+        self._acquire_many = client.register_script(_ACQUIRE_MANY)
         self._release_many = client.register_script(_RELEASE_MANY)
         self._fallback = LocalSingleFlight()
+        self.keeper = LockKeeper(client)
 
     def acquire(self, key: str, lease_s: float) -> Lease | None:
-        token = uuid.uuid4().hex
+        token = self.holder + uuid.uuid4().hex
         ttl_ms = max(1, int(lease_s * 1000))
         try:
             taken = self._acquire(keys=[f"dj:inflight:{key}", f"dj:filled:{key}"], args=[token, ttl_ms])
         except redis.RedisError as exc:
             log.warning("single-flight: Redis unavailable (%s); de-duplicating in this process only", exc)
             return self._fallback.acquire(key, lease_s)
-        return Lease(key, token, ttl_ms) if taken else None
+        if not taken:
+            return None
+        lease = Lease(key, token, ttl_ms)
+        self.keeper.hold(lease)
+        return lease
+
+    def acquire_many(self, keys: Sequence[str], lease_s: float) -> list[Lease | None]:
+        """One script call for a batch's keys instead of one per judgment on its call slot (issue 26: a Redis round
+        trip a judgment). A key listed twice is taken once: its second lease is None."""
+        if not keys:
+            return []
+        ttl_ms = max(1, int(lease_s * 1000))
+        batch = self.holder + uuid.uuid4().hex
+        tokens = [f"{batch}.{index}" for index in range(len(keys))]
+        redis_keys: list[str] = []
+        for key in keys:
+            redis_keys += [f"dj:inflight:{key}", f"dj:filled:{key}"]
+        try:
+            taken = self._acquire_many(keys=redis_keys, args=[ttl_ms, *tokens])
+        except redis.RedisError as exc:
+            log.warning("single-flight: Redis unavailable (%s); de-duplicating in this process only", exc)
+            return self._fallback.acquire_many(keys, lease_s)
+        leases: list[Lease | None] = []
+        for key, token, ok in zip(keys, tokens, taken, strict=True):
+            lease = Lease(key, token, ttl_ms) if int(ok) else None
+            if lease is not None:
+                self.keeper.hold(lease)
+            leases.append(lease)
+        return leases
 
     def release(self, leases: Sequence[Lease], committed: bool) -> None:
         local = [lease for lease in leases if lease.local]
@@ -161,6 +293,8 @@ class RedisSingleFlight:
         shared = [lease for lease in leases if not lease.local]
         if not shared:
             return
+        for lease in shared:
+            self.keeper.drop(lease)
         keys: list[str] = []
         args: list[str | int] = [len(shared)]
         for lease in shared:
@@ -182,13 +316,14 @@ class RedisSingleFlight:
         self, key: str, lookup: Callable[[], T | None], compute: Callable[[], T | None], lease_s: float
     ) -> tuple[T | None, bool]:
         lock_key = f"dj:inflight:{key}"
-        token = uuid.uuid4().hex
+        token = self.holder + uuid.uuid4().hex
         while True:
             cached = lookup()
             if cached is not None:
                 return cached, False
             lease = Lease(key, token, max(1, int(lease_s * 1000)))
             if self.client.set(lock_key, token, nx=True, px=lease.ttl_ms):
+                self.keeper.hold(lease)
                 try:
                     cached = lookup()  # filled between our lookup and the lock
                     if cached is not None:

@@ -13,14 +13,25 @@ hit (the payer records the calls). A claim that loses its judgment gives its sta
 it was still the taker it records the calls on the row itself (``claims.add_unused_calls``), else the new taker
 does. So every provider call is counted once, whichever claim's verdict is used.
 
+Settling keeps a *tombstone* (the taker without the reply) for ``SETTLED_TTL_S``: a payer whose claim was taken
+over may come to give its stash up after the new taker's verdict is committed, and must still learn that the calls
+were counted there (without the tombstone it would find nothing and count them a second time).
+
 Redis down: stashing is skipped with a warning (the reply still goes to the database with its verdict; only the
-protection against a second call while both are down is lost).
+protection against a second call while both are down is lost). :meth:`release_lost` answers None when Redis
+cannot say who counts: the caller counts nothing then and asks again later (never twice; at worst, if Redis stays
+away until the process ends, not at all).
+
+Generations (runs with systems, ``workers.responders``) stash their chat replies here too, under keys of their own
+(:func:`generation_key`), with the generation's claim as the taker.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,6 +43,7 @@ from workers.clients import JudgeReply
 log = logging.getLogger(__name__)
 
 STASH_TTL_S = 7 * 86_400  # longer than any outage worth riding out; a stash is normally gone within a second
+SETTLED_TTL_S = 3_600  # a settled stash's tombstone: far longer than a taken-over payer takes to give its stash up
 
 _PUT = """
 redis.call('HSET', KEYS[1], 'payload', ARGV[1], 'taker', ARGV[2], 'jid', ARGV[3])
@@ -42,7 +54,7 @@ return 1
 # ARGV: token, judgment id. Returns nil, or {payload, 1 if the caller now records the calls else 0}
 _TAKE = """
 local p = redis.call('HMGET', KEYS[1], 'payload', 'taker', 'jid')
-if not p[1] then return nil end
+if not p[1] then return nil end  -- none, or a tombstone
 if (not p[2]) or p[2] == ARGV[1] or p[3] == ARGV[2] then
   redis.call('HSET', KEYS[1], 'taker', ARGV[1], 'jid', ARGV[2])
   return {p[1], 1}
@@ -50,16 +62,22 @@ end
 return {p[1], 0}
 """
 
-# KEYS: stashes, ARGV: the claim token of each. Delete those their claim still takes; returns how many
+# KEYS: stashes, ARGV: tombstone ttl ms, then the claim token of each. Those their claim still takes become
+# tombstones (the reply dropped, the taker kept); returns how many
 _SETTLE = """
 local n = 0
 for i = 1, #KEYS do
-  if redis.call('HGET', KEYS[i], 'taker') == ARGV[i] then redis.call('DEL', KEYS[i]); n = n + 1 end
+  if redis.call('HGET', KEYS[i], 'taker') == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[i], 'payload')
+    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    n = n + 1
+  end
 end
 return n
 """
 
-# ARGV: token; KEYS: stashes. Give them up: 1 if every one was still this claim's (it records the calls), else 0
+# ARGV: token; KEYS: stashes. Give them up: 1 if every one was still this claim's (it records the calls), else 0.
+# A stash that is gone (never stored: Redis was down at the put; or expired) counts as this claim's.
 _RELEASE_LOST = """
 local mine = 1
 for i = 1, #KEYS do
@@ -96,7 +114,10 @@ class ReplyStash(Protocol):
         """(key, claim token) pairs whose verdicts and cache entries are committed: drop the stashes."""
         ...
 
-    def release_lost(self, keys: Sequence[str], token: str) -> bool: ...
+    def release_lost(self, keys: Sequence[str], token: str) -> bool | None:
+        """A claim lost its judgment: give its stashes up. True: the calls are still this claim's to record; False:
+        another claim took them over and records them; None: it cannot be known now (Redis unreachable)."""
+        ...
 
     def untake(self, keys: Sequence[str], token: str) -> None: ...
 
@@ -149,6 +170,9 @@ class RedisReplyStash:
     def _key(key: str) -> str:
         return f"dj:paid:{key}"
 
+    def _tombstone_ms(self) -> int:
+        return min(self.ttl_ms, SETTLED_TTL_S * 1000)
+
     def put(self, key: str, reply: JudgeReply, calls: int, cost: float, token: str, judgment_id: int) -> None:
         try:
             self._put(keys=[self._key(key)], args=[_encode(reply, calls, cost), token, judgment_id, self.ttl_ms])
@@ -160,7 +184,7 @@ class RedisReplyStash:
         try:
             pipe = self.client.pipeline(transaction=False)
             for key in keys:
-                pipe.exists(self._key(key))
+                pipe.hexists(self._key(key), "payload")
             return {key for key, n in zip(keys, pipe.execute(), strict=True) if n}
         except redis.RedisError as exc:
             log.warning("could not read the reply stash (%s)", exc)
@@ -179,18 +203,20 @@ class RedisReplyStash:
     def settle(self, stashes: Sequence[tuple[str, str]]) -> None:
         if stashes:
             try:
-                self._settle(keys=[self._key(k) for k, _ in stashes], args=[t for _, t in stashes])
+                self._settle(
+                    keys=[self._key(k) for k, _ in stashes], args=[self._tombstone_ms(), *(t for _, t in stashes)]
+                )
             except redis.RedisError as exc:  # the stash expires on its own; the cache entry is stored
                 log.warning("could not clear %d stashed replies (%s)", len(stashes), exc)
 
-    def release_lost(self, keys: Sequence[str], token: str) -> bool:
+    def release_lost(self, keys: Sequence[str], token: str) -> bool | None:
         if not keys:
             return True
         try:
             return bool(int(self._release_lost(keys=[self._key(k) for k in keys], args=[token])))
-        except redis.RedisError as exc:
-            log.warning("could not release stashed replies (%s); counting their calls here", exc)
-            return True
+        except redis.RedisError as exc:  # another claim may have taken the reply over: counting here could be twice
+            log.warning("could not release stashed replies (%s); who counts their calls is decided later", exc)
+            return None
 
     def untake(self, keys: Sequence[str], token: str) -> None:
         if keys:
@@ -203,24 +229,25 @@ class RedisReplyStash:
 class LocalReplyStash:
     """The same rules in one process (the standalone runner, which has no Redis)."""
 
-    def __init__(self) -> None:
-        import threading
-
+    def __init__(self, settled_ttl_s: float = SETTLED_TTL_S) -> None:
         self._lock = threading.Lock()
         self._items: dict[str, dict[str, Any]] = {}
+        self._settled_ttl_s = settled_ttl_s
+        self._tombstones: dict[str, float] = {}  # key -> monotonic deadline
 
     def put(self, key: str, reply: JudgeReply, calls: int, cost: float, token: str, judgment_id: int) -> None:
         with self._lock:
             self._items[key] = {"payload": _encode(reply, calls, cost), "taker": token, "jid": str(judgment_id)}
+            self._tombstones.pop(key, None)
 
     def present(self, keys: Sequence[str]) -> set[str]:
         with self._lock:
-            return {key for key in keys if key in self._items}
+            return {key for key in keys if self._items.get(key, {}).get("payload") is not None}
 
     def take(self, key: str, token: str, judgment_id: int) -> Stashed | None:
         with self._lock:
             item = self._items.get(key)
-            if item is None:
+            if item is None or item["payload"] is None:
                 return None
             counted = item["taker"] in (None, token) or item["jid"] == str(judgment_id)
             if counted:
@@ -229,11 +256,23 @@ class LocalReplyStash:
 
     def settle(self, stashes: Sequence[tuple[str, str]]) -> None:
         with self._lock:
+            now = time.monotonic()
             for key, token in stashes:
                 if key in self._items and self._items[key]["taker"] == token:
+                    self._items[key]["payload"] = None
+                    self._tombstones.pop(key, None)  # in order of their deadlines: the lapsed ones come first
+                    self._tombstones[key] = now + self._settled_ttl_s
+            lapsed = []
+            for key, deadline in self._tombstones.items():
+                if deadline > now:
+                    break
+                lapsed.append(key)
+            for key in lapsed:
+                del self._tombstones[key]
+                if key in self._items and self._items[key]["payload"] is None:
                     del self._items[key]
 
-    def release_lost(self, keys: Sequence[str], token: str) -> bool:
+    def release_lost(self, keys: Sequence[str], token: str) -> bool | None:
         mine = True
         with self._lock:
             for key in keys:

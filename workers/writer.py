@@ -7,7 +7,8 @@ verdicts, each a compare-and-set on its claim token. Then it releases the group'
 
 The write is a stage of its own: a provider-call slot hands its verdict over (:meth:`VerdictWriter.submit`) and
 takes the next call at once, so the linger and the commit never hold provider concurrency. The Celery task that
-owns the batch waits for ``VerdictWrite.written`` (a message is acknowledged only after its verdicts are stored).
+owns the batch waits for ``VerdictWrite.written`` (a message is acknowledged only after its verdicts are stored), at
+most ``workers.execute.WRITE_BACKSTOP_LEASES`` claim leases: then it hands the claims back and retries.
 
 The database unreachable (``OperationalError``/``InterfaceError`` that :func:`database_unreachable` recognises:
 no connection, a server shutting down, a lock or deadlock): the writer retries the group with back-off
@@ -15,9 +16,12 @@ no connection, a server shutting down, a lock or deadlock): the writer retries t
 SQLite's missing table, reaches the callers after ``_PERMANENT_TRIES``); the replies are stashed in Redis
 (:mod:`workers.stash`) meanwhile, so even if this process dies nothing paid is lost or paid again. After a commit
 it clears the group's stashes; a judgment whose claim was lost gives its stash up and, if the calls are still its
-own to count, adds them to the row (``claims.add_unused_calls``): every provider call is counted once. Any other
+own to count, adds them to the row (``claims.add_unused_calls``): every provider call is counted once (when Redis
+cannot say whose they are, the claim is asked about again every second until it can; nothing is counted meanwhile,
+so a call is never counted twice). Any other
 error reaches every caller of the group, who hands its judgment back. Once a group is committed, every caller gets
-its result even if releasing the locks or settling the stashes fails (a caller waiting on it never hangs).
+its result even if releasing the locks, settling the stashes or counting lost claims' calls fails (a caller waiting
+on it never hangs), and none of these steps is skipped because another failed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from judge_api import metrics, tracing
+from judge_api.models import utcnow
 from judge_api.repository import claims
 from workers.singleflight import Lease, SingleFlight
 from workers.stash import ReplyStash
@@ -43,10 +48,11 @@ from workers.stash import ReplyStash
 log = logging.getLogger(__name__)
 _IDLE_EXIT_S = 60.0  # a writer thread with nothing to write for this long ends
 _RETRY_BASE_S = 0.25  # the database unreachable: retry a group after this, doubling
-_RETRY_MAX_S = 5.0
+_RETRY_MAX_S = 1.0  # the database back: the group is written within a second
 _PERMANENT_TRIES = 3  # an OperationalError that is not the database being away: tries before the callers get it
 _TRANSIENT_SQLSTATE = ("08", "40", "53", "57P")  # connection, rollback (deadlock), resources, server shutdown
 _TRANSIENT_WORDS = ("connection", "server closed", "terminating", "timeout", "database is locked", "busy")
+_UNDECIDED_RETRY_S = 1.0  # a lost claim Redis could not answer about is asked again after this
 
 
 def database_unreachable(exc: OperationalError | InterfaceError) -> bool:
@@ -69,6 +75,9 @@ class VerdictWrite:
     cache_rows: Sequence[dict[str, Any]] = ()
     leases: Sequence[Lease] = ()
     stash_keys: Sequence[str] = ()  # stashed replies this claim records (cleared once committed)
+    # a lost claim's calls are added to its row (they were paid and nobody else counts them); not so for a provider
+    # batch's result, which whoever holds the batch's claim writes, calls included (workers.batches)
+    count_lost: bool = True
     written: Future[bool] = field(default_factory=Future)
 
 
@@ -93,6 +102,9 @@ class VerdictWriter:
         self._start_lock = threading.Lock()
         self._asking = 0  # judgments of this process between their claim and their write
         self._asking_lock = threading.Lock()
+        self._undecided: list[VerdictWrite] = []  # lost claims whose stash Redis could not release yet
+        self._undecided_lock = threading.Lock()
+        self._undecided_next = 0.0
 
     @contextmanager
     def asking(self) -> Iterator[None]:
@@ -149,9 +161,16 @@ class VerdictWriter:
         except Exception:  # the verdicts are stored; unreleased locks lapse with their lease
             log.exception("could not release single-flight locks")
         try:
-            self._settle_stashes(group, written)
-        except Exception:  # the verdicts are stored; uncleared stashes lapse with their time to live
-            log.exception("could not settle the stashed replies of %d verdicts", len(group))
+            try:
+                self._settle_stashes(group, written)
+            except Exception:  # the verdicts are stored; uncleared stashes lapse with their time to live
+                log.exception("could not settle the stashed replies of %d verdicts", len(group))
+            # counted whatever settling did: the calls of a lost claim were paid, and nothing else records them
+            lost = [item for item, ok in zip(group, written, strict=True) if not ok]
+            try:
+                self._count_lost(lost + self._undecided_due())
+            except Exception:
+                log.exception("could not count the calls of %d lost claims", len(lost))
         finally:
             for item, ok in zip(group, written, strict=True):
                 item.written.set_result(ok)
@@ -159,6 +178,7 @@ class VerdictWriter:
     def _write_group(self, group: list[VerdictWrite]) -> list[bool]:
         delay = _RETRY_BASE_S
         permanent_failures = 0
+        stamp = utcnow()  # the same on every try: a commit cut mid-way is recognised on the retry (no double count)
         while True:
             try:
                 with (
@@ -171,6 +191,7 @@ class VerdictWriter:
                         self.engine,
                         [(item.judgment_id, item.token, item.values) for item in group],
                         [row for item in group for row in item.cache_rows],
+                        stamp,
                     )
             except (OperationalError, InterfaceError) as exc:
                 if not database_unreachable(exc):
@@ -183,18 +204,29 @@ class VerdictWriter:
                 delay = min(_RETRY_MAX_S, delay * 2)
 
     def _settle_stashes(self, group: list[VerdictWrite], written: list[bool]) -> None:
-        """Committed: the stashes are no longer needed. A lost claim gives its stashes up and, when the calls are
-        still its own to count, adds them to the row, so the provider's bill and the database agree."""
-        unused: list[dict[str, Any]] = []
+        """Committed: the stashes of the written verdicts are no longer needed (a lost claim's are given up by
+        :meth:`_count_lost`, which adds its calls to the row, so the provider's bill and the database agree)."""
         if self.stash is not None:
             self.stash.settle(
                 [(key, item.token) for item, ok in zip(group, written, strict=True) if ok for key in item.stash_keys]
             )
-        for item, ok in zip(group, written, strict=True):
-            if ok:
+
+    def _count_lost(self, lost: list[VerdictWrite]) -> None:
+        """Add the calls of lost claims to their rows where they are still the claims' to count. When Redis cannot
+        say whether another claim took a stashed reply over (and counts it), nothing is counted now: the claim is
+        asked about again later (a call counted twice is worse than one counted late)."""
+        unused: list[dict[str, Any]] = []
+        for item in lost:
+            if not item.count_lost:
                 continue
-            if self.stash is not None and not self.stash.release_lost(item.stash_keys, item.token):
-                continue  # another claim of this judgment took the reply over and counts it
+            if self.stash is not None:
+                mine = self.stash.release_lost(item.stash_keys, item.token)
+                if mine is None:
+                    with self._undecided_lock:
+                        self._undecided.append(item)
+                    continue
+                if not mine:
+                    continue  # another claim of this judgment took the reply over and counts it
             if int(item.values.get("provider_calls") or 0) > 0:
                 unused.append(
                     {
@@ -217,15 +249,42 @@ class VerdictWriter:
                 delay = min(_RETRY_MAX_S, delay * 2)
         log.error("provider calls of judgments %s not recorded", [u["jid"] for u in unused])
 
+    def _undecided_due(self) -> list[VerdictWrite]:
+        """The lost claims to ask about again (at most every ``_UNDECIDED_RETRY_S``)."""
+        now = time.monotonic()
+        with self._undecided_lock:
+            if not self._undecided or now < self._undecided_next:
+                return []
+            due, self._undecided = self._undecided, []
+            self._undecided_next = now + _UNDECIDED_RETRY_S
+        return due
+
+    def undecided(self) -> int:
+        """Lost claims whose calls wait for Redis to say who counts them."""
+        with self._undecided_lock:
+            return len(self._undecided)
+
     def _next_group(self) -> list[VerdictWrite]:
-        try:
-            group = [self._queue.get(timeout=_IDLE_EXIT_S)]
-        except queue.Empty:
-            with self._start_lock:
-                if self._queue.empty():  # a writer that puts now finds no thread and starts one
-                    self._thread = None
-                    return []
-            group = [self._queue.get()]
+        idle_until = time.monotonic() + _IDLE_EXIT_S
+        while True:
+            waiting = self.undecided() > 0  # no writes come: ask about the undecided lost claims meanwhile
+            try:
+                group = [self._queue.get(timeout=_UNDECIDED_RETRY_S if waiting else _IDLE_EXIT_S)]
+                break
+            except queue.Empty:
+                if waiting:
+                    try:
+                        self._count_lost(self._undecided_due())
+                    except Exception:
+                        log.exception("could not count the calls of lost claims")
+                if waiting and time.monotonic() < idle_until:
+                    continue
+                with self._start_lock:
+                    if self._queue.empty():  # a writer that puts now finds no thread and starts one
+                        self._thread = None
+                        return []
+                group = [self._queue.get()]
+                break
         if self._asking > 0 and self.linger_s > 0:
             # sleep through the linger instead of waking for every verdict that arrives: one wake-up per group
             time.sleep(self.linger_s)

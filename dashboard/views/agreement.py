@@ -54,17 +54,24 @@ def inter_judge(report: dict) -> None:
     panel = report.get("panel") or {}
     st.subheader(f"Agreement between judges (panel: {panel.get('aggregate')} of {len(panel.get('members') or [])})")
     st.caption("Krippendorff's alpha across the panel's judges, and each pair's Spearman / QWK or agreement / kappa.")
+    coverage = analysis.panel_coverage_text(report)
+    if coverage:
+        st.caption(coverage)
     widgets.table(inter, "inter_judge", "agr_inter")
 
 
-def item_level(run: dict, ratings: pd.DataFrame) -> None:
+def item_level(run: dict, ratings: pd.DataFrame, report: dict) -> None:
     conn, run_id = state.conn(), str(run["id"])
     judge_items = widgets.guard(api.judge_item_scores, conn, run_id, api.run_version(run), what="the judgments")
     if judge_items is None:
         return
     scatter = analysis.scatter_frame(judge_items, analysis.human_item_scores(ratings))
     if scatter.empty:
-        widgets.empty("No item has both a judge score and a human score yet — rate single-mode items on Annotate.")
+        widgets.no_verdicts(
+            report,
+            "single",
+            "No item has both a judge score and a human score yet — rate single-mode items on Annotate.",
+        )
         return
     aspect, judge = widgets.pickers(
         [
@@ -115,11 +122,11 @@ def render() -> None:
             inter_judge(state.require_report(run))  # how the judges agree needs no human
         return
     report = state.require_report(run)
-    inter_judge(report)
     st.caption(f"{len(ratings):,} human ratings from {ratings['rater'].nunique()} raters.")
-    tables(report)
+    item_level(run, ratings, report)  # the charts first, then the tables behind them
     preference_confusions(report)
-    item_level(run, ratings)
+    tables(report)
+    inter_judge(report)
 
 
 render()

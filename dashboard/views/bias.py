@@ -26,7 +26,7 @@ def render() -> None:
     report = state.require_report(run)
     bias = analysis.bias_frame(report)
     if bias.empty:
-        widgets.empty("No bias figures for this run yet — they appear once judgments are done.")
+        widgets.no_verdicts(report, None, "No bias figures for this run yet — they appear once judgments are done.")
         return
     flags_section(report)
     thresholds = ((report.get("bias") or {}).get("thresholds")) or {}
@@ -45,20 +45,20 @@ def render() -> None:
                 key="bias_pos",
             )
         else:
-            widgets.empty("Needs pairwise judgments (`--mode pairwise`).")
+            widgets.no_verdicts(report, "pairwise", "Needs pairwise judgments (`--mode pairwise`).")
         st.subheader("Swap flips")
         st.caption("Share of pairs whose verdict changes when the order is swapped.")
         if bias["swap_flip_rate"].notna().any():
             widgets.chart(charts.rate_bars(bias, "swap_flip_rate", "swap-flip rate", reference=0.0), key="bias_swap")
         else:
-            widgets.empty("Needs pairwise judgments in both orders (`--orders both`).")
+            widgets.no_verdicts(report, "pairwise", "Needs pairwise judgments in both orders (`--orders both`).")
     with right:
         st.subheader("Length bias")
         st.caption("P(the longer response wins), non-tie pairwise outcomes; 0.5 is unbiased.")
         if bias["p_longer_wins"].notna().any():
             widgets.chart(charts.rate_bars(bias, "p_longer_wins", "P(longer wins)"), key="bias_len")
         else:
-            widgets.empty("Needs pairwise judgments of responses of different lengths.")
+            widgets.no_verdicts(report, "pairwise", "Needs pairwise judgments of responses of different lengths.")
         st.subheader("Score vs length")
         st.caption("Spearman correlation of single-mode scores with response length (0 is none).")
         if bias["score_length_spearman"].notna().any():
@@ -73,7 +73,7 @@ def render() -> None:
                 key="bias_rho",
             )
         else:
-            widgets.empty("Needs single-mode scores.")
+            widgets.no_verdicts(report, "single", "Needs single-mode scores.")
     st.subheader("Per judge")
     widgets.table(bias, "bias", "bias_t")
 

@@ -23,8 +23,7 @@ def choose_runs() -> tuple[dict[str, Any], dict[str, Any]] | None:
         )
         return None
     ids = list(runs)
-    current = state.current_run_id()
-    cand_default = ids.index(current) if current in ids else 0
+    cand_default, base_default = analysis.default_pair(list(runs.values()), state.current_run_id())
     left, right = st.columns(2)
     cand = left.selectbox(
         "Candidate run",
@@ -36,17 +35,33 @@ def choose_runs() -> tuple[dict[str, Any], dict[str, Any]] | None:
     base = right.selectbox(
         "Baseline run",
         ids,
-        index=(cand_default + 1) % len(ids),
+        index=base_default,
         key="cmp_base",
         format_func=lambda i: state.run_label(runs[i]),
     )
     if cand == base:
         st.warning("Pick two different runs.")
         return None
+    if not analysis.comparable(runs[base], runs[cand]):
+        st.warning(
+            f"These runs share no mode ({', '.join(runs[cand].get('mode') or [])} vs "
+            f"{', '.join(runs[base].get('mode') or [])}): they have no scores or verdicts in common."
+        )
     return runs[base], runs[cand]
 
 
-def score_deltas(base: dict[str, Any], cand: dict[str, Any]) -> None:
+def without_verdicts(runs: list[tuple[str, dict[str, Any] | None]], mode: str) -> str:
+    """For each run (labelled baseline / candidate) whose ``mode`` judgments all came back without a verdict, why
+    (widgets.no_verdicts_text); empty when each run has some verdict or no such judgments."""
+    notes = []
+    for which, report in runs:
+        text = widgets.no_verdicts_text(report, mode, "")
+        if text:
+            notes.append(f"**{which} run**: {text}")
+    return " ".join(notes)
+
+
+def score_deltas(base: dict[str, Any], cand: dict[str, Any], reports: list[tuple[str, dict[str, Any] | None]]) -> None:
     conn = state.conn()
     b = widgets.guard(api.judge_item_scores, conn, str(base["id"]), api.run_version(base), what="the baseline run")
     c = widgets.guard(api.judge_item_scores, conn, str(cand["id"]), api.run_version(cand), what="the candidate run")
@@ -54,11 +69,12 @@ def score_deltas(base: dict[str, Any], cand: dict[str, Any]) -> None:
         return
     st.subheader("Score deltas per system × aspect")
     st.caption("Candidate − baseline mean on the items both runs scored; 95% paired bootstrap CI over items.")
-    deltas = analysis.compare_scores(b, c, n_boot=max(state.n_boot(), 200))
+    deltas = analysis.compare_scores(b, c, n_boot=max(state.n_boot() or 1000, 200))
     if deltas.empty:
         widgets.empty(
-            "The two runs share no single-mode (item, system, aspect) scores — compare runs of the same "
-            "items and systems."
+            without_verdicts(reports, "single")
+            or "The two runs share no single-mode (item, system, aspect) scores — compare runs of the same "
+            "items and systems, both judged in single mode."
         )
         return
     widgets.chart(charts.delta_chart(deltas), key="cmp_delta")
@@ -82,27 +98,35 @@ def score_deltas(base: dict[str, Any], cand: dict[str, Any]) -> None:
         st.switch_page("views/explorer.py")
 
 
-def preference_deltas(base: dict[str, Any], cand: dict[str, Any]) -> None:
-    reports = [
-        widgets.guard(
-            api.report,
-            state.conn(),
-            str(r["id"]),
-            0,
-            api.run_version(r),
-            state.ratings_rev(),
-            what=f"the report of {r['id']}",
+def run_reports(base: dict[str, Any], cand: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+    """Each run's report (no bootstrap: its counts and preferences), labelled; None where it cannot be read."""
+    return [
+        (
+            which,
+            widgets.guard(
+                api.report,
+                state.conn(),
+                str(r["id"]),
+                0,
+                api.run_version(r),
+                state.ratings_rev(),
+                what=f"the report of {r['id']}",
+            ),
         )
-        for r in (base, cand)
+        for which, r in (("Baseline", base), ("Candidate", cand))
     ]
-    if reports[0] is None or reports[1] is None:
+
+
+def preference_deltas(reports: list[tuple[str, dict[str, Any] | None]]) -> None:
+    (_, base_report), (_, cand_report) = reports
+    if base_report is None or cand_report is None:
         return
     deltas = analysis.compare_preferences(
-        analysis.preferences_frame(reports[0]), analysis.preferences_frame(reports[1])
+        analysis.preferences_frame(base_report), analysis.preferences_frame(cand_report)
     )
     st.subheader("Pairwise win-rate deltas")
     if deltas.empty:
-        st.caption("No system pair was judged pairwise in both runs.")
+        st.caption(without_verdicts(reports, "pairwise") or "No system pair was judged pairwise in both runs.")
         return
     widgets.table(deltas, "win_rate_deltas", "cmp_pref")
 
@@ -113,8 +137,9 @@ def render() -> None:
     if chosen is None:
         return
     base, cand = chosen
-    score_deltas(base, cand)
-    preference_deltas(base, cand)
+    reports = run_reports(base, cand)
+    score_deltas(base, cand, reports)
+    preference_deltas(reports)
 
 
 render()

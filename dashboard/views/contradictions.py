@@ -26,10 +26,19 @@ def render() -> None:
     if labels is None:
         return
     if labels.empty:
-        widgets.empty(
-            "No contradicted facts in this run. Judge it with a fact-check rubric (`--rubric fact-check`, see "
-            "docs/facts.md) to list here every fact a response contradicts."
-        )
+        fact_rubrics = state.rubrics_with_parser(run, "fact_check")
+        if not fact_rubrics:
+            widgets.empty(
+                "No contradicted facts in this run. Judge it with a fact-check rubric (`--rubric fact-check`, see "
+                "docs/facts.md) to list here every fact a response contradicts."
+            )
+        else:  # fact-check judgments that all came back unparseable or failed are not "no contradiction"
+            widgets.no_verdicts(
+                state.require_report(run),
+                None,
+                "No contradicted facts in this run: no response contradicted a fact of its item's sheet.",
+                rubrics=fact_rubrics,
+            )
         return
     labels = labels.assign(source_kind=labels["source"].map(analysis.source_kind))
     systems = sorted(labels["system"].astype(str).unique())

@@ -71,14 +71,16 @@ def human_tab(run: dict[str, Any], orders: pd.DataFrame | None) -> None:
     open_in_explorer([*scores["item_id"].head(200).astype(str), *prefs["item_id"].head(200).astype(str)], "dis_h")
 
 
-def flips_tab(orders: pd.DataFrame | None) -> None:
+def flips_tab(run: dict[str, Any], orders: pd.DataFrame | None) -> None:
     if orders is None:
         return
     both = orders[orders["outcome_ab"].notna() & orders["outcome_ba"].notna()]
     if both.empty:
-        widgets.empty(
+        widgets.no_verdicts(
+            state.require_report(run),  # only read here: the other tabs do not need it
+            "pairwise",
             "No pairwise judgments in both presentation orders — submit with "
-            "`--mode pairwise --orders both` to check order consistency."
+            "`--mode pairwise --orders both` to check order consistency.",
         )
         return
     flipped = both[both["flipped"]].reset_index(drop=True)
@@ -121,7 +123,7 @@ def failed_tab(run_id: str) -> None:
         )
         rows = pd.DataFrame((page or {}).get("items") or [])
         if not rows.empty:
-            st.dataframe(rows[[c for c in FAILED_COLUMNS if c in rows]], hide_index=True, key=f"dis_{status}_df")
+            widgets.dataframe(rows[[c for c in FAILED_COLUMNS if c in rows]], key=f"dis_{status}_df")
             widgets.csv_button(rows, f"{run_id}-{status}", f"dis_{status}")
             shown += rows["item_id"].astype(str).tolist()
     if not shown:
@@ -135,11 +137,13 @@ def render() -> None:
     orders = widgets.guard(
         api.order_outcomes, state.conn(), str(run["id"]), api.run_version(run), what="the pairwise judgments"
     )
-    human, flips, failed = st.tabs(["Judge vs human", "Order flips", "Unparseable / failed"])
+    ratings = widgets.guard(api.ratings, state.conn(), str(run["id"]), state.ratings_rev(), what="the human ratings")
+    labels = ["Judge vs human", "Order flips", "Unparseable / failed"]
+    human, flips, failed = st.tabs(labels, default=labels[analysis.first_with_content(run, ratings, orders)])
     with human:
         human_tab(run, orders)
     with flips:
-        flips_tab(orders)
+        flips_tab(run, orders)
     with failed:
         failed_tab(str(run["id"]))
 

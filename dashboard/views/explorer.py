@@ -58,7 +58,7 @@ def judgment_list(run_id: str, flt: dict[str, Any]) -> list[str]:
     rows = pd.DataFrame((page or {}).get("items") or [])
     if rows.empty:
         return []
-    st.dataframe(rows[[c for c in LIST_COLUMNS if c in rows]], hide_index=True, height=260, key="ex_list_df")
+    widgets.dataframe(rows[[c for c in LIST_COLUMNS if c in rows]], key="ex_list_df", height=260)
     widgets.csv_button(rows, f"{run_id}-judgments-page", "ex_list")
     return list(dict.fromkeys(rows["item_id"].astype(str)))
 
@@ -108,7 +108,7 @@ def fact_check(row: dict[str, Any], response: str, texts: dict[str, str], key: s
             for f in facts
         ]
     )
-    st.dataframe(table, hide_index=True, key=key)
+    widgets.dataframe(table, key=key)
 
 
 def candidates(item: dict[str, Any], judgments: pd.DataFrame, texts: dict[str, str]) -> None:

@@ -13,9 +13,11 @@ def score_section(report: dict, judge: str | None) -> None:
     if judge:
         scores = scores[scores["judge"] == judge]
     if scores["mean"].notna().sum() == 0:
-        widgets.empty(
+        widgets.no_verdicts(
+            report,
+            "single",
             "No single-mode scores in this run — submit it with a single rubric "
-            "(e.g. `--rubric rsum-single --mode single`) to get per-aspect means."
+            "(e.g. `--rubric rsum-single --mode single`) to get per-aspect means.",
         )
         return
     aspects = analysis.aspect_order(scores["aspect"].dropna().tolist())
@@ -53,9 +55,11 @@ def ranking_section(report: dict, judge: str | None) -> None:
     if judge:
         ranking = ranking[ranking["judge"] == judge]
     if ranking.empty:
-        widgets.empty(
+        widgets.no_verdicts(
+            report,
+            "pairwise",
             "No pairwise judgments in this run — submit with `--mode pairwise` "
-            "(e.g. `--rubric rsum-pairwise`) to rank systems."
+            "(e.g. `--rubric rsum-pairwise`) to rank systems.",
         )
         return
     aspects = analysis.aspect_order(ranking["aspect"].dropna().tolist())
@@ -75,6 +79,9 @@ def render() -> None:
         return
     judges = analysis.judges_of(report)
     judge = widgets.pick("Judge", judges, key="lb_judge")
+    coverage = analysis.panel_coverage_text(report) if judge == analysis.PANEL else None
+    if coverage:
+        st.caption(coverage)
     if state.unfinished(run):
         st.warning(f"Run still going ({100 * float(run.get('progress') or 0):.0f}% done): numbers will change.")
     reference_section(report)

@@ -22,6 +22,7 @@ def runs_table(items: list[dict[str, Any]]) -> pd.DataFrame:
             "id": r.get("id"),
             "name": r.get("name"),
             "status": r.get("status"),
+            "outcome": outcome_label(r.get("outcome")),
             "progress": float(r.get("progress") or 0.0),
             "judgments": r.get("n_judgments"),
             "items": r.get("n_items"),
@@ -35,12 +36,46 @@ def runs_table(items: list[dict[str, Any]]) -> pd.DataFrame:
             "output_tokens": r.get("output_tokens"),
             "cached": r.get("cached"),
             "economy": economy_cell(r.get("economy")),
+            "batches": batches_cell(r.get("batches")),
             "created_at": r.get("created_at"),
             "finished_at": r.get("finished_at"),
         }
         for r in items
     ]
     return pd.DataFrame(rows)
+
+
+def batches_cell(batches: dict[str, Any] | None) -> str:
+    """Batch runs in the run list: provider batches open / done and the requests sent in them."""
+    if not batches:
+        return ""
+    return f"{batches.get('open', 0)} open · {batches.get('done', 0)} done · {batches.get('requests', 0):,} requests"
+
+
+OUTCOME_LABELS = {"ok": "🟢 ok", "partial": "🟠 partial", "failed": "🔴 failed"}
+
+
+def outcome_label(outcome: str | None) -> str:
+    """A finished run's outcome (API ``outcome``) with its colour; empty while the run is unfinished."""
+    return OUTCOME_LABELS.get(str(outcome), "") if outcome else ""
+
+
+def outcome_banner(run: dict[str, Any]) -> None:
+    """The finished run's outcome in words and colour: a run whose judge answered nothing usable must not look like
+    one that worked."""
+    outcome = run.get("outcome")
+    counts = run.get("counts") or {}
+    bad = f"{counts.get('unparseable', 0)} unparseable, {counts.get('failed', 0)} failed"
+    if outcome == "failed":
+        st.error(
+            f"Failed: nothing usable came back ({bad}, {counts.get('cancelled', 0)} cancelled of "
+            f"{run.get('n_judgments', 0)} judgments). Fix the judge, then retry the unparseable ones past the "
+            f"cache: `dialogue-judge retry {run.get('id')} --unparseable`."
+        )
+    elif outcome == "partial":
+        st.warning(f"Partial: {counts.get('done', 0)} judgments done, {bad}.")
+    elif outcome == "ok":
+        st.success(f"OK: {counts.get('done', 0)} judgments done, none failed or unparseable.")
 
 
 def economy_cell(economy: dict[str, Any] | None) -> str:
@@ -93,7 +128,7 @@ def economy_section(economy: dict[str, Any]) -> None:
             ]
         )
         if not ranking.empty:
-            st.dataframe(ranking, hide_index=True, key="adaptive_ranking")
+            widgets.dataframe(ranking, key="adaptive_ranking")
     samples = economy.get("samples") or {}
     if samples:
         sample_cols = st.columns(3)
@@ -114,8 +149,12 @@ def compact(n: Any) -> str:
     return f"{value:.0f}"
 
 
+# Streamlit draws progress bars in the theme's primary colour, red by default: every finished run's bar read as a
+# failure. Progress is drawn neutral; how a finished run went is its outcome column.
 COLUMNS = {
-    "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
+    "progress": st.column_config.ProgressColumn(
+        "progress", min_value=0.0, max_value=1.0, format="percent", color="blue"
+    ),
     "cost_usd": st.column_config.NumberColumn("cost (USD)", format="$%.4f"),
 }
 
@@ -141,7 +180,7 @@ def run_list() -> None:
     cols[1].metric("Running", len(busy))
     cols[2].metric("Judgments (this page)", f"{int(df['judgments'].fillna(0).sum()):,}")
     cols[3].metric("Cost (this page)", f"${float(df['cost_usd'].fillna(0).sum()):.4f}")
-    st.dataframe(df, hide_index=True, column_config=COLUMNS, key="runs_df")
+    widgets.dataframe(df, key="runs_df", column_config=COLUMNS)
     widgets.csv_button(df, "runs", "runs")
     ids = [str(r["id"]) for r in items]
     chosen = st.selectbox(
@@ -165,11 +204,29 @@ def observe(run: dict[str, Any], now: float) -> list[tuple[float, int]]:
     return history
 
 
+def generation_section(generation: dict[str, Any]) -> None:
+    """A run with systems: the generation stage's progress (issue 26.3), before and beside judging."""
+    total = int(generation.get("total") or 0)
+    settled = int(generation.get("generated") or 0) + int(generation.get("failed") or 0)
+    st.progress(
+        settled / total if total else 1.0,
+        text=f"Generation: {settled:,} of {total:,} responses settled — {int(generation.get('generated') or 0):,} "
+        f"generated, {int(generation.get('failed') or 0):,} failed, {int(generation.get('pending') or 0):,} pending, "
+        f"{int(generation.get('running') or 0):,} running · {int(generation.get('items_released') or 0):,} items "
+        "released to judging",
+    )
+    failures = generation.get("failures") or []
+    if failures:
+        with st.expander(f"Failed generations ({len(failures)})"):
+            widgets.dataframe(pd.DataFrame(failures), key="run_generation_failures")
+
+
 def run_detail(run: dict[str, Any]) -> None:
     st.subheader(f"Run {run.get('name') or ''} `{run.get('id')}`")
     counts = run.get("counts") or {}
     cols = st.columns(5)
-    cols[0].metric("Status", str(run.get("status")))
+    status = str(run.get("status"))
+    cols[0].metric("Status", f"{status} · {run['outcome']}" if run.get("outcome") else status)
     cols[1].metric("Progress", f"{100 * float(run.get('progress') or 0):.1f}%")
     cols[2].metric(
         "Done / failed / unparseable",
@@ -177,7 +234,9 @@ def run_detail(run: dict[str, Any]) -> None:
     )
     cols[3].metric("Tokens in / out", f"{compact(run.get('input_tokens'))} / {compact(run.get('output_tokens'))}")
     cols[4].metric("Cost", f"${float(run.get('cost_usd') or 0):.4f}")
-    st.progress(float(run.get("progress") or 0.0))
+    outcome_banner(run)
+    if run.get("generation"):
+        generation_section(run["generation"])
     now = time.time()
     rate, eta = pace(run, observe(run, now) if state.unfinished(run) else [], now)
     left, right = st.columns(2)
@@ -195,8 +254,8 @@ def run_detail(run: dict[str, Any]) -> None:
     elif run.get("message"):
         st.warning(str(run["message"]))
     failed = int(counts.get("failed") or 0) + int(counts.get("unparseable") or 0)
-    if failed and st.button(f"Retry {failed} failed / unparseable judgments", key="retry"):
-        result = widgets.guard(api.retry_run, state.conn(), str(run["id"]), what="the retry")
+    if failed and st.button(f"Retry {failed} failed / unparseable judgments (past the cache)", key="retry"):
+        result = widgets.guard(api.retry_run, state.conn(), str(run["id"]), True, what="the retry")
         if result is not None:
             st.success(f"Requeued {result.get('requeued', 0)} judgments.")
 

@@ -19,7 +19,7 @@ def render() -> None:
     prefs = analysis.preferences_frame(report)
     prefs = prefs[prefs["n"].fillna(0) > 0]
     if prefs.empty:
-        widgets.empty(EMPTY)
+        widgets.no_verdicts(report, "pairwise", EMPTY)
         return
     systems = sorted(set(prefs["system_a"]) | set(prefs["system_b"]))
     judge, aspect, focus = widgets.pickers(

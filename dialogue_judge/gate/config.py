@@ -4,6 +4,7 @@ arguments map onto its fields), its defaults, and ``check_config``, which turns 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,16 @@ def judges_of(config: GateConfig) -> list[str]:
     return list(dict.fromkeys(j for j in judges if j))
 
 
+def check_budget_priced(judges: list[str]) -> None:
+    """Standalone: ``GateInputError`` when --budget is given with a judge the price table does not list (its calls
+    would count $0 and the budget would never stop them); on a service (--api) the service refuses it."""
+    from judge_api.pricing import load_prices, unpriced_budget_refusal
+
+    refusal = unpriced_budget_refusal(judges, load_prices(os.environ.get("DJ_PRICES_FILE") or None), "--budget")
+    if refusal is not None:
+        raise GateInputError(refusal)
+
+
 def fact_metric(config: GateConfig) -> str | None:
     """The fact-check figure the gate is asked to gate on (``--metric contradiction_rate``), if any."""
     named = [m for m in config.metrics or [] if m in FACT_METRICS]
@@ -91,6 +102,8 @@ def check_config(config: GateConfig) -> None:
         raise GateInputError("--batch must be at least 1")
     if config.budget_usd is not None and config.budget_usd <= 0:
         raise GateInputError("--budget must be positive")
+    if config.budget_usd is not None and config.api is None:
+        check_budget_priced(judges_of(config))
     if config.workers < 1:
         raise GateInputError("--workers must be at least 1")
     if config.panel_aggregate not in ("mean", "median"):

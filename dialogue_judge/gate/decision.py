@@ -49,8 +49,12 @@ class GateDecider:
         max_failed: float,
         panel_aggregate: str = "mean",
         higher_is_worse: bool = False,
+        n_judges: int = 1,
     ) -> None:
         self.mode = mode
+        self.n_judges = max(int(n_judges), 1)
+        self.quorum = self.n_judges // 2 + 1 if self.n_judges > 1 else 1
+        """Several judges: a unit needs a verdict of a majority of them to have the panel's (``stats.panel``)."""
         self.higher_is_worse = higher_is_worse
         """Single mode: the values are figures where higher is worse (a contradiction rate), so the gated change is
         candidate - baseline (an increase) instead of baseline - candidate (a drop)."""
@@ -73,7 +77,7 @@ class GateDecider:
     def values(self, rows: list[dict[str, Any]], item_ids: list[str]) -> dict[str, np.ndarray]:
         if self.mode == "single":
             return {a: self.drops(rows, item_ids, a)[2] for a in self.aspects}
-        outcomes = self.outcomes(rows)
+        outcomes = self.outcomes(rows, self.n_judges)
         return {
             a: np.array([gs.loss_value(outcomes.get((a, i), {}).get("outcome")) for i in item_ids], dtype="float64")
             for a in self.aspects
@@ -95,7 +99,7 @@ class GateDecider:
         for (item_id, system, _), values in sums.items():
             per_judge[(item_id, system)].append(float(np.mean(values)))
         combine = np.median if self.panel_aggregate == "median" else np.mean
-        return {key: float(combine(values)) for key, values in per_judge.items()}
+        return {key: float(combine(values)) for key, values in per_judge.items() if len(values) >= self.quorum}
 
     def drops(
         self, rows: list[dict[str, Any]], item_ids: list[str], aspect: str
@@ -107,8 +111,11 @@ class GateDecider:
         return base, cand, (cand - base) if self.higher_is_worse else (base - cand)
 
     @staticmethod
-    def outcomes(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-        """(aspect, item) -> the order-combined outcome for the candidate (``combine_orders``)."""
+    def outcomes(rows: list[dict[str, Any]], n_judges: int = 0) -> dict[tuple[str, str], dict[str, Any]]:
+        """(aspect, item) -> the order-combined outcome for the candidate (``combine_orders``). With ``n_judges``
+        (a panel of that many): only where a majority of them has one, and not an even split while a judge is
+        missing (the missing judge would have decided it)."""
+        quorum = n_judges // 2 + 1 if n_judges > 1 else 1
         import pandas as pd
 
         from judge_api.stats.preferences import combine_orders
@@ -143,11 +150,16 @@ class GateDecider:
             by_key[(str(row["aspect"]), str(row["item_id"]))].append(dict(row))
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for key, judged in by_key.items():
+            if len(judged) < quorum:
+                continue
             if len(judged) == 1:
                 out[key] = judged[0]
                 continue
-            # a panel: the majority of the judges' order-combined outcomes (an even split is a tie)
-            vote = int(np.sign(sum({"win": 1, "tie": 0, "loss": -1}[j["outcome"]] for j in judged)))
+            # a panel: the majority of the judges' order-combined outcomes (an even split of all of them is a tie)
+            codes = [{"win": 1, "tie": 0, "loss": -1}[j["outcome"]] for j in judged]
+            if len(judged) < n_judges and codes.count(1) == codes.count(-1) > 0:
+                continue
+            vote = int(np.sign(sum(codes)))
             outcome = {1: "win", 0: "tie", -1: "loss"}[vote]
             out[key] = {
                 **judged[0],
@@ -274,7 +286,7 @@ def aspect_reports(decider: GateDecider, responses: dict[str, dict[str, str]], w
                 report.wilcoxon_p = wilcoxon_p(drops[ok])
             report.worst = _worst_single(decider, aspect, base, cand, drops, responses, worst)
         else:
-            outcomes = decider.outcomes(decider.rows)
+            outcomes = decider.outcomes(decider.rows, decider.n_judges)
             mine = [outcomes[(aspect, i)] for i in decider.item_ids if (aspect, i) in outcomes]
             report.wins = sum(o["outcome"] == "win" for o in mine)
             report.ties = sum(o["outcome"] == "tie" for o in mine)

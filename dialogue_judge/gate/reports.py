@@ -2,7 +2,7 @@
 case per aspect) and the JSON report, the number formatting the headline shares with them, and ``write_outputs``
 (the ``--markdown`` / ``--junit`` / ``--json`` files).
 
-Only renders: it reads a finished ``GateResult`` and imports no other gate module at run time.
+Only renders: it reads a finished ``GateOutcome`` and imports no other gate module but ``outcome``.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import os
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from dialogue_judge.gate.result import AspectReport, GateResult
+from dialogue_judge.gate.outcome import AspectReport, GateOutcome
 
 ICONS = {"pass": "✅", "regression": "❌", "undecided": "⚠️", "error": "⚠️"}
 TITLES = {"pass": "no regression", "regression": "regression", "undecided": "undecided", "error": "could not run"}
@@ -76,7 +75,7 @@ def _code(text: object) -> str:
     return "`" + str(text).replace("`", "'") + "`"
 
 
-def _aspect_row(report: AspectReport, result: GateResult) -> list[str]:
+def _aspect_row(report: AspectReport, result: GateOutcome) -> list[str]:
     digits = 2 if result.mode == "single" else 3
     ci = "n/a"
     if report.ci_low is not None and report.ci_high is not None:
@@ -109,7 +108,7 @@ def _aspect_row(report: AspectReport, result: GateResult) -> list[str]:
     return [_cell(c) for c in row]
 
 
-def to_markdown(result: GateResult) -> str:
+def to_markdown(result: GateOutcome) -> str:
     lines = [
         f"## {ICONS[result.status]} dialogue-judge gate: {TITLES[result.status]}",
         "",
@@ -242,7 +241,7 @@ def to_markdown(result: GateResult) -> str:
 # -- JUnit XML -----------------------------------------------------------------------------------------------------
 
 
-def to_junit(result: GateResult) -> str:
+def to_junit(result: GateOutcome) -> str:
     """JUnit XML: one ``testcase`` per aspect (a ``gate`` case when the gate could not get that far)."""
     suite = ET.Element("testsuite", name="dialogue-judge gate", time=f"{result.duration_s:.3f}")
     failures = errors = skipped = 0
@@ -300,7 +299,7 @@ def to_junit(result: GateResult) -> str:
 # -- JSON ----------------------------------------------------------------------------------------------------------
 
 
-def to_json_dict(result: GateResult) -> dict[str, Any]:
+def to_json_dict(result: GateOutcome) -> dict[str, Any]:
     """The JSON report: every field of the result plus ``exit_code``; NaN and infinities become ``null``."""
     data = asdict(result)
     data["exit_code"] = result.exit_code
@@ -327,7 +326,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def write_outputs(
-    result: GateResult,
+    result: GateOutcome,
     *,
     markdown: Path | None = None,
     junit: Path | None = None,

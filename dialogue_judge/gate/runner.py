@@ -233,6 +233,7 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
             max_failed=config.max_failed,
             panel_aggregate=config.panel_aggregate,
             higher_is_worse=metric is not None,
+            n_judges=len(judges_of(config)),
         )
         decider.look(Look(reused, seeded_order(order_ids, config.seed), 1, 1, True))
         asked, _, _ = decider.counts(reused)
@@ -286,6 +287,7 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
         max_failed=config.max_failed,
         panel_aggregate=config.panel_aggregate,
         higher_is_worse=metric is not None,
+        n_judges=len(judges_of(config)),
     )
 
     def on_look(look: Look) -> bool:

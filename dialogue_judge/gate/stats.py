@@ -52,15 +52,37 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize
 from scipy import stats as sps
 
+if TYPE_CHECKING:
+    from judge_api.stats.sequential import GateMode, Scale, SequenceState  # noqa: F401
+
+# The betting confidence sequence and the scales live in judge_api.stats.sequential (the monitors' alert rules use
+# them too). They are loaded on first use, not when this module is imported: importing dialogue_judge.gate (the CLI,
+# the pytest plugin) must not load judge_api (tests/gate/test_gate_imports.py).
+_MOVED = ("BET_TRUNCATION", "HEDGE", "GateMode", "Scale", "SequenceState", "confidence_sequence")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from judge_api.stats import sequential
+
+        return getattr(sequential, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _finite(values: ArrayLike) -> np.ndarray:
+    from judge_api.stats.sequential import _finite as finite
+
+    return finite(values)
+
+
 Decision = Literal["regression", "no_regression", "undecided"]
-GateMode = Literal["single", "pairwise"]
 DecidedBy = Literal["confidence sequence", "final test", ""]
 
 MIN_BATCH = 10
@@ -71,10 +93,6 @@ MIN_ITEMS_FINAL_TEST = 5
 """The final fixed-sample test never decides on fewer usable items than this."""
 SD_FLOOR_FRACTION = 0.01
 """Single mode: the final test floors the standard deviation of the drops at this share of the scale width."""
-BET_TRUNCATION = 0.75
-"""``c`` of the betting confidence sequence: bets are truncated at ``c / m`` (``c / (1 - m)``)."""
-HEDGE = 0.5
-"""Weight of the upward capital process in the hedged process (``theta``)."""
 
 
 # -- batches ---------------------------------------------------------------------------------------------------
@@ -93,94 +111,6 @@ def look_schedule(n_items: int, batch: int | None = None, *, sequential: bool = 
     looks = list(range(batch, n_items, batch))
     looks.append(n_items)
     return looks
-
-
-# -- the betting confidence sequence ---------------------------------------------------------------------------
-
-
-def _finite(values: ArrayLike) -> np.ndarray:
-    x = np.asarray(values, dtype="float64").ravel()
-    return x[np.isfinite(x)]
-
-
-def _plugin_bets(x: np.ndarray, alpha: float) -> np.ndarray:
-    """Predictable plug-in bets ``lambda_t`` (WSR 2023, eq. 26), computed from ``x_1 .. x_{t-1}`` only."""
-    t = np.arange(1, x.size + 1, dtype="float64")
-    mu_hat = (0.5 + np.cumsum(x)) / (t + 1.0)
-    sigma2 = (0.25 + np.cumsum((x - mu_hat) ** 2)) / (t + 1.0)
-    sigma2_prev = np.concatenate(([0.25], sigma2[:-1]))
-    return np.sqrt(2.0 * math.log(2.0 / alpha) / (sigma2_prev * t * np.log1p(t)))
-
-
-def _max_log_capital(x: np.ndarray, bets: np.ndarray, m: float) -> tuple[float, float]:
-    """``max_s log K+_s(m)`` and ``max_s log K-_s(m)`` over the prefixes of ``x`` (running intersection)."""
-    if x.size == 0:
-        return 0.0, 0.0
-    up = np.minimum(bets, BET_TRUNCATION / m) if m > 0 else bets
-    down = np.minimum(bets, BET_TRUNCATION / (1.0 - m)) if m < 1 else bets
-    log_up = np.cumsum(np.log1p(up * (x - m)))
-    log_down = np.cumsum(np.log1p(-down * (x - m)))
-    return float(max(0.0, log_up.max())), float(max(0.0, log_down.max()))
-
-
-@dataclass(frozen=True)
-class SequenceState:
-    """The confidence sequence for a mean of values in [0, 1] after all the values seen so far."""
-
-    n: int
-    low: float
-    high: float
-    log_capital_up: float
-    """``max_s log K+_s(threshold)``: evidence that the mean exceeds the threshold."""
-    log_capital_down: float
-    """``max_s log K-_s(threshold)``: evidence that the mean is below the threshold."""
-
-
-def confidence_sequence(values: ArrayLike, alpha: float, threshold: float, *, bounds: bool = True) -> SequenceState:
-    """Hedged-capital betting confidence sequence (level ``1 - alpha``) for the mean of values in [0, 1].
-
-    ``low``/``high`` are the running-intersection bounds after the last value. ``K+_t(m)`` is non-increasing and
-    ``K-_t(m)`` non-decreasing in ``m`` (the truncated bets keep that), so the sequence is an interval and its
-    bounds are found by bisection (skipped with ``bounds=False``: the decision needs only the threshold).
-    """
-    x = _finite(values)
-    if x.size and (x.min() < 0.0 or x.max() > 1.0):
-        raise ValueError("the confidence sequence needs values in [0, 1]")
-    bets = _plugin_bets(x, alpha)
-    barrier = math.log(1.0 / alpha)
-    log_theta_up, log_theta_down = math.log(HEDGE), math.log(1.0 - HEDGE)
-
-    def rejected_up(m: float) -> bool:  # m is below the mean, credibly
-        return _max_log_capital(x, bets, m)[0] + log_theta_up >= barrier
-
-    def rejected_down(m: float) -> bool:  # m is above the mean, credibly
-        return _max_log_capital(x, bets, m)[1] + log_theta_down >= barrier
-
-    def bisect(predicate: Any, lo: float, hi: float, want_last_true: bool) -> float:
-        # predicate is monotone on [lo, hi]; find its switching point
-        for _ in range(48):
-            mid = (lo + hi) / 2.0
-            if predicate(mid) == want_last_true:
-                lo = mid
-            else:
-                hi = mid
-        return (lo + hi) / 2.0
-
-    low, high = float("nan"), float("nan")
-    if bounds:
-        low, high = _bounds(x, rejected_up, rejected_down, bisect)
-    up, down = _max_log_capital(x, bets, threshold)
-    return SequenceState(int(x.size), low, high, up + log_theta_up, down + log_theta_down)
-
-
-def _bounds(x: np.ndarray, rejected_up: Any, rejected_down: Any, bisect: Any) -> tuple[float, float]:
-    low = 0.0
-    if x.size and rejected_up(1e-12):
-        low = bisect(rejected_up, 1e-12, 1.0 - 1e-12, True)
-    high = 1.0
-    if x.size and rejected_down(1.0 - 1e-12):
-        high = bisect(lambda m: not rejected_down(m), 1e-12, 1.0 - 1e-12, True)
-    return low, high
 
 
 # -- final fixed-sample tests -------------------------------------------------------------------------------------
@@ -281,32 +211,6 @@ class AspectEvidence:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Scale:
-    """Where the values of an aspect live: drops of a ``[low, high]`` score scale, or loss values in [0, 1]."""
-
-    mode: GateMode
-    low: float = 0.0
-    high: float = 1.0
-
-    @property
-    def width(self) -> float:
-        return self.high - self.low
-
-    def to_unit(self, values: np.ndarray) -> np.ndarray:
-        if self.mode == "pairwise":
-            return values
-        return (values + self.width) / (2.0 * self.width)
-
-    def from_unit(self, value: float) -> float:
-        if self.mode == "pairwise":
-            return value
-        return value * 2.0 * self.width - self.width
-
-    def threshold_to_unit(self, threshold: float) -> float:
-        return float(self.to_unit(np.asarray([threshold], dtype="float64"))[0])
-
-
 def evaluate_aspect(
     values: ArrayLike,
     *,
@@ -330,6 +234,8 @@ def evaluate_aspect(
     alpha_final = alpha_aspect / 2.0 if sequential else alpha_aspect
     if sequential and n:
         cs_alpha = alpha_aspect / 2.0
+        from judge_api.stats.sequential import confidence_sequence
+
         state = confidence_sequence(
             scale.to_unit(x), cs_alpha, scale.threshold_to_unit(threshold), bounds=report_bounds
         )

@@ -1,4 +1,6 @@
-"""Storage: every read and write of runs, items, judgments, the judge cache and human ratings goes through here.
+"""Storage: the reads and writes of runs, items, judgments, the judge cache and human ratings. A few modules outside
+it still build their own SQL statements; docs/architecture.md names each, and tests/unit/test_import_rules.py holds
+the list to the code.
 
 Split by who uses it:
 
@@ -19,6 +21,7 @@ from judge_api.repository.frames import (
     RATING_FRAME_COLUMNS,
     fact_labels_frame,
     judgments_frame,
+    memory_audit_frame,
     ratings_frame,
 )
 from judge_api.repository.idempotency_keys import (
@@ -41,6 +44,7 @@ from judge_api.repository.runs import (
     get_items,
     get_run,
     item_pks_for,
+    item_references,
     judgment_out,
     list_judgments,
     list_runs,
@@ -68,11 +72,13 @@ __all__ = [
     "import_verdicts",
     "imported_judges",
     "item_pks_for",
+    "item_references",
     "item_systems",
     "judgment_out",
     "judgments_frame",
     "list_judgments",
     "list_runs",
+    "memory_audit_frame",
     "new_run_id",
     "prune_idempotency_keys",
     "ratings_frame",

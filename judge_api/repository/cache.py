@@ -13,11 +13,20 @@ from judge_api.models import (
 )
 from judge_api.repository.sql import unsupported_database
 
+REPLACE = "replace"  # a cache row carrying this (true) replaces the key's entry (options.cache 'refresh')
+
 
 def insert_entries(connection: Connection, engine: Engine, cache_rows: Sequence[dict[str, Any]]) -> None:
+    """Insert judge-cache rows; an entry that exists is kept, unless the row is marked :data:`REPLACE` (then its
+    reply is written over the entry's)."""
     if cache_rows:
         unique = {row["key"]: row for row in cache_rows}
-        connection.execute(_insert_cache_rows(engine), list(unique.values()))
+        kept = [row for row in unique.values() if not row.get(REPLACE)]
+        replacing = [{k: v for k, v in row.items() if k != REPLACE} for row in unique.values() if row.get(REPLACE)]
+        if kept:
+            connection.execute(_insert_cache_rows(engine), kept)
+        if replacing:
+            connection.execute(_replace_cache_rows(engine), replacing)
 
 
 def cache_entries(engine: Engine, keys: Sequence[str]) -> dict[str, Any]:
@@ -41,6 +50,13 @@ def _insert_cache_rows(engine: Engine) -> Any:
         raise unsupported_database(engine) from None
 
 
+def _replace_cache_rows(engine: Engine) -> Any:
+    try:
+        return _REPLACE_CACHE[engine.dialect.name]
+    except KeyError:
+        raise unsupported_database(engine) from None
+
+
 # the hot path's statements, built once (building a statement costs more CPU than executing a cached one)
 _CACHE_TABLE = cast(Table, CacheEntry.__table__)
 
@@ -51,4 +67,18 @@ _CACHE_QUERY = select(_CACHE_TABLE).where(_CACHE_TABLE.c.key.in_(bindparam("keys
 _INSERT_CACHE = {
     "postgresql": postgresql.insert(_CACHE_TABLE).on_conflict_do_nothing(index_elements=[_CACHE_TABLE.c.key]),
     "sqlite": sqlite.insert(_CACHE_TABLE).on_conflict_do_nothing(index_elements=[_CACHE_TABLE.c.key]),
+}
+
+
+def _upsert(insert: Any) -> Any:
+    excluded = insert.excluded
+    columns = [c.name for c in _CACHE_TABLE.columns if c.name != "key"]
+    return insert.on_conflict_do_update(
+        index_elements=[_CACHE_TABLE.c.key], set_={name: excluded[name] for name in columns}
+    )
+
+
+_REPLACE_CACHE = {
+    "postgresql": _upsert(postgresql.insert(_CACHE_TABLE)),
+    "sqlite": _upsert(sqlite.insert(_CACHE_TABLE)),
 }

@@ -7,7 +7,7 @@ import functools
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Engine, Table, and_, bindparam, func, or_, select, update
@@ -29,11 +29,33 @@ def pending_judgment_ids(session: Session, run_id: str | None = None) -> list[in
     return list(session.scalars(query.order_by(Judgment.id)))
 
 
+def pending_of_judge(engine: Engine, run_id: str, judge: str, limit: int) -> list[int]:
+    """A run's pending judgments of one judge (a batch run's next provider batch), oldest first."""
+    query = (
+        select(Judgment.id)
+        .where(Judgment.run_id == run_id, Judgment.status == "pending", Judgment.judge == judge)
+        .order_by(Judgment.id)
+        .limit(limit)
+    )
+    with engine.connect() as connection:
+        return [int(row[0]) for row in connection.execute(query)]
+
+
 def mark_enqueued(session: Session, ids: Iterable[int]) -> None:
     ids = list(ids)
     now = utcnow()
     for start in range(0, len(ids), 5000):
         session.execute(update(Judgment).where(Judgment.id.in_(ids[start : start + 5000])).values(enqueued_at=now))
+
+
+def clear_enqueued(session: Session, ids: Iterable[int]) -> None:
+    """Their send failed: pending again with no stamp, so the next sweep sends them."""
+    ids = list(ids)
+    for start in range(0, len(ids), 5000):
+        chunk = ids[start : start + 5000]
+        session.execute(
+            update(Judgment).where(Judgment.id.in_(chunk), Judgment.status == "pending").values(enqueued_at=None)
+        )
 
 
 def stale_judgment_ids(
@@ -43,11 +65,12 @@ def stale_judgment_ids(
     limit: int = 50_000,
     *,
     include_pending: bool = True,
+    sent_before: datetime | None = None,
 ) -> list[int]:
     """Running judgments whose worker's lease ran out and, with ``include_pending``, pending ones that were never
-    enqueued or not recently."""
+    enqueued or not recently (last sent ``requeue_after_s`` ago, or before ``sent_before`` when it is given)."""
     now = utcnow()
-    stale_enqueue = now - timedelta(seconds=requeue_after_s)
+    stale_enqueue = now - timedelta(seconds=requeue_after_s) if sent_before is None else sent_before
     stale_claim = now - timedelta(seconds=lease_s)
     lost_claims = and_(
         Judgment.status == "running",
@@ -105,13 +128,15 @@ class JudgmentTask:
     item: dict[str, Any]
     budget_usd: float | None
     project_id: str
+    attempts: int = 0
+    execution: str = "realtime"  # the run's: 'batch' sends the judgment through a provider batch (workers.batches)
 
 
 def _task_query() -> Any:
     judgments, items, runs = _judgments(), cast(Table, RunItem.__table__), cast(Table, Run.__table__)
     columns = [judgments.c[name] for name in JudgmentTask.__slots__ if name in judgments.c]
     return (
-        select(*columns, items.c.payload.label("item"), runs.c.budget_usd, runs.c.project_id)
+        select(*columns, items.c.payload.label("item"), runs.c.budget_usd, runs.c.project_id, runs.c.execution)
         .join_from(judgments, items, items.c.id == judgments.c.item_pk)
         .join(runs, runs.c.id == judgments.c.run_id)
         .where(judgments.c.id.in_(bindparam("ids", expanding=True)))
@@ -127,17 +152,62 @@ def load_tasks(engine: Engine, judgment_ids: Sequence[int]) -> list[JudgmentTask
     return [JudgmentTask(**row) for row in rows]
 
 
-def claim_many(engine: Engine, judgment_ids: Sequence[int], lease_s: float) -> tuple[str, set[int]]:
+HOLDER_CHARS = 16  # a claim token is the holder's instance id (judge_api.heartbeats.INSTANCE) + 16 random hex
+
+
+def new_token(holder: str = "") -> str:
+    """A claim token naming its holder, so the claims of a worker whose heartbeat lapsed can be found
+    (:func:`release_holder`); without a holder, 32 random hex characters (nobody's to release early)."""
+    if len(holder) != HOLDER_CHARS:
+        return uuid.uuid4().hex
+    return holder + uuid.uuid4().hex[:HOLDER_CHARS]
+
+
+def claim_many(
+    engine: Engine, judgment_ids: Sequence[int], lease_s: float, token: str | None = None
+) -> tuple[str, set[int]]:
     """Take every judgment of ``judgment_ids`` that is pending (or whose claim has lapsed) in one statement.
 
-    Returns the claim token (one per call) and the ids taken; the others are finished or held by a live worker."""
-    token = uuid.uuid4().hex
+    Returns the claim token (``token``, or a new one) and the ids taken; the others are finished or held by a live
+    worker. Judgments ``token`` already holds are taken again: a batch retried after the database came back keeps
+    the claims whose hand-back failed, rather than waiting out their lease."""
+    token = token or uuid.uuid4().hex
     if not judgment_ids:
         return token, set()
     now = utcnow()
     params = {"ids": list(judgment_ids), "token": token, "now": now, "cutoff": now - timedelta(seconds=lease_s)}
     with engine.begin() as connection:
         return token, {int(row[0]) for row in connection.execute(_CLAIM, params)}
+
+
+def release_holder(
+    session: Session, holder: str, limit: int = 50_000, *, enqueued_at: datetime | None = None
+) -> list[int]:
+    """Hand back as pending every judgment the (dead) instance ``holder`` has claimed; returns their ids.
+
+    Its verdicts can no longer be written (each write is a compare-and-set on the token released here), and the
+    replies it paid for wait in the stash for the next claim. ``enqueued_at`` is the stamp of the re-send the
+    caller makes once this is committed (None: not sent, so the next sweep sends them)."""
+    if len(holder) != HOLDER_CHARS:
+        return []
+    table = _judgments()
+    ids = list(
+        session.scalars(
+            select(table.c.id)
+            .where(table.c.status == "running", table.c.claim_token.like(holder + "%"))
+            .order_by(table.c.id)
+            .limit(limit)
+        )
+    )
+    if not ids:
+        return []
+    released = session.execute(
+        update(table)
+        .where(table.c.id.in_(ids), table.c.status == "running", table.c.claim_token.like(holder + "%"))
+        .values(status="pending", claim_token=None, claimed_at=None, enqueued_at=enqueued_at, updated_at=utcnow())
+        .returning(table.c.id)
+    )
+    return sorted(int(row[0]) for row in released)
 
 
 def renew_claims(engine: Engine, held: dict[int, str]) -> int:
@@ -159,14 +229,21 @@ def renew_claims(engine: Engine, held: dict[int, str]) -> int:
 
 
 def write_verdicts(
-    engine: Engine, verdicts: Sequence[tuple[int, str, dict[str, Any]]], cache_rows: Sequence[dict[str, Any]] = ()
+    engine: Engine,
+    verdicts: Sequence[tuple[int, str, dict[str, Any]]],
+    cache_rows: Sequence[dict[str, Any]] = (),
+    stamp: datetime | None = None,
 ) -> list[bool]:
     """Store claimed judgments' verdicts, and the cache entries of the replies they paid for, in one transaction.
 
     ``verdicts`` are (judgment id, claim token, column values). Each verdict is a compare-and-set on its claim
     token: False for a claim that was lost (nothing written for that row). The cache entries are written either
-    way (content-addressed: an entry that exists is kept)."""
-    now = utcnow()
+    way (content-addressed: an entry that exists is kept).
+
+    ``stamp`` (the rows' ``updated_at``) is the same on every try of a group: when a connection was cut while a
+    commit was under way, the retry cannot tell from the compare-and-set whether that commit went through, and
+    a row already carrying this stamp was written by it (True, not a lost claim whose calls are added again)."""
+    now = stamp or utcnow()
     params = [
         {**{f"v_{k}": v for k, v in values.items()}, "jid": judgment_id, "token": token, "v_updated_at": now}
         for judgment_id, token, values in verdicts
@@ -188,6 +265,13 @@ def write_verdicts(
             connection.execute(_verdict_update(tuple(sorted(values))), row).rowcount == 1
             for (_, _, values), row in zip(verdicts, params, strict=True)
         ]
+        if stamp is not None and not all(results):
+            table = _judgments()
+            missed = [judgment_id for (judgment_id, _, _), ok in zip(verdicts, results, strict=True) if not ok]
+            ours = set(
+                connection.scalars(select(table.c.id).where(table.c.id.in_(missed), table.c.updated_at == stamp))
+            )
+            results = [ok or judgment_id in ours for (judgment_id, _, _), ok in zip(verdicts, results, strict=True)]
         connection.commit()
         return results
 
@@ -246,7 +330,10 @@ def _claim_statement() -> Any:
             table.c.id.in_(bindparam("ids", expanding=True)),
             or_(
                 table.c.status == "pending",
-                and_(table.c.status == "running", table.c.claimed_at < bindparam("cutoff")),
+                and_(
+                    table.c.status == "running",
+                    or_(table.c.claimed_at < bindparam("cutoff"), table.c.claim_token == bindparam("token")),
+                ),
             ),
         )
         .values(

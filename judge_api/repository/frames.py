@@ -157,13 +157,9 @@ def fact_labels_frame(session: Session, run_id: str) -> pd.DataFrame:
 
     A judgment is a fact-check judgment when its rubric has the ``fact_check`` parser in the registry, or (a rubric
     no longer loaded) when its details carry fact labels."""
-    from judge_api.rubrics import get_registry
     from judge_api.stats.facts import FACT_COLUMNS
 
-    registry = get_registry()
-    rubric_ids = session.scalars(select(Judgment.rubric_id).where(Judgment.run_id == run_id).distinct()).all()
-    facts_rubrics = [r for r in rubric_ids if r in registry and registry.get(r).parser == "fact_check"]
-    others = [r for r in rubric_ids if r not in registry]
+    facts_rubrics, others = _rubrics_with_parser(session, run_id, "fact_check")
     if not facts_rubrics and not others:
         return pd.DataFrame(columns=FACT_COLUMNS)
     query = (
@@ -228,3 +224,52 @@ def fact_labels_frame(session: Session, run_id: str) -> pd.DataFrame:
 
 def _has_fact_labels(details: object) -> bool:
     return isinstance(details, dict) and isinstance(details.get("facts"), list) and "contradiction_rate" in details
+
+
+def _rubrics_with_parser(session: Session, run_id: str, parser: str) -> tuple[list[str], list[str]]:
+    """The run's rubric ids whose rubric has ``parser`` in the registry, and those no longer loaded."""
+    from judge_api.rubrics import get_registry
+
+    registry = get_registry()
+    rubric_ids = session.scalars(select(Judgment.rubric_id).where(Judgment.run_id == run_id).distinct()).all()
+    known = [r for r in rubric_ids if r in registry and registry.get(r).parser == parser]
+    return known, [r for r in rubric_ids if r not in registry]
+
+
+def memory_audit_frame(session: Session, run_id: str) -> pd.DataFrame:
+    """The run's memory-audit judgments as ``stats.memory.audit_rows`` (docs/data-contract.md): one row per finished
+    single judgment of a rubric with the ``memory_audit`` parser (or, a rubric no longer loaded, whose details carry
+    a memory audit) with its precision, recall, F1 and error counts. Empty when the run has none."""
+    from judge_api.stats.memory import AUDIT_COLUMNS, FINISHED, audit_rows
+
+    audit_rubrics, others = _rubrics_with_parser(session, run_id, "memory_audit")
+    if not audit_rubrics and not others:
+        return pd.DataFrame(columns=AUDIT_COLUMNS)
+    query = (
+        select(
+            Judgment.item_key.label("item_id"),
+            Judgment.system_a,
+            Judgment.judge,
+            Judgment.rubric_id,
+            Judgment.aspect,
+            Judgment.status,
+            Judgment.details,
+        )
+        .where(
+            Judgment.run_id == run_id,
+            Judgment.mode == "single",
+            Judgment.rubric_id.in_(audit_rubrics + others),
+            Judgment.status.in_(FINISHED),
+        )
+        .order_by(Judgment.id)
+    )
+    rows = [
+        r._asdict()
+        for r in session.execute(query).all()
+        if r.rubric_id in audit_rubrics or _has_memory_audit(r.details)
+    ]
+    return audit_rows(rows)
+
+
+def _has_memory_audit(details: object) -> bool:
+    return isinstance(details, dict) and isinstance(details.get("generated"), list) and "error_shares" in details

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from judge_api.models import Generation, Judgment, Run, RunItem, utcnow
 from judge_api.planning import plan_generated_item, run_rubrics
+from judge_api.repository.rows import judgment_row
 from judge_api.repository.rubric_snapshots import store_rubric_snapshots
-from judge_api.repository.runs import judgment_row
 from judge_api.rubrics import RubricRegistry
 from judge_api.schemas import GenerationCounts
 
@@ -213,6 +213,9 @@ def release_item(session: Session, item_pk: int, registry: RubricRegistry) -> li
         session.commit()
         return []
     item.payload = payload
+    # an item released again (a retried failed generation) keeps the judgments it has; only the new ones are added
+    have = set(session.scalars(select(Judgment.dedup_key).where(Judgment.item_pk == item_pk)))
+    planned = [p for p in planned if p.dedup_key(run.id) not in have]
     if planned:
         store_rubric_snapshots(session, run_rubrics(request, registry))
         judge_params = request.options.model_dump(mode="json")

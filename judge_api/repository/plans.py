@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from judge_api.models import TERMINAL_STATUSES, Judgment, Run, RunItem, utcnow
 from judge_api.planning import PlannedJudgment
+from judge_api.repository.rows import judgment_row
 from judge_api.repository.rubric_snapshots import rubric_snapshot
-from judge_api.repository.runs import judgment_row
 from judge_api.repository.sql import insert_ignoring
 from judge_api.rubrics import Rubric, get_registry
 

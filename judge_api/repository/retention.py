@@ -2,9 +2,10 @@
 Lines bundle (export, then import).
 
 A bundle is one JSON object per line; its ``record`` key says what the line is: a header ``{"record":
-"dialogue-judge-run", "version": 1, "run": {...}}``, then ``item``, ``judgment``, ``rating``, ``rubric_snapshot`` and
-``cache_entry`` lines, whose other keys are the columns of their table (database ids and claim bookkeeping left out:
-the importing deployment numbers its own rows).
+"dialogue-judge-run", "version": 1, "run": {...}}``, then ``item``, ``generation`` (runs with systems: the
+generated responses), ``judgment``, ``rating``, ``rubric_snapshot`` and ``cache_entry`` lines, whose other keys
+are the columns of their table (database ids and claim bookkeeping left out: the importing deployment numbers its
+own rows).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ _CHUNK = 500
 _SKIP: dict[str, set[str]] = {
     "run": {"project_id"},
     "item": {"id", "run_id"},
+    "generation": {"id", "run_id", "item_pk", "claim_token", "claimed_at", "enqueued_at"},
     "judgment": {"id", "run_id", "item_pk", "claim_token", "claimed_at", "enqueued_at"},
     "rating": {"id", "run_id"},
     "rubric_snapshot": set(),
@@ -61,6 +63,7 @@ _SKIP: dict[str, set[str]] = {
 _MODELS: dict[str, type[Base]] = {
     "run": Run,
     "item": RunItem,
+    "generation": Generation,
     "judgment": Judgment,
     "rating": HumanRating,
     "rubric_snapshot": RubricSnapshot,
@@ -126,7 +129,7 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
 
 
 def runs_older_than(session: Session, cutoff: datetime, project_id: str | None) -> list[str]:
-    query = select(Run.id).where(Run.created_at < cutoff)
+    query = select(Run.id).where(Run.created_at < cutoff, Run.monitor_id.is_(None))  # monitors keep their own
     if project_id is not None:
         query = query.where(Run.project_id == project_id)
     return list(session.scalars(query.order_by(Run.created_at)))
@@ -147,6 +150,7 @@ def export_run(session: Session, run_id: str) -> Iterator[str]:
     yield _line({"record": BUNDLE_KIND, "version": BUNDLE_VERSION, "run": _row("run", run)})
     for kind, query in (
         ("item", select(RunItem).where(RunItem.run_id == run_id).order_by(RunItem.id)),
+        ("generation", select(Generation).where(Generation.run_id == run_id).order_by(Generation.id)),
         ("judgment", select(Judgment).where(Judgment.run_id == run_id).order_by(Judgment.id)),
         ("rating", select(HumanRating).where(HumanRating.run_id == run_id).order_by(HumanRating.id)),
     ):
@@ -304,18 +308,32 @@ def import_run(session: Session, bundle: Bundle, project_id: str, *, cache_entri
         raise RunExists("run.id", f"run {run_id!r} exists in this deployment already; delete it first")
     items = bundle.rows.get("item", [])
     judgments = bundle.rows.get("judgment", [])
+    generated = bundle.rows.get("generation", [])
     keys = [i["item_key"] for i in items]
     if len(set(keys)) != len(keys):
         raise BundleError("item.item_key", "an item key appears twice")
-    unknown = sorted({j["item_key"] for j in judgments} - set(keys))
-    if unknown:
-        raise BundleError("judgment.item_key", f"judgments of items the bundle does not carry: {unknown[:5]}")
+    for kind, rows_of in (("judgment", judgments), ("generation", generated)):
+        unknown = sorted({r["item_key"] for r in rows_of} - set(keys))
+        if unknown:
+            raise BundleError(f"{kind}.item_key", f"{kind}s of items the bundle does not carry: {unknown[:5]}")
     ensure_project(session, project_id)
     session.add(Run(**bundle.run, project_id=project_id))
     session.flush()
     for start in range(0, len(items), _CHUNK):
         session.execute(insert(RunItem), [{**i, "run_id": run_id} for i in items[start : start + _CHUNK]])
     pks = dict(session.execute(select(RunItem.item_key, RunItem.id).where(RunItem.run_id == run_id)).tuples().all())
+    # a generation a worker was holding comes back pending too, to be generated here
+    generation_rows = [
+        {
+            **g,
+            "run_id": run_id,
+            "item_pk": pks[g["item_key"]],
+            "status": "pending" if g.get("status") == "running" else g.get("status", "pending"),
+        }
+        for g in generated
+    ]
+    for start in range(0, len(generation_rows), _CHUNK):
+        session.execute(insert(Generation), generation_rows[start : start + _CHUNK])
     rows = []
     for j in judgments:
         row = {**j, "run_id": run_id, "item_pk": pks[j["item_key"]]}
@@ -335,6 +353,7 @@ def import_run(session: Session, bundle: Bundle, project_id: str, *, cache_entri
         "run_id": run_id,
         "items": len(items),
         "judgments": len(judgments),
+        "generations": len(generated),
         "human_ratings": len(ratings),
         "pending": sum(1 for r in rows if r.get("status") == "pending"),
     }

@@ -4,28 +4,30 @@ transaction), listing and summaries, judgments and items as the API returns them
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import case, func, insert, or_, select, update
+from sqlalchemy import bindparam, func, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from judge_api.adaptive import economy as adaptive_economy
 from judge_api.models import (
     TERMINAL_STATUSES,
+    Generation,
     Judgment,
     Run,
     RunItem,
-    fresh_judgment_fields,
     utcnow,
 )
 from judge_api.planning import PlannedJudgment, is_adaptive, run_config
-from judge_api.reference_metrics import reference_rubric
+from judge_api.reference_metrics import REFERENCE_RUBRIC, reference_rubric
+from judge_api.repository.batches import batch_counts
+from judge_api.repository.generations import generation_counts
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
+from judge_api.repository.rows import judgment_row
 from judge_api.repository.rubric_snapshots import store_rubric_snapshots
 from judge_api.rubrics import Rubric
-from judge_api.schemas import JudgmentOut, RunCounts, RunCreate, RunSummary
+from judge_api.schemas import BatchCounts, JudgmentOut, RunCounts, RunCreate, RunOutcome, RunSummary
 
 
 def new_run_id() -> str:
@@ -41,10 +43,17 @@ def create_run(
 ) -> Run:
     """Store the run, its items, its pending judgments and a snapshot of every rubric version it was planned with
     (``rubrics``: the very objects the plan came from) in the caller's transaction."""
-    reference = reference_rubric()
-    if any(p.rubric_id == reference.id for p in planned) and reference not in rubrics:
-        rubrics = [*rubrics, reference]  # the reference metrics' definitions are stored with the run like a rubric
-    versions = {(r.id, r.version) for r in rubrics}
+    given = {(r.id, r.version) for r in rubrics}
+    # the reference metrics' definitions (a version per tokenisation) are stored with the run like a rubric
+    reference = sorted(
+        {
+            p.rubric_version
+            for p in planned
+            if p.rubric_id == REFERENCE_RUBRIC and (p.rubric_id, p.rubric_version) not in given
+        }
+    )
+    rubrics = [*rubrics, *(reference_rubric(v) for v in reference)]
+    versions = given | {(REFERENCE_RUBRIC, v) for v in reference}
     unsnapshotted = sorted({(p.rubric_id, p.rubric_version) for p in planned} - versions)
     if unsnapshotted:
         raise ValueError(f"create_run: no rubric given for the planned {unsnapshotted}")
@@ -59,6 +68,9 @@ def create_run(
         n_judgments=len(planned),
         budget_usd=request.budget_usd,
         plan_open=is_adaptive(run_config(request)),
+        callback_url=request.callback_url,
+        callback_secret=request.callback_secret.get_secret_value() if request.callback_secret else None,
+        execution=request.execution,
     )
     session.add(run)
     session.flush()
@@ -78,86 +90,82 @@ def create_run(
     return run
 
 
-def judgment_row(
-    run_id: str,
-    p: PlannedJudgment,
-    item_pk: int,
-    texts: Mapping[str, str],
-    judge_params: dict[str, Any],
-    now: datetime,
-    enqueued_at: datetime | None = None,
-) -> dict[str, Any]:
-    """The stored row of a planned judgment: pending, or a finished tie without a judge call when the two responses
-    are identical."""
-    row: dict[str, Any] = {
-        "dedup_key": p.dedup_key(run_id),
-        "run_id": run_id,
-        "item_pk": item_pk,
-        "item_key": p.item_id,
-        "mode": p.mode,
-        "system_a": p.system_a,
-        "system_b": p.system_b,
-        "order": p.order,
-        "rubric_id": p.rubric_id,
-        "rubric_version": p.rubric_version,
-        "aspect": p.aspect,
-        "judge": p.judge,
-        "judge_params": judge_params,
-        "sample_index": p.sample_index,
-        "status": "pending",
-        "len_a": len(texts[p.system_a]),
-        "len_b": len(texts[p.system_b]) if p.system_b else None,
-        "enqueued_at": enqueued_at,
-        # every row has the same keys: a bulk insert of pending rows mixed with identical-response ties otherwise
-        # fails ("A value is required for bind parameter 'verdict'")
-        "verdict": None,
-        "preference": None,
-        "outcome": None,
-        "explanation": None,
-        **fresh_judgment_fields(now),
-    }
-    if p.identical:
-        row.update(
-            status="done",
-            verdict="identical",
-            preference=0.0,
-            outcome="tie",
-            explanation="The two responses are identical: a tie without a judge call.",
-        )
-    return row
-
-
 def item_pks_for(session: Session, run_id: str) -> dict[str, int]:
     rows = session.execute(select(RunItem.item_key, RunItem.id).where(RunItem.run_id == run_id))
     return {key: pk for key, pk in rows}
 
 
-def retry_failed(session: Session, run_id: str) -> int:
+def _retry_failed_generations(session: Session, run_id: str) -> int:
+    """A run with systems: its failed generations go back to pending and their items are released again once they
+    settle (``generations.release_item`` then adds only the judgments the item lacks)."""
+    failed = list(
+        session.execute(
+            select(Generation.id, Generation.item_pk).where(Generation.run_id == run_id, Generation.status == "failed")
+        ).tuples()
+    )
+    if not failed:
+        return 0
+    session.execute(
+        update(Generation)
+        .where(Generation.id.in_([g for g, _ in failed]), Generation.status == "failed")
+        .values(status="pending", error=None, claim_token=None, claimed_at=None, enqueued_at=None, updated_at=utcnow())
+    )
+    session.execute(update(RunItem).where(RunItem.id.in_({pk for _, pk in failed})).values(released_at=None))
+    return len(failed)
+
+
+def retry_failed(session: Session, run_id: str, unparseable: bool = False) -> int:
+    """Send the run's failed and cancelled judgments, and its failed generations, again; with ``unparseable`` also
+    the judgments whose reply could not be parsed, asked past the judge cache (``options.cache`` 'refresh' on those
+    judgments, unless the run has it 'off'): the cached reply is the unparseable one, and the new reply replaces it."""
     result = session.execute(
         update(Judgment)
         .where(Judgment.run_id == run_id, Judgment.status.in_(("failed", "cancelled")))
         .values(status="pending", error=None, attempts=0, enqueued_at=None, updated_at=utcnow())
     )
+    count = int(result.rowcount)  # type: ignore[attr-defined]
+    count += _retry_failed_generations(session, run_id)
+    if unparseable:
+        rows = session.execute(
+            select(Judgment.id, Judgment.judge_params).where(
+                Judgment.run_id == run_id, Judgment.status == "unparseable"
+            )
+        ).all()
+        now = utcnow()
+        for judgment_id, params in rows:
+            refreshed = {**(params or {}), "cache": "off" if (params or {}).get("cache") == "off" else "refresh"}
+            session.execute(
+                update(Judgment)
+                .where(Judgment.id == judgment_id, Judgment.status == "unparseable")
+                .values(
+                    status="pending", error=None, attempts=0, enqueued_at=None, updated_at=now, judge_params=refreshed
+                )
+            )
+        count += len(rows)
     run = session.get(Run, run_id)
     if run is not None:
         run.finished_at = None
         run.budget_exhausted_at = None
-        if is_adaptive(run.config) and result.rowcount:  # type: ignore[attr-defined]
+        if is_adaptive(run.config) and count:
             # the retried comparisons may change the ranking: planning resumes once they are judged
             state = dict(run.plan_state or {})
             if state.get("pairing"):
                 state["pairing"] = {**state["pairing"], "stop": None, "stop_message": None}
             run.plan_state = {**state, "finished": False}
             run.plan_open = True
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    return count
 
 
 def cancel_pending(session: Session, run_id: str, reason: str) -> int:
+    """Cancel the run's pending judgments and ask its open provider batches to be cancelled at the provider."""
+    from judge_api.repository.batches import request_cancel  # it imports the models this module does
+
     result = session.execute(
         update(Judgment)
         .where(Judgment.run_id == run_id, Judgment.status == "pending")
         .values(status="cancelled", error=reason, updated_at=utcnow())
     )
+    request_cancel(session, run_id)
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -169,8 +177,9 @@ def get_run(session: Session, run_id: str, project_id: str | None = None) -> Run
 
 
 def list_runs(session: Session, project_id: str | None, offset: int, limit: int) -> tuple[int, list[Run]]:
-    query = select(Run)
-    count = select(func.count(Run.id))
+    # a monitor's internal run is reached through its monitor (docs/monitoring.md), not listed with the runs
+    query = select(Run).where(Run.monitor_id.is_(None))
+    count = select(func.count(Run.id)).where(Run.monitor_id.is_(None))
     if project_id is not None:
         query = query.where(Run.project_id == project_id)
         count = count.where(Run.project_id == project_id)
@@ -179,24 +188,21 @@ def list_runs(session: Session, project_id: str | None, offset: int, limit: int)
     return total, runs
 
 
+# what a status poll reads, as plain SQL: built with the ORM's expressions, SQLAlchemy spent ~0.35 ms CPU a call
+# constructing the ten aggregates and their cache key again (of a poll's ~5 ms, API side; docs/scaling.md)
+_RUN_COUNTS = text(
+    "SELECT run_id, status, COUNT(id), COALESCE(SUM(cost_usd), 0.0), COALESCE(SUM(input_tokens), 0), "
+    "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(provider_calls), 0), "
+    "COALESCE(SUM(CASE WHEN cached THEN 1 ELSE 0 END), 0) "
+    "FROM judgments WHERE run_id IN :run_ids GROUP BY run_id, status"
+).bindparams(bindparam("run_ids", expanding=True))
+
+
 def run_counts(session: Session, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per run: judgments by status, token/cost totals, provider calls and cache hits (one query)."""
     if not run_ids:
         return {}
-    rows = session.execute(
-        select(
-            Judgment.run_id,
-            Judgment.status,
-            func.count(Judgment.id),
-            func.coalesce(func.sum(Judgment.cost_usd), 0.0),
-            func.coalesce(func.sum(Judgment.input_tokens), 0),
-            func.coalesce(func.sum(Judgment.output_tokens), 0),
-            func.coalesce(func.sum(Judgment.provider_calls), 0),
-            func.coalesce(func.sum(case((Judgment.cached.is_(True), 1), else_=0)), 0),
-        )
-        .where(Judgment.run_id.in_(list(run_ids)))
-        .group_by(Judgment.run_id, Judgment.status)
-    ).all()
+    rows = session.execute(_RUN_COUNTS, {"run_ids": list(run_ids)}).all()
     out: dict[str, dict[str, Any]] = {
         rid: {"counts": {}, "cost": 0.0, "in": 0, "out": 0, "calls": 0, "cached": 0} for rid in run_ids
     }
@@ -211,11 +217,19 @@ def run_counts(session: Session, run_ids: Sequence[str]) -> dict[str, dict[str, 
     return out
 
 
-def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
-    from judge_api.repository.generations import generation_counts  # it imports this module
+def run_outcome(counts: RunCounts) -> RunOutcome:
+    """A finished run's outcome (``RunSummary.outcome``): 'failed' when no judgment is usable (none done, while
+    something was planned), 'partial' when some are and some failed or could not be parsed, else 'ok'."""
+    bad = counts.failed + counts.unparseable
+    if counts.done == 0 and (bad or counts.cancelled):
+        return "failed"
+    return "partial" if bad else "ok"
 
+
+def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
     stats = run_counts(session, [r.id for r in runs])
     generating = generation_counts(session, runs)
+    in_batches = batch_counts(session, [r.id for r in runs if r.execution == "batch"])
     summaries = []
     for run in runs:
         entry = stats[run.id]
@@ -240,6 +254,9 @@ def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
         if run.budget_exhausted_at:
             spent = f"budget of ${run.budget_usd:.4f} reached: {counts.cancelled} judgments were not scheduled"
             message = spent if message is None else f"{spent}; {message}"
+        if run.cancelled_at:
+            stopped = f"cancelled: {counts.cancelled} judgments were not judged"
+            message = stopped if message is None else f"{stopped}; {message}"
         if settled and run.finished_at is None:
             run.finished_at = utcnow()
         progress = terminal / total
@@ -253,6 +270,7 @@ def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
                 id=run.id,
                 name=run.name,
                 status=status,
+                outcome=run_outcome(counts) if settled else None,
                 created_at=run.created_at,
                 finished_at=run.finished_at,
                 rubrics=config["rubrics"],
@@ -272,6 +290,11 @@ def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
                 message=message,
                 economy=economy,
                 generation=generation,
+                callback_url=run.callback_url,
+                execution=run.execution,
+                batches=BatchCounts(**in_batches.get(run.id, {"open": 0, "done": 0, "requests": 0}))
+                if run.execution == "batch"
+                else None,
             )
         )
     return summaries
@@ -349,6 +372,14 @@ def get_items(session: Session, run_id: str, item_keys: Sequence[str] | None = N
     if item_keys:
         query = query.where(RunItem.item_key.in_(list(item_keys)))
     return list(session.scalars(query.order_by(RunItem.id)))
+
+
+def item_references(session: Session, run_id: str) -> dict[str, str]:
+    """The run's items' references (item key -> reference; items without one are left out), read out of the stored
+    payloads by the database rather than loading every dialogue."""
+    reference = RunItem.payload["reference"].as_string()
+    rows = session.execute(select(RunItem.item_key, reference).where(RunItem.run_id == run_id, reference.is_not(None)))
+    return {key: text for key, text in rows if text}
 
 
 def run_item_keys(session: Session, run_id: str) -> set[str]:

@@ -8,7 +8,21 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from judge_api.routers import bundles, facts, health, judgments, metrics, ratings, reports, rubrics, runs, verdicts
+from judge_api.routers import (
+    alerts,
+    bundles,
+    deliveries,
+    facts,
+    health,
+    judgments,
+    metrics,
+    monitors,
+    ratings,
+    reports,
+    rubrics,
+    runs,
+    verdicts,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -21,4 +35,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     facts.router,
     ratings.router,
     verdicts.router,
+    monitors.router,
+    alerts.router,
+    deliveries.router,
 )

@@ -16,5 +16,10 @@ router = APIRouter(tags=["metrics"])
 
 @router.get("/metrics", response_class=Response)
 def prometheus_metrics(settings: Settings = Depends(app_settings)) -> Response:
-    body, content_type = metrics.exposition(metrics.QueueCollector(lambda: operations.queue_state(settings)))
+    body, content_type = metrics.exposition(
+        metrics.Collectors(
+            metrics.QueueCollector(lambda: operations.queue_state(settings)),
+            metrics.AlertCollector(operations.alert_states),
+        )
+    )
     return Response(body, media_type=content_type)

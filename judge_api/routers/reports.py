@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+import pandas as pd
 from fastapi import APIRouter, Depends, HTTPException, Query
 from sqlalchemy.orm import Session
 
@@ -17,6 +18,10 @@ from judge_api import repository
 from judge_api.auth import Principal
 from judge_api.deps import get_session, require, run_or_404
 from judge_api.planning import panel_settings
+from judge_api.reference_metrics import LEXICAL_METRICS, REFERENCE_JUDGE
+from judge_api.reference_tokens import tokenisation_section
+from judge_api.stats import frames as F
+from judge_api.stats.bootstrap import REPORT_N_BOOT
 from judge_api.stats.report import build_report
 
 router = APIRouter(tags=["reports"])
@@ -29,16 +34,20 @@ PANEL_JUDGES = Query(
     None, max_length=10, description="the panel's members for this report (default: the run's panel setting)"
 )
 PANEL_AGGREGATE = Query(None, description="the panel's aggregate of single scores (default: the run's setting)")
+PANEL_QUORUM = Query(
+    None, ge=1, le=10, description="members a unit needs for a panel verdict (default: the run's setting, a majority)"
+)
 
 
 @router.get("/v1/runs/{run_id}/report")
 def report(
     run_id: str,
-    n_boot: int = Query(1000, ge=0, le=20000),
+    n_boot: int = Query(REPORT_N_BOOT, ge=0, le=20000),
     seed: int = Query(0, ge=0, le=MAX_SEED),
     human_prefix: str | None = HUMAN_PREFIX,
     panel_judge: list[str] | None = PANEL_JUDGES,
     panel_aggregate: Literal["mean", "median"] | None = PANEL_AGGREGATE,
+    panel_quorum: int | None = PANEL_QUORUM,
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
@@ -51,12 +60,28 @@ def report(
         n_boot=n_boot,
         seed=seed,
         human_prefix=human_prefix,
-        panel=panel_settings(run.config, panel_judge, panel_aggregate),
+        panel=panel_settings(run.config, panel_judge, panel_aggregate, panel_quorum),
         fact_labels=repository.fact_labels_frame(session, run_id),
+        memory_audit=repository.memory_audit_frame(session, run_id),
+        reference_metrics=_reference_tokens(session, run_id, run.config, judgments),
     )
     summary = repository.summarize_runs(session, [run])[0]
     session.commit()  # keep the finished_at the summary stamped, as GET /v1/runs/{id} does: a report is stable
     return {"run": json.loads(summary.model_dump_json()), **result}
+
+
+def _reference_tokens(
+    session: Session, run_id: str, config: dict[str, Any] | None, judgments: pd.DataFrame
+) -> dict[str, Any] | None:
+    """The report's ``reference_metrics`` section: the tokens of the run's F1 / BLEU judgments, read from their
+    versions, against the script of the items' references."""
+    lexical = judgments[(judgments[F.JUDGE] == REFERENCE_JUDGE) & judgments[F.ASPECT].isin(LEXICAL_METRICS)]
+    if lexical.empty:
+        return None
+    versions = set(zip(lexical[F.ITEM_ID], lexical[F.RUBRIC_VERSION], strict=True))
+    # a run from before the option existed was scored with whitespace tokens (its versions say so as well)
+    tokenize = (config or {}).get("tokenize", "whitespace")
+    return tokenisation_section(versions, repository.item_references(session, run_id), tokenize)
 
 
 @router.get("/v1/runs/{run_id}/agreement")

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from judge_api import idempotency, repository, sweeper, tracing
+from judge_api import idempotency, repository, sweeper, tracing, webhooks
 from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import get_engine, session_scope
@@ -30,10 +30,11 @@ from judge_api.errors import field_error
 from judge_api.guards import check_storable
 from judge_api.models import utcnow
 from judge_api.planning import PlanError, plan_run, run_rubrics, with_placeholders
-from judge_api.repository import generations, retention
+from judge_api.pricing import load_prices, unpriced_budget_refusal
+from judge_api.repository import batches, generations, retention
 from judge_api.responders import parse_responder
 from judge_api.rubrics import get_registry
-from judge_api.schemas import Page, RunCreate, RunCreated, RunEstimate, RunSummary
+from judge_api.schemas import Page, RetryRequest, RunCreate, RunCreated, RunEstimate, RunSummary
 from judge_api.strategies import StrategyError, StrategyRegistry, get_strategies
 from judge_api.submit_limit import SubmitRateLimit
 
@@ -227,6 +228,8 @@ def _create_reserved(
     check_run_limits(request, settings)
     check_storable(request)
     check_systems(request, settings)
+    check_callback(request.callback_url, settings)
+    check_budget(request, settings)
     registry = get_registry()
     # a run with systems is validated and counted with a placeholder response of every system; its judgments are
     # planned item by item once the responses are generated (repository.generations.release_item)
@@ -306,6 +309,27 @@ def check_systems(request: RunCreate, settings: Settings) -> None:
                 raise field_error(["systems", name], str(exc)) from None
 
 
+def check_budget(request: RunCreate, settings: Settings) -> None:
+    """422 naming ``budget_usd`` when the run has a budget and a judge whose model the price table does not list:
+    its calls would be counted at $0 and the budget would never stop them (judge_api.pricing)."""
+    if request.budget_usd is None:
+        return
+    prices = load_prices(str(settings.prices_file) if settings.prices_file else None)
+    refusal = unpriced_budget_refusal(request.judges, prices, "budget_usd")
+    if refusal is not None:
+        raise field_error(["budget_usd"], refusal)
+
+
+def check_callback(url: str | None, settings: Settings) -> None:
+    """422 naming ``callback_url`` when the service may not POST there (with auth on: a private host not under
+    DJ_CALLBACK_URL_ALLOWLIST; judge_api/webhooks.py)."""
+    if url is None:
+        return
+    refusal = webhooks.callback_url_refusal(url, settings)
+    if refusal is not None:
+        raise field_error(["callback_url"], refusal)
+
+
 @router.post("/v1/runs", status_code=202, response_model=RunCreated)
 def create_run(
     request: RunCreate,
@@ -334,6 +358,7 @@ def estimate_run(
 
     check_run_limits(request, settings)
     check_systems(request, settings)
+    check_budget(request, settings)
     try:
         figures = estimate(request, get_registry(), settings, get_engine(), principal.project_id)
     except PlanError as exc:
@@ -354,6 +379,9 @@ async def create_run_jsonl(
     name: str | None = None,
     baseline: str | None = None,
     orders: Literal["both", "random"] = "both",
+    system: list[str] = Query(
+        default=[], description="systems under test to generate responses with: NAME=RESPONDER (docs/generation.md)"
+    ),
     idempotency_key: str | None = IDEMPOTENCY_KEY,
     principal: Principal = Depends(require("submit")),
     session: Session = Depends(get_session),
@@ -361,6 +389,15 @@ async def create_run_jsonl(
     rate_limit: SubmitRateLimit = Depends(submit_limit),
 ) -> RunCreated:
     """Items as JSON Lines in the body (one item per line); the run's settings as query parameters."""
+    systems: dict[str, str] = {}
+    for index, entry in enumerate(system):
+        system_name, sep, responder = entry.partition("=")
+        if not sep or not system_name.strip() or not responder.strip() or system_name.strip() in systems:
+            message = f"{entry!r}: write NAME=RESPONDER, each name once (docs/generation.md)"
+            raise HTTPException(
+                422, detail=[{"loc": ["query", "system", index], "msg": message, "type": "value_error"}]
+            )
+        systems[system_name.strip()] = responder.strip()
     body = (await request.body()).decode("utf-8", errors="replace")
     items: list[Any] = []
     for number, line in enumerate(body.splitlines(), start=1):
@@ -380,6 +417,7 @@ async def create_run_jsonl(
             pairing="baseline" if baseline else "all",
             baseline=baseline,
             orders=orders,
+            systems=systems or None,
         )
     except ValidationError as exc:
         raise HTTPException(
@@ -417,16 +455,38 @@ def get_run(
 def retry_run(
     run_id: str,
     background: BackgroundTasks,
+    body: RetryRequest | None = None,
     principal: Principal = Depends(require("submit")),
     session: Session = Depends(get_session),
     settings: Settings = Depends(app_settings),
 ) -> dict[str, Any]:
-    run_or_404(session, run_id, principal)
-    count = repository.retry_failed(session, run_id)
+    """Send the run's failed and cancelled judgments again (a batch run: in new provider batches); with
+    ``{"unparseable": true}`` also those whose reply could not be parsed, past the judge cache (their new replies
+    replace the cached ones). A cancelled run is no longer cancelled: the requests its open provider batches cancel
+    come back to be judged, and those batches are polled at the next sweep."""
+    run = run_or_404(session, run_id, principal)
+    count = repository.retry_failed(session, run_id, unparseable=body is not None and body.unparseable)
+    run.cancelled_at = None
+    batches.poll_now(session, run_id)
     sweeper.mark_run_enqueued(session, run_id)
     session.commit()
     background.add_task(sweeper.enqueue_run, settings, run_id)
     return {"run_id": run_id, "requeued": count}
+
+
+@router.post("/v1/runs/{run_id}/cancel")
+def cancel_run(
+    run_id: str, principal: Principal = Depends(require("submit")), session: Session = Depends(get_session)
+) -> dict[str, Any]:
+    """Stop a run: its pending judgments are cancelled and its open provider batches are cancelled at the provider
+    (the next poll sends it). Requests a batch had already answered are kept (they are paid for); the rest of its
+    judgments end ``cancelled``. Judgments in a real-time call finish. ``POST /v1/runs/{id}/retry`` resumes."""
+    run = run_or_404(session, run_id, principal)
+    run.cancelled_at = utcnow()
+    cancelled = repository.cancel_pending(session, run_id, "run cancelled")
+    asked = batches.open_batches(session, run_id)
+    session.commit()
+    return {"run_id": run_id, "cancelled": cancelled, "batches_cancelling": asked}
 
 
 @router.delete("/v1/runs/{run_id}")
@@ -435,8 +495,17 @@ def delete_run(
 ) -> dict[str, Any]:
     """Delete the run with its items, judgments, ratings and what only it used (rubric snapshots, cache entries),
     all or nothing. Queued messages of the run are skipped by the workers. Scope: submit (the owning project's
-    keys) or admin."""
-    run_or_404(session, run_id, principal)
+    keys) or admin. A batch run with open provider batches is refused (409): cancel it first, so the provider
+    stops what would otherwise still be billed."""
+    run = run_or_404(session, run_id, principal)
+    if run.monitor_id is not None:
+        raise HTTPException(
+            409, f"run {run_id!r} holds monitor {run.monitor_id!r}'s responses: delete the monitor instead"
+        )
+    if batches.open_batches(session, run_id):
+        raise HTTPException(
+            409, f"run {run_id} has open provider batches: POST /v1/runs/{run_id}/cancel and wait until they end"
+        )
     try:
         removed = retention.delete_run(session, run_id)
         session.commit()

@@ -11,7 +11,8 @@ The frames are described in ``docs/data-contract.md``.  Modules (each documents 
 * ``agreement``    judge vs human / human vs human agreement (FastChat S1/S2, kappa, correlations, QWK)
 * ``bias``         position / swap / length / scale-use / failure / self-preference diagnostics + flags
 * ``mtbench``      loaders for the MT-Bench human-judgment files, the exact FastChat agreement table
-* ``report``       ``build_report`` (one JSON-serialisable dict) and its Markdown / plain-text renderers
+* ``report``       ``build_report``: every statistic of a run as one JSON-serialisable dict
+* ``render``       the report as Markdown / plain-text tables for the CLI (imports ``report``, never the reverse)
 * ``synthetic``    synthetic judgments frames with planted effects (tests, benchmarks, demos)
 """
 
@@ -62,12 +63,8 @@ from judge_api.stats.preferences import (
     wilson_interval,
 )
 from judge_api.stats.ranking import bradley_terry, fit_bradley_terry, to_elo
-from judge_api.stats.report import (
-    agreement_to_table,
-    build_report,
-    report_to_markdown,
-    report_to_table,
-)
+from judge_api.stats.render import agreement_to_table, report_to_markdown, report_to_table
+from judge_api.stats.report import build_report
 from judge_api.stats.scores import (
     item_scores,
     paired_comparison,

@@ -9,7 +9,9 @@ Figures (each computed per judge over all aspects):
   fraction whose two orders disagree (i.e. the FastChat "inconsistent" ties).
 * Length bias: P(the longer response wins) among order-combined non-tie outcomes whose two responses
   have different lengths (``len_a`` / ``len_b`` in characters); and the Spearman correlation of
-  single-mode scores (done rows) with the judged response's length.
+  single-mode scores (done rows) with the judged response's length.  A strong correlation (``|rho|`` above
+  ``length_score_spearman_max``) is flagged: LLM judges are known to favour longer answers (AlpacaEval's
+  length-controlled win rate, Dubois et al. 2024, was built to correct for it).
 * Score-distribution use (single mode, done rows, scores rounded to the scale's integer points):
   fraction of the scale's points used, min / max, quartiles and IQR, and the entropy of the score
   histogram divided by ``log(number of scale points)`` (1 = uniform use of the whole scale).
@@ -30,11 +32,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field
 from scipy import stats as sps
 
 from judge_api.stats import frames as F
@@ -60,17 +62,42 @@ DEFAULT_FAMILIES: dict[str, str] = {
 }
 
 
-class BiasThresholds(BaseModel):
-    """Thresholds above which a run's bias figure is flagged."""
+def _threshold(default: float, low: float, high: float | None = None) -> Any:
+    """A threshold's default and its allowed range (``high`` None: unbounded)."""
+    return field(default=default, metadata={"range": (low, high)})
 
-    position_bias_max_deviation: float = Field(default=0.1, ge=0, le=0.5, description="|P(first wins) - 0.5|")
-    swap_flip_rate_max: float = Field(default=0.3, ge=0, le=1)
-    length_win_rate_max: float = Field(default=0.7, ge=0, le=1, description="P(longer response wins)")
-    unparseable_rate_max: float = Field(default=0.05, ge=0, le=1)
-    failure_rate_max: float = Field(default=0.05, ge=0, le=1)
-    self_preference_score_diff_max: float = Field(default=0.05, ge=0, le=1, description="fraction of the scale range")
-    self_preference_win_rate_max: float = Field(default=0.6, ge=0, le=1)
-    min_n: int = Field(default=20, ge=1, description="observations needed before a figure can be flagged")
+
+@dataclass(frozen=True)
+class BiasThresholds:
+    """Thresholds above which a run's bias figure is flagged. A value out of its range is a ``ValueError`` naming
+    the field (plain numbers, so ``judge_api.stats`` stays on numpy, scipy and pandas)."""
+
+    position_bias_max_deviation: float = _threshold(0.1, 0, 0.5)  # |P(first wins) - 0.5|
+    swap_flip_rate_max: float = _threshold(0.3, 0, 1)
+    length_win_rate_max: float = _threshold(0.7, 0, 1)  # P(longer response wins)
+    # |Spearman(single score, response length)|: above it (with min_n scores) the judge's scores follow the
+    # response's length (0.5: a strong correlation; at 20 scores p < 0.03)
+    length_score_spearman_max: float = _threshold(0.5, 0, 1)
+    unparseable_rate_max: float = _threshold(0.05, 0, 1)
+    failure_rate_max: float = _threshold(0.05, 0, 1)
+    self_preference_score_diff_max: float = _threshold(0.05, 0, 1)  # a fraction of the scale range
+    self_preference_win_rate_max: float = _threshold(0.6, 0, 1)
+    min_n: int = _threshold(20, 1)  # observations needed before a figure can be flagged
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            low, high = spec.metadata["range"]
+            integral = spec.name == "min_n"
+            if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
+                kind = "an integer" if integral else "a number"
+                raise ValueError(f"{spec.name}: must be {kind}, got {value!r}")
+            if not (low <= value and (high is None or value <= high)):
+                bounds = f">= {low}" if high is None else f"within [{low}, {high}]"
+                raise ValueError(f"{spec.name}: must be {bounds}, got {value}")
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
 
 
 def model_family(name: str | None, families: Mapping[str, str] | None = None) -> str | None:
@@ -312,6 +339,21 @@ def bias_flags(per_judge: Mapping[str, Mapping[str, Any]], thresholds: BiasThres
                     f"{judge}: the longer response wins {plw:.1%} of {length['n_pairs']} decided pairs",
                 )
             )
+        rho = length.get("score_length_spearman")
+        if rho is not None and length.get("n_scores", 0) >= t.min_n and abs(rho) > t.length_score_spearman_max:
+            direction = "rise" if rho > 0 else "fall"
+            flags.append(
+                _flag(
+                    "length_score_correlation",
+                    rho,
+                    t.length_score_spearman_max,
+                    f"{judge}: single scores {direction} with the response's length (Spearman rho {rho:.2f} over "
+                    f"{length['n_scores']} scores, |rho| > {t.length_score_spearman_max}): the judge may reward "
+                    f"{'length' if rho > 0 else 'brevity'} rather than the aspect. Check whether length and quality "
+                    "really go together here (read a sample), or compare with length held fixed, as AlpacaEval's "
+                    "length-controlled win rate does for this bias",
+                )
+            )
         fail = rec.get("failures") or {}
         for key, limit, label in (
             ("unparseable_rate", t.unparseable_rate_max, "unparseable"),
@@ -370,4 +412,4 @@ def bias_report(
     }
     judges = F.distinct(df[F.JUDGE])
     per_judge = {j: {name: sec.get(j) for name, sec in sections.items()} for j in judges}
-    return {"per_judge": per_judge, "flags": bias_flags(per_judge, t), "thresholds": t.model_dump()}
+    return {"per_judge": per_judge, "flags": bias_flags(per_judge, t), "thresholds": t.as_dict()}

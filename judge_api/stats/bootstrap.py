@@ -24,6 +24,10 @@ from collections.abc import Iterator
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+REPORT_N_BOOT = 1000
+"""The report's replicates when a caller asks for none (``GET /v1/runs/{id}/report``): the CLI and the dashboard
+leave ``n_boot`` out by default, so both show this one seeded computation's intervals."""
+
 MAX_BLOCK = 4_000_000
 """Largest number of resampling indices held in memory at once."""
 

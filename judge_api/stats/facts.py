@@ -11,6 +11,11 @@ Per (rubric, aspect, judge, system), over its ``done`` judgments:
 * ``retention_rate``: pooled over the system's responses, supported / (supported + contradicted); None when no fact
   was addressed. CI: percentile bootstrap over items of the same pooled ratio (replicates in which no fact is
   addressed are left out).
+* ``addressed_rate``: pooled over the system's responses whose sheet has a fact, the share that addressed at least
+  one (labelled one ``supported`` or ``contradicted``); None without such responses. A response that addressed none
+  has score n/a (``workers.factcheck``), counted in ``n_na`` with the responses to an empty sheet. CI: percentile
+  bootstrap over items of the same pooled ratio. "Tell me more!" to every turn has an addressed rate of 0, whatever
+  its contradiction rate.
 * ``most_contradicted``: the facts (item, fact id, text, source) the most judgments labelled ``contradicted``, most
   first (ties by item and fact id), at most ``top``.
 
@@ -55,7 +60,7 @@ def empty_fact_labels() -> pd.DataFrame:
 def response_figures(labels: pd.DataFrame) -> pd.DataFrame:
     """One row per ``done`` judgment: its key, item, label counts and contradiction rate."""
     done = labels[labels["status"] == "done"]
-    columns = ["judgment_id", "item_id", *_KEY, "n_facts", *LABELS, "contradiction_rate"]
+    columns = ["judgment_id", "item_id", *_KEY, "n_facts", *LABELS, "contradiction_rate", "addressed"]
     if done.empty:
         return pd.DataFrame(columns=columns)
     counted = done.assign(
@@ -67,6 +72,7 @@ def response_figures(labels: pd.DataFrame) -> pd.DataFrame:
     per["contradiction_rate"] = np.where(
         per["n_facts"] > 0, per["contradicted"] / per["n_facts"].where(per["n_facts"] > 0, 1), 0.0
     )
+    per["addressed"] = (per["supported"] + per["contradicted"]) > 0
     return per[columns]
 
 
@@ -115,8 +121,15 @@ def facts_section(
         statuses = status
         for column, value in zip(_KEY, key, strict=True):
             statuses = statuses[statuses[column] == value]
+        mine = mine.assign(
+            eligible=(mine["n_facts"] > 0).astype(int), addressed=mine["addressed"].astype(bool).astype(int)
+        )
         per_item = mine.groupby("item_id", sort=True).agg(
-            rate=("contradiction_rate", "mean"), supported=("supported", "sum"), contradicted=("contradicted", "sum")
+            rate=("contradiction_rate", "mean"),
+            supported=("supported", "sum"),
+            contradicted=("contradicted", "sum"),
+            eligible=("eligible", "sum"),
+            addressed_responses=("addressed", "sum"),
         )
         rates = per_item["rate"].to_numpy(dtype="float64")
         supported = per_item["supported"].to_numpy(dtype="float64")
@@ -126,6 +139,14 @@ def facts_section(
         ret_low, ret_high = (
             bootstrap_ratio_ci(supported, addressed, n_boot, rng_for(seed, "facts", "retention", *key_t), ci)
             if retention is not None
+            else (None, None)
+        )
+        answered = per_item["addressed_responses"].to_numpy(dtype="float64")
+        eligible = per_item["eligible"].to_numpy(dtype="float64")
+        addressed_rate = float(answered.sum() / eligible.sum()) if eligible.sum() > 0 else None
+        adr_low, adr_high = (
+            bootstrap_ratio_ci(answered, eligible, n_boot, rng_for(seed, "facts", "addressed", *key_t), ci)
+            if addressed_rate is not None
             else (None, None)
         )
         systems.append(
@@ -146,12 +167,17 @@ def facts_section(
                 "retention_rate": retention,
                 "retention_rate_ci_low": ret_low,
                 "retention_rate_ci_high": ret_high,
+                "n_na": int(len(mine) - mine["addressed"].sum()),
+                "addressed_rate": addressed_rate,
+                "addressed_rate_ci_low": adr_low,
+                "addressed_rate_ci_high": adr_high,
                 "most_contradicted": _top_facts(rows[rows["status"] == "done"], top),
             }
         )
     return {
         "ci_method": "contradiction rate: mean over items, percentile bootstrap over items; retention rate: pooled "
-        "supported / (supported + contradicted), percentile bootstrap over items",
+        "supported / (supported + contradicted), percentile bootstrap over items; addressed rate: pooled responses "
+        "that addressed a fact / responses with a fact to address, percentile bootstrap over items",
         "systems": systems,
         "most_contradicted": _top_facts(labels[labels["status"] == "done"], 2 * top, with_systems=True),
     }

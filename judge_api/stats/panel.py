@@ -11,7 +11,15 @@ Conventions
   panel's scale is 0..1.
 * Pairwise: each member's outcome per (item, system pair, aspect) is its order-combined outcome
   (``preferences.combine_orders``: FastChat's rule); the panel's outcome is the majority of the members' outcomes
-  (win = +1, tie = 0, loss = -1; the sign of the sum, so an even split is a tie).
+  (win = +1, tie = 0, loss = -1; the sign of the sum, so an even split among all the members is a tie).
+* Quorum: a unit ((item, system, aspect) or (item, pair, aspect)) has a panel verdict only when at least
+  ``quorum`` members gave it a verdict (a score; an order-combined outcome); default: a majority of the members
+  (``n // 2 + 1``: 2 of 2, 2 of 3, 3 of 4). A unit judged by fewer (the others failed, were unparseable or are
+  still pending) is not a panel verdict, not the verdict of the members that answered. Pairwise, an even split
+  (as many wins as losses) while a member is missing is not a verdict either: the missing member would have decided
+  it, so it is counted as ``split``, never silently a tie. ``coverage`` says per mode and aspect how many of the
+  units the members were asked to judge have a panel verdict; scores, paired tests and the ranking of the panel use
+  those units only.
 * The panel's rows are synthetic judgments (judge ``panel``, status ``done``, order ``ab``, cost 0) appended to the
   judgments frame, so every section of the report (scores with CIs, paired comparisons, the paper table,
   preferences, ranking, agreement with humans) shows the panel beside its members. Its cost is the members' cost.
@@ -48,11 +56,27 @@ from judge_api.stats.preferences import combine_orders
 from judge_api.stats.scores import item_scores
 
 PANEL_JUDGE = "panel"
+SINGLE_UNIT = [F.ITEM_ID, F.SYSTEM_A, F.ASPECT]
+PAIR_UNIT = [F.ITEM_ID, F.SYSTEM_A, F.SYSTEM_B, F.ASPECT]
 REFERENCE_JUDGE = F.REFERENCE_JUDGE
 PSEUDO_JUDGES = (PANEL_JUDGE, REFERENCE_JUDGE)
 Aggregate = Literal["mean", "median"]
 AGGREGATES: tuple[Aggregate, ...] = ("mean", "median")
 MAX_SET_MEMBERS = 6
+
+
+def majority(n_members: int) -> int:
+    """The default quorum: a majority of the members."""
+    return n_members // 2 + 1
+
+
+def resolve_quorum(members: Sequence[str], quorum: int | None) -> int:
+    """The quorum in force: ``quorum`` when set (at least 1), else a majority of ``members``."""
+    if quorum is None:
+        return majority(len(members))
+    if quorum < 1:
+        raise ValueError(f"panel quorum {quorum} is below 1")
+    return int(quorum)
 
 
 def real_judges(judgments: pd.DataFrame) -> list[str]:
@@ -68,7 +92,9 @@ def panel_members(judgments: pd.DataFrame, judges: Sequence[str] | None = None) 
     return [j for j in dict.fromkeys(judges) if j in present]
 
 
-def _single_panel(items: pd.DataFrame, members: Sequence[str], aggregate: Aggregate, name: str) -> pd.DataFrame:
+def _single_panel(
+    items: pd.DataFrame, members: Sequence[str], aggregate: Aggregate, name: str, quorum: int
+) -> pd.DataFrame:
     sub = items[items[F.JUDGE].isin(list(members))]
     if sub.empty:
         return pd.DataFrame()
@@ -86,6 +112,7 @@ def _single_panel(items: pd.DataFrame, members: Sequence[str], aggregate: Aggreg
     )
     grouped = frame.groupby([F.ITEM_ID, F.SYSTEM_A, F.ASPECT], sort=True)
     out = grouped.agg(score=(F.SCORE, aggregate), len_a=(F.LEN_A, "mean"), n_members=(F.SCORE, "size")).reset_index()
+    out = out[out["n_members"].to_numpy() >= quorum].reset_index(drop=True)
     out[F.MODE] = F.SINGLE
     out[F.SCALE_MIN] = float(lo[0]) if same_scale else 0.0
     out[F.SCALE_MAX] = float(hi[0]) if same_scale else 1.0
@@ -93,7 +120,8 @@ def _single_panel(items: pd.DataFrame, members: Sequence[str], aggregate: Aggreg
     return out
 
 
-def _pairwise_panel(combined: pd.DataFrame, members: Sequence[str], name: str) -> pd.DataFrame:
+def _pairwise_votes(combined: pd.DataFrame, members: Sequence[str]) -> pd.DataFrame:
+    """Per (item, pair, aspect): the sum of the members' outcome codes, their wins, losses and number, mean lengths."""
     sub = combined[combined[F.JUDGE].isin(list(members))]
     if sub.empty:
         return pd.DataFrame()
@@ -108,19 +136,42 @@ def _pairwise_panel(combined: pd.DataFrame, members: Sequence[str], name: str) -
             F.LEN_B: sub[F.LEN_B].to_numpy("float64"),
         }
     )
-    keys = [F.ITEM_ID, F.SYSTEM_A, F.SYSTEM_B, F.ASPECT]
-    out = (
-        frame.groupby(keys, sort=True)
-        .agg(code=("code", "sum"), len_a=(F.LEN_A, "mean"), len_b=(F.LEN_B, "mean"), n_members=("code", "size"))
+    frame["wins"] = frame["code"] > 0
+    frame["losses"] = frame["code"] < 0
+    return (
+        frame.groupby(PAIR_UNIT, sort=True)
+        .agg(
+            code=("code", "sum"),
+            wins=("wins", "sum"),
+            losses=("losses", "sum"),
+            len_a=(F.LEN_A, "mean"),
+            len_b=(F.LEN_B, "mean"),
+            n_members=("code", "size"),
+        )
         .reset_index()
     )
+
+
+def _split(votes: pd.DataFrame, n_members: int) -> np.ndarray:
+    """An even split of wins and losses while a member is missing: the missing member would have decided it."""
+    return ((votes["wins"] == votes["losses"]) & (votes["wins"] > 0) & (votes["n_members"] < n_members)).to_numpy()
+
+
+def _pairwise_panel(combined: pd.DataFrame, members: Sequence[str], name: str, quorum: int) -> pd.DataFrame:
+    out = _pairwise_votes(combined, members)
+    if out.empty:
+        return pd.DataFrame()
+    keep = (out["n_members"].to_numpy() >= quorum) & ~_split(out, len(members))
+    out = out[keep].reset_index(drop=True)
+    if out.empty:
+        return pd.DataFrame()
     sign = np.sign(out["code"].to_numpy("float64")).astype(np.int64)
     out[F.OUTCOME] = np.array([F.LOSS, F.TIE, F.WIN], dtype=object)[sign + 1]
     out[F.PREFERENCE] = 2.0 * sign
     out[F.ORDER] = F.ORDER_AB
     out[F.MODE] = F.PAIRWISE
     out[F.JUDGE] = name
-    return out.drop(columns=["code"])
+    return out.drop(columns=["code", "wins", "losses"])
 
 
 def panel_rows(
@@ -128,19 +179,25 @@ def panel_rows(
     members: Sequence[str],
     aggregate: Aggregate = "mean",
     *,
+    quorum: int | None = None,
     name: str = PANEL_JUDGE,
     items: pd.DataFrame | None = None,
     combined: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """The panel's synthetic judgments (a validated judgments frame; empty when the members judged nothing)."""
+    """The panel's synthetic judgments, one per unit with a quorum (a validated judgments frame; empty when no unit
+    has one). ``quorum``: the members a unit needs (default: a majority of ``members``)."""
     if aggregate not in AGGREGATES:
         raise ValueError(f"panel aggregate {aggregate!r} is not one of {list(AGGREGATES)}")
+    needed = resolve_quorum(members, quorum)
     df = F.validate_judgments(judgments)
     items = item_scores(df, validated=True) if items is None else items
     combined = combine_orders(df, validated=True) if combined is None else combined
     parts = [
         p
-        for p in (_single_panel(items, members, aggregate, name), _pairwise_panel(combined, members, name))
+        for p in (
+            _single_panel(items, members, aggregate, name, needed),
+            _pairwise_panel(combined, members, name, needed),
+        )
         if not p.empty
     ]
     if not parts:
@@ -153,17 +210,93 @@ def panel_rows(
 
 
 def with_panel(
-    judgments: pd.DataFrame, members: Sequence[str], aggregate: Aggregate = "mean"
+    judgments: pd.DataFrame, members: Sequence[str], aggregate: Aggregate = "mean", quorum: int | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the frame with the panel's rows appended, the panel's rows); unchanged when fewer than two members."""
     df = F.validate_judgments(judgments)
     if len(members) < 2:
         return df, F.empty_judgments()
-    rows = panel_rows(df, members, aggregate)
+    rows = panel_rows(df, members, aggregate, quorum=quorum)
     if rows.empty:
         return df, rows
     rows = rows.assign(**{F.JUDGMENT_ID: -np.arange(1, len(rows) + 1)})
     return F.validate_judgments(pd.concat([df, rows], ignore_index=True)), rows
+
+
+def _member_counts(items: pd.DataFrame, members: Sequence[str]) -> pd.DataFrame:
+    sub = items[items[F.JUDGE].isin(list(members))]
+    frame = pd.DataFrame(
+        {F.ITEM_ID: F.column(sub[F.ITEM_ID]), F.SYSTEM_A: F.column(sub["system"]), F.ASPECT: F.column(sub[F.ASPECT])}
+    )
+    return frame.groupby(SINGLE_UNIT, sort=False).size().rename("n_members").reset_index()
+
+
+def _coverage_rows(asked: pd.DataFrame, judged: pd.DataFrame, keys: list[str], mode: str) -> list[dict[str, Any]]:
+    """``asked``: the units (``keys``); ``judged``: per unit ``n_members``, ``verdict`` and ``split``."""
+    if asked.empty:
+        return []
+    merged = asked.merge(judged, on=keys, how="left")
+    verdict = merged["verdict"].fillna(False).to_numpy(bool)
+    split = merged["split"].fillna(False).to_numpy(bool)
+    merged = merged.assign(verdict=verdict, split=split, below=~verdict & ~split)
+    out = []
+    for aspect, grp in merged.groupby(F.ASPECT, sort=True):
+        n_units, n_verdicts = len(grp), int(grp["verdict"].sum())
+        out.append(
+            {
+                F.MODE: mode,
+                F.ASPECT: aspect,
+                "n_units": n_units,
+                "n_verdicts": n_verdicts,
+                "n_below_quorum": int(grp["below"].sum()),
+                "n_split": int(grp["split"].sum()),
+                "coverage": n_verdicts / n_units,
+            }
+        )
+    return out
+
+
+def panel_coverage(
+    judgments: pd.DataFrame,
+    members: Sequence[str],
+    quorum: int | None = None,
+    *,
+    items: pd.DataFrame | None = None,
+    combined: pd.DataFrame | None = None,
+) -> dict[str, Any]:
+    """How many of the units the members were asked to judge (any status) have a panel verdict, per mode and aspect
+    and overall; the rest are below the quorum or (pairwise) an even split with a member missing."""
+    needed = resolve_quorum(members, quorum)
+    df = F.validate_judgments(judgments)
+    items = item_scores(df, validated=True) if items is None else items
+    combined = combine_orders(df, validated=True) if combined is None else combined
+    asked = df[df[F.JUDGE].isin(list(members)).to_numpy()]
+    single_asked = asked.loc[(asked[F.MODE] == F.SINGLE).to_numpy(), SINGLE_UNIT].drop_duplicates()
+    pair_asked = asked.loc[(asked[F.MODE] == F.PAIRWISE).to_numpy(), PAIR_UNIT].drop_duplicates()
+    single = _member_counts(items, members)
+    single = single.assign(verdict=single["n_members"] >= needed, split=False)
+    votes = _pairwise_votes(combined, members)
+    if not votes.empty:
+        split = _split(votes, len(members)) & (votes["n_members"].to_numpy() >= needed)
+        votes = votes.assign(verdict=(votes["n_members"].to_numpy() >= needed) & ~split, split=split)
+    else:
+        votes = pd.DataFrame({**{k: pd.Series(dtype="object") for k in PAIR_UNIT}, "verdict": [], "split": []})
+    by_aspect = _coverage_rows(single_asked, single, SINGLE_UNIT, F.SINGLE) + _coverage_rows(
+        pair_asked, votes[[*PAIR_UNIT, "verdict", "split"]], PAIR_UNIT, F.PAIRWISE
+    )
+    n_units = sum(r["n_units"] for r in by_aspect)
+    n_verdicts = sum(r["n_verdicts"] for r in by_aspect)
+    return {
+        "quorum": needed,
+        "quorum_rule": "majority" if quorum is None else "configured",
+        "n_members": len(members),
+        "n_units": n_units,
+        "n_verdicts": n_verdicts,
+        "n_below_quorum": sum(r["n_below_quorum"] for r in by_aspect),
+        "n_split": sum(r["n_split"] for r in by_aspect),
+        "coverage": n_verdicts / n_units if n_units else None,
+        "by_aspect": by_aspect,
+    }
 
 
 # --- agreement between judges ------------------------------------------------------------------------------------
@@ -302,10 +435,13 @@ def judges_vs_humans(
     members: Sequence[str],
     aggregate: Aggregate = "mean",
     *,
+    quorum: int | None = None,
     human_prefix: str | None = None,
     n_bins: int = 5,
 ) -> dict[str, Any]:
     """Each judge's, the panel's and every judge set's agreement with humans beside its cost (module docstring).
+
+    A judge set of all the members uses ``quorum``; a smaller set, a majority of its own members.
 
     ``judgments`` is the stored frame (no panel rows). ``matrix``: one row per judge (members, the panel, and the
     ``reference`` metrics when present) and aspect. ``sets``: one row per judge set and aspect, cheapest first.
@@ -313,7 +449,7 @@ def judges_vs_humans(
     df = F.validate_judgments(judgments)
     df = df[df[F.JUDGE] != PANEL_JUDGE]
     costs = _judge_costs(df)
-    frame, _ = with_panel(df, members, aggregate)
+    frame, _ = with_panel(df, members, aggregate, quorum)
     human = _human_rows(frame, ratings, human_prefix, n_bins)
     panel_cost = sum(costs.get(j, {}).get("cost_usd", 0.0) for j in members)
     matrix = []
@@ -332,7 +468,8 @@ def judges_vs_humans(
                     name = subset[0]
                 else:
                     name = PANEL_JUDGE
-                    sub_frame = panel_rows(df, subset, aggregate, items=items, combined=combined)
+                    set_quorum = quorum if set(subset) == set(members) else None
+                    sub_frame = panel_rows(df, subset, aggregate, quorum=set_quorum, items=items, combined=combined)
                 figures_by_aspect = _human_rows(sub_frame, ratings, human_prefix, n_bins)
                 cost = sum(costs.get(j, {}).get("cost_usd", 0.0) for j in subset)
                 for (judge, aspect), figures in sorted(figures_by_aspect.items()):
@@ -342,6 +479,7 @@ def judges_vs_humans(
     return {
         "members": list(members),
         "aggregate": aggregate,
+        "quorum": resolve_quorum(members, quorum),
         "panel_cost_usd": panel_cost,
         "matrix": matrix,
         "sets": sets,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from judge_api.adaptive.economy import economy, message
-from judge_api.stats.report import report_to_markdown, report_to_table
+from judge_api.stats.render import report_to_markdown, report_to_table
 
 PAIRING_CONFIG = {"pairing": "adaptive", "options": {"samples": 1}}
 STATE: dict[str, Any] = {

@@ -25,6 +25,8 @@ TABLES = (
     "runs",
     "items",
     "judgments",
+    "provider_batches",
+    "provider_batch_judgments",
     "human_ratings",
     "judge_cache",
     "rubric_snapshots",
@@ -155,7 +157,8 @@ def api(api_factory: ApiFactory) -> Api:
 @pytest.fixture
 def secured(api_factory: ApiFactory) -> Api:
     """Auth on, with keys for two projects: alpha (submit+read, read-only, admin) and beta (submit+read)."""
-    built = api_factory(auth=True)
+    # callbacks to the example host are allowed without resolving it (no DNS here; judge_api/webhooks.py)
+    built = api_factory(auth=True, DJ_CALLBACK_URL_ALLOWLIST="https://hooks.example.org")
     built.create_key("alpha", ["submit", "read"], "alpha")
     built.create_key("alpha", ["read"], "alpha-read")
     built.create_key("alpha", ["admin"], "alpha-admin")

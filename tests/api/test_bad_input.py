@@ -120,6 +120,24 @@ RUN_CASES = [
         json=body_with(set_(["panel"], {"aggregate": "mode"})),
     ),
     Case(
+        "panel quorum above the members",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "panel.quorum"],
+        "more than the panel's members (1)",
+        json=body_with(set_(["panel"], {"quorum": 2})),
+    ),
+    Case(
+        "panel quorum zero",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "panel", "quorum"],
+        "greater than or equal to 1",
+        json=body_with(set_(["panel"], {"quorum": 0})),
+    ),
+    Case(
         "expected scoring option",
         "POST",
         "/v1/runs",
@@ -334,6 +352,15 @@ RUN_CASES = [
         ["body", "budget_usd"],
         "greater than 0",
         json=body_with(set_(["budget_usd"], 0)),
+    ),
+    Case(
+        "budget on a model the price table does not list",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "budget_usd"],
+        "judge 'openai:gpt-5.4' has no price in the price table",
+        json=body_with(lambda b: b.update(judges=[JUDGE, "openai:gpt-5.4"], budget_usd=5)),
     ),
     Case(
         "bad outcome map",
@@ -556,6 +583,15 @@ ESTIMATE_CASES = [
         "unknown rubric 'nope'",
         json=body_with(set_(["rubrics"], ["nope"])),
     ),
+    Case(
+        "estimate: budget on a model the price table does not list",
+        "POST",
+        "/v1/runs/estimate",
+        422,
+        ["body", "budget_usd"],
+        "judge 'anthropic:claude-opus-4-7' has no price",
+        json=body_with(lambda b: b.update(judges=["anthropic:claude-opus-4-7"], budget_usd=5)),
+    ),
 ]
 
 JSONL_PARAMS = {"rubric": "rsum-single", "judge": JUDGE}
@@ -709,6 +745,83 @@ READ_CASES = [
     Case("unknown run", "GET", "/v1/runs/run_0000000000000000", 404, None, "run 'run_0000000000000000' not found"),
     Case("unknown run NUL", "GET", "/v1/runs/run%00x", 422, ["path"], "NUL character"),
     Case("retry unknown run", "POST", "/v1/runs/nope/retry", 404, None, "run 'nope' not found"),
+    Case("cancel unknown run", "POST", "/v1/runs/nope/cancel", 404, None, "run 'nope' not found"),
+    Case(
+        "unknown execution",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "execution"],
+        "'realtime' or 'batch'",
+        json=body_with(set_(["execution"], "offline")),
+    ),
+    Case(
+        "batch execution of an adaptive run",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "execution"],
+        "adaptive runs are real-time only",
+        json=run_body(
+            2, mode=["pairwise"], rubrics=["rsum-pairwise"], pairing="adaptive", execution="batch", aspects=["overall"]
+        ),
+    ),
+    Case(
+        "batch execution with adaptive samples",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "execution"],
+        "options.samples='adaptive'",
+        json=body_with(lambda b: b.update(execution="batch", options={"samples": "adaptive", "temperature": 0.7})),
+    ),
+    Case(
+        "batch execution of a gate run",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "execution"],
+        "the gate is real-time only",
+        json=body_with(lambda b: b.update(execution="batch", meta={"gate": {"baseline": "a"}})),
+    ),
+    Case(
+        "batch execution with reask",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "execution"],
+        "options.reask",
+        json=body_with(lambda b: b.update(execution="batch", options={"reask": 1})),
+    ),
+    Case(
+        "batch_retry without batch execution",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "batch_retry"],
+        "only with execution='batch'",
+        json=body_with(set_(["batch_retry"], "realtime")),
+    ),
+    Case(
+        "unknown batch_retry",
+        "POST",
+        "/v1/runs",
+        422,
+        ["body", "batch_retry"],
+        "'batch' or 'realtime'",
+        json=body_with(lambda b: b.update(execution="batch", batch_retry="never")),
+    ),
+    Case(
+        "estimate: batch execution of an adaptive run",
+        "POST",
+        "/v1/runs/estimate",
+        422,
+        ["body", "execution"],
+        "adaptive runs are real-time only",
+        json=run_body(
+            2, mode=["pairwise"], rubrics=["rsum-pairwise"], pairing="adaptive", execution="batch", aspects=["overall"]
+        ),
+    ),
     Case("judgments unknown run", "GET", "/v1/runs/nope/judgments", 404, None, "run 'nope' not found"),
     Case(
         "judgments bad limit",
@@ -802,6 +915,15 @@ READ_CASES = [
         ["query", "panel_aggregate"],
         "'mean' or 'median'",
         params={"panel_aggregate": "max"},
+    ),
+    Case(
+        "report panel quorum",
+        "GET",
+        f"/v1/runs/{RUN}/report",
+        422,
+        ["query", "panel_quorum"],
+        "greater than or equal to 1",
+        params={"panel_quorum": 0},
     ),
     Case("agreement without ratings", "GET", f"/v1/runs/{RUN}/agreement", 409, None, "no human ratings yet"),
     Case(
@@ -1149,6 +1271,104 @@ FACTS_AND_VERDICTS_CASES = [
     ),
 ]
 
+MONITOR = "/v1/monitors/nope"
+MONITOR_BODY: dict[str, Any] = {
+    "name": "prod-bot",
+    "rubrics": ["rsum-single"],
+    "judges": ["openai-compatible:judge@http://127.0.0.1:9/v1"],
+    "aspects": ["consistency"],
+    "sample_rate": 0.05,
+}
+MONITOR_CASES = [
+    Case(
+        "monitor sample rate above 1",
+        "POST",
+        "/v1/monitors",
+        422,
+        ["body", "sample_rate"],
+        "less than or equal to 1",
+        json={**MONITOR_BODY, "sample_rate": 1.5},
+    ),
+    Case(
+        "monitor daily budget on a model the price table does not list",
+        "POST",
+        "/v1/monitors",
+        422,
+        ["body", "daily_budget_usd"],
+        "judge 'anthropic:claude-sonnet-5' has no price",
+        json={**MONITOR_BODY, "judges": ["anthropic:claude-sonnet-5"], "daily_budget_usd": 3},
+    ),
+    Case(
+        "monitor without rubrics",
+        "POST",
+        "/v1/monitors",
+        422,
+        ["body", "rubrics"],
+        "Field required",
+        json={k: v for k, v in MONITOR_BODY.items() if k != "rubrics"},
+    ),
+    Case(
+        "monitors limit too big", "GET", "/v1/monitors", 422, ["query", "limit"], "less than", params={"limit": 10**6}
+    ),
+    Case("unknown monitor", "GET", MONITOR, 404, None, "monitor 'nope' not found"),
+    Case("patch unknown monitor", "PATCH", MONITOR, 404, None, "monitor 'nope' not found", json={"sample_rate": 0.1}),
+    Case(
+        "patch monitor with a negative rate",
+        "PATCH",
+        MONITOR,
+        422,
+        ["body", "sample_rate"],
+        "greater than or equal to 0",
+        json={"sample_rate": -0.1},
+    ),
+    Case("delete unknown monitor", "DELETE", MONITOR, 404, None, "monitor 'nope' not found"),
+    Case(
+        "no responses posted",
+        "POST",
+        f"{MONITOR}/responses",
+        422,
+        ["body"],
+        "no responses: send a JSON list or JSON Lines of responses",
+        json=[],
+    ),
+    Case(
+        "series with an unknown bucket",
+        "GET",
+        f"{MONITOR}/series",
+        422,
+        ["query", "bucket"],
+        "Input should be",
+        params={"bucket": "1w"},
+    ),
+    Case(
+        "bucket responses without a start",
+        "GET",
+        f"{MONITOR}/responses",
+        422,
+        ["query", "start"],
+        "Field required",
+    ),
+    Case("alerts of an unknown monitor", "GET", f"{MONITOR}/alerts", 404, None, "monitor 'nope' not found"),
+    Case(
+        "deliveries of an unknown monitor",
+        "GET",
+        f"{MONITOR}/deliveries",
+        404,
+        None,
+        "monitor 'nope' not found",
+    ),
+    Case("deliveries of an unknown run", "GET", "/v1/runs/nope/deliveries", 404, None, "not found"),
+    Case(
+        "deliveries limit too big",
+        "GET",
+        f"/v1/runs/{RUN}/deliveries",
+        422,
+        ["query", "limit"],
+        "less than or equal to 1000",
+        params={"limit": 5000},
+    ),
+]
+
 ALL_CASES = (
     RUN_CASES
     + ESTIMATE_CASES
@@ -1158,6 +1378,7 @@ ALL_CASES = (
     + RUBRIC_CASES
     + RETENTION_CASES
     + FACTS_AND_VERDICTS_CASES
+    + MONITOR_CASES
 )
 
 
@@ -1171,6 +1392,7 @@ def test_every_endpoint_has_a_bad_input_case() -> None:
         if c.path.startswith("/v1/runs/nope")
     }
     covered.add(("GET", "/v1/runs/{run_id}"))  # the unknown-run cases above
+    covered |= {(c.method, c.path.replace(MONITOR, "/v1/monitors/{monitor_id}")) for c in MONITOR_CASES}
     for case in RUBRIC_CASES:
         parts = case.path.split("/")
         covered.add(
@@ -1272,3 +1494,13 @@ def test_valid_requests_still_work(api: Api) -> None:
     assert items[0]["dialogue"][0]["text"] == body["items"][0]["dialogue"][0]["text"]
     ratings = api.client.post(f"/v1/runs/{created['id']}/human-ratings", json=rating())
     assert ratings.status_code == 201 and ratings.json()["created"] == 1
+
+
+def test_retry_takes_unparseable_and_refuses_unknown_fields(api: Api) -> None:
+    """Issue 27.3: POST /v1/runs/{id}/retry {"unparseable": true}; an unknown field is a 422 naming it."""
+    run_id = api.submit()["id"]
+    assert api.client.post(f"/v1/runs/{run_id}/retry").status_code == 200  # no body: as before
+    ok = api.client.post(f"/v1/runs/{run_id}/retry", json={"unparseable": True})
+    assert ok.status_code == 200 and ok.json()["requeued"] == 0
+    bad = api.client.post(f"/v1/runs/{run_id}/retry", json={"unparsable": True})
+    assert bad.status_code == 422 and "unparsable" in bad.text

@@ -28,6 +28,7 @@ ROUTE_MODULES = [
     ("GET", "/v1/runs", "runs"),
     ("GET", "/v1/runs/{run_id}", "runs"),
     ("POST", "/v1/runs/{run_id}/retry", "runs"),
+    ("POST", "/v1/runs/{run_id}/cancel", "runs"),
     ("DELETE", "/v1/runs/{run_id}", "runs"),
     ("POST", "/v1/runs/prune", "runs"),
     ("GET", "/v1/runs/{run_id}/export", "bundles"),
@@ -41,6 +42,17 @@ ROUTE_MODULES = [
     ("POST", "/v1/runs/{run_id}/human-ratings", "ratings"),
     ("GET", "/v1/runs/{run_id}/human-ratings", "ratings"),
     ("POST", "/v1/runs/{run_id}/verdicts", "verdicts"),
+    ("POST", "/v1/monitors", "monitors"),
+    ("GET", "/v1/monitors", "monitors"),
+    ("GET", "/v1/monitors/{monitor_id}", "monitors"),
+    ("PATCH", "/v1/monitors/{monitor_id}", "monitors"),
+    ("DELETE", "/v1/monitors/{monitor_id}", "monitors"),
+    ("POST", "/v1/monitors/{monitor_id}/responses", "monitors"),
+    ("GET", "/v1/monitors/{monitor_id}/responses", "monitors"),
+    ("GET", "/v1/monitors/{monitor_id}/series", "monitors"),
+    ("GET", "/v1/runs/{run_id}/deliveries", "deliveries"),
+    ("GET", "/v1/monitors/{monitor_id}/deliveries", "deliveries"),
+    ("GET", "/v1/monitors/{monitor_id}/alerts", "alerts"),
 ]
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from dialogue_judge import cli
+from dialogue_judge.cli import app, importing
 from dialogue_judge.client import ApiClient
 from judge_api.db import session_scope
 from judge_api.repository import claims
@@ -65,7 +65,7 @@ def judged_run(api_factory: ApiFactory, sim: SimulatorProcess, monkeypatch: pyte
         wrapped._http = api.client  # the TestClient is an httpx.Client on the app
         return wrapped
 
-    monkeypatch.setattr(cli, "api_client", client)
+    monkeypatch.setattr(importing, "api_client", client)
     return api, run_id
 
 
@@ -94,7 +94,7 @@ def stored(api: Api, run_id: str) -> int:
 
 
 def import_ratings(run_id: str, path: Path, *extra: str) -> Any:
-    return CliRunner().invoke(cli.app, ["import-ratings", run_id, str(path), *extra])
+    return CliRunner().invoke(app, ["import-ratings", run_id, str(path), *extra])
 
 
 def bins(unit: np.ndarray, k: int = 5) -> np.ndarray:

@@ -6,6 +6,7 @@ an item's judgments are planned once)."""
 from __future__ import annotations
 
 import copy
+import json
 import time
 from typing import Any
 
@@ -201,3 +202,102 @@ def test_a_generation_is_written_once_and_an_item_released_once(api_factory: Api
     assert summary["generation"]["generated"] == 1 and summary["generation"]["failed"] == 1
     assert summary["generation"]["failures"] == [{"item_id": "item-0", "system": "y", "error": "timeout: slow"}]
     assert summary["status"] == "running"  # generated, judgments pending
+
+
+def _settle(run_id: str, outcomes: dict[str, dict[str, Any]]) -> None:
+    """Generate the run's pending generations as ``outcomes`` (system -> written values) say, and release the items."""
+    with session_scope() as session:
+        ids = generations.pending_generation_ids(session, run_id)
+        systems = dict(session.execute(select(Generation.id, Generation.system).where(Generation.id.in_(ids))).all())
+    for generation_id, system in systems.items():
+        with session_scope() as session:
+            task = generations.claim_generation(session, generation_id, lease_s=600)
+            assert task is not None
+            assert generations.write_generation(session, generation_id, task.token, outcomes[system])
+    with session_scope() as session:
+        for item_pk in generations.unreleased_settled_items(session):
+            generations.release_item(session, item_pk, get_registry())
+
+
+GENERATION_FIELDS = ("item_key", "system", "responder", "status", "response", "memory", "error", "details")
+
+
+def _generation_rows(run_id: str) -> list[dict[str, Any]]:
+    with session_scope() as session:
+        rows = session.scalars(select(Generation).where(Generation.run_id == run_id).order_by(Generation.id))
+        return [{f: getattr(g, f) for f in GENERATION_FIELDS} for g in rows]
+
+
+def test_a_bundle_carries_the_generations(api_factory: ApiFactory) -> None:
+    """Issue 26.3: export/import of a run with systems keeps its generations rows (old: left out, so the imported
+    run's summary had no generation stage and a failed generation could not be retried)."""
+    api = api_factory(auth=False)
+    body = with_item_candidates(systems_body({"x": CHAT, "y": CHAT}), {"given": "A given answer about Rex."})
+    run_id = api.submit(None, body)["id"]
+    _settle(
+        run_id,
+        {
+            "x": {"status": "done", "response": "X says Rex.", "memory": "M: dog Rex", "details": {"calls": 2}},
+            "y": {"status": "failed", "error": "timeout: slow"},
+        },
+    )
+    before = _generation_rows(run_id)
+    summary = api.client.get(f"/v1/runs/{run_id}").json()
+    exported = api.client.get(f"/v1/runs/{run_id}/export")
+    assert exported.status_code == 200
+    assert sum('"record":"generation"' in line for line in exported.text.splitlines()) == 4
+    assert api.client.delete(f"/v1/runs/{run_id}").status_code == 200
+    assert api.row_counts()["generations"] == 0
+    imported = api.client.post("/v1/runs/import", content=exported.content)
+    assert imported.status_code == 201, imported.text
+    assert imported.json()["generations"] == 4
+    assert _generation_rows(run_id) == before and len(before) == 4
+    again = api.client.get(f"/v1/runs/{run_id}").json()
+    assert again["generation"] == summary["generation"]
+    assert again["generation"]["failed"] == 2 and again["generation"]["generated"] == 2
+
+
+def test_post_runs_jsonl_accepts_systems(api_factory: ApiFactory) -> None:
+    """Issue 26.3: ``POST /v1/runs/jsonl`` takes ``system=NAME=RESPONDER`` query parameters (old: no way to name
+    systems there); a malformed one is a 422 naming the parameter, nothing stored."""
+    api = api_factory(auth=False)
+    body = systems_body({"x": CHAT})
+    lines = "\n".join(json.dumps(item) for item in body["items"])
+    params: dict[str, Any] = {"rubric": "rsum-single", "judge": body["judges"][0], "system": [f"x={CHAT}", f"y={CHAT}"]}
+    created = api.client.post("/v1/runs/jsonl", params=params, content=lines)
+    assert created.status_code == 202, created.text
+    assert (created.json()["n_generations"], created.json()["n_judgments"]) == (4, 0)
+    assert api.row_counts()["generations"] == 4
+    before = api.row_counts()
+    bad = api.client.post("/v1/runs/jsonl", params={**params, "system": ["nameless"]}, content=lines)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "system", 0]
+    assert api.row_counts() == before
+
+
+def test_retry_sends_a_failed_generation_again_and_judges_only_what_is_new(api_factory: ApiFactory) -> None:
+    """Issue 26.3: ``POST /v1/runs/{id}/retry`` retries failed generations too (old: only judgments, the failed
+    system stayed unjudged); once generated, the item gets the new system's judgments and keeps the others."""
+    api = api_factory(auth=False)
+    body = with_item_candidates(systems_body({"x": CHAT, "y": CHAT}), {"given": "A given answer about Rex."})
+    body["items"] = body["items"][:1]
+    run_id = api.submit(None, body)["id"]
+    _settle(
+        run_id, {"x": {"status": "done", "response": "X says Rex."}, "y": {"status": "failed", "error": "http 500"}}
+    )
+    with session_scope() as session:
+        first = {j.id: j.system_a for j in session.scalars(select(Judgment).where(Judgment.run_id == run_id))}
+    assert sorted(first.values()) == ["given", "x"]
+
+    retried = api.client.post(f"/v1/runs/{run_id}/retry")
+    assert retried.status_code == 200 and retried.json()["requeued"] == 1
+    summary = api.client.get(f"/v1/runs/{run_id}").json()
+    assert summary["generation"]["failed"] == 0 and summary["generation"]["pending"] == 1
+    _settle(run_id, {"y": {"status": "done", "response": "Y remembers Rex."}})
+    with session_scope() as session:
+        after = {j.id: j.system_a for j in session.scalars(select(Judgment).where(Judgment.run_id == run_id))}
+        n_judgments = session.scalar(select(Run.n_judgments).where(Run.id == run_id))
+    assert sorted(after.values()) == ["given", "x", "y"] and n_judgments == 3
+    assert {k: after[k] for k in first} == first  # the judgments it had are kept, none planned twice
+    stored = api.client.get(f"/v1/runs/{run_id}/items").json()["items"][0]
+    assert stored["candidates"]["y"] == "Y remembers Rex." and stored["meta"]["generation"]["y"]["status"] == "done"
+    assert api.client.post(f"/v1/runs/{run_id}/retry").json()["requeued"] == 0  # nothing failed any more

@@ -4,6 +4,10 @@
 few failed / unparseable rows, human ratings) whose report is computed by the real ``build_report``;
 ``facts``: one run judged with the fact-check rubric (2 items x 2 systems, labels with evidence in ``details``,
 served by ``/facts`` as the API does);
+``memory``: one run judged with the memory-audit rubric (3 items x 2 systems, planted labels, one audit
+unparseable) whose report's ``memory_audit`` section is computed by the real ``build_report``;
+``unparseable``: a run like ``data``'s whose every judgment came back unparseable, the same with human ratings, a
+healthy run to compare it with, and a fact-check run whose every verdict is unparseable;
 ``empty``: no runs at all; ``error``: every request answers HTTP 500; ``unreachable``: every request fails to
 connect.
 """
@@ -29,6 +33,8 @@ QUALITY = {"rsum": [85, 78, 90, 70, 88, 82], "memgpt": [60, 72, 55, 65, 58, 75],
 ASPECTS = ("engagingness", "coherence", "consistency")
 RUN_A, RUN_B = "run_aaaa", "run_bbbb"
 RUN_F = "run_ffff"
+RUN_M = "run_mmmm"
+RUN_R = "run_rrrr"
 FRAME_COLUMNS = [
     "judgment_id", "run_id", "item_id", "mode", "system_a", "system_b", "aspect", "judge", "rubric_id",
     "rubric_version", "order", "sample_index", "status", "score", "preference", "outcome", "len_a", "len_b",
@@ -188,6 +194,10 @@ RUBRICS: list[dict[str, Any]] = [
      "aspects": list(ASPECTS), "scale": [1, 100], "parser": "bracket_score", "structured_output": False},
     {"id": "rsum-pairwise", "version": "v1", "kind": "pairwise", "description": "", "origin": None,
      "aspects": ["overall"], "scale": None, "parser": "pairwise_4way", "structured_output": False},
+    {"id": "memory-audit", "version": "v1", "kind": "facts", "description": "", "origin": None,
+     "aspects": ["memory"], "scale": [1, 100], "parser": "memory_audit", "structured_output": False},
+    {"id": "fact-check", "version": "v1", "kind": "facts", "description": "", "origin": None,
+     "aspects": ["consistency"], "scale": [1, 100], "parser": "fact_check", "structured_output": False},
 ]  # fmt: skip
 
 
@@ -253,6 +263,122 @@ def make_fact_judgments() -> list[dict[str, Any]]:
     return rows
 
 
+AuditLabels = tuple[list[str], list[str]] | None
+MEMORY_AUDITS: dict[str, dict[str, AuditLabels]] = {  # system -> item -> (gold, generated labels); None: unparseable
+    # faithful: P (1 + 1) / 2 = 1, R (1 + 1/2) / 2 = 3/4, F1 (1 + 2/3) / 2 = 5/6; errors: missing 1
+    "faithful": {"msc-m0": (["recalled"] * 3, ["supported"] * 3), "msc-m1": (["recalled", "missing"], ["supported"])},
+    # swapper: P (1/4 + 1/2) / 2 = 3/8, R (1/3 + 1/2) / 2 = 5/12, F1 (2/7 + 1/2) / 2 = 11/28;
+    # errors fabricated 1, wrong relationship 3, missing 3 -> shares 1/7, 3/7, 3/7
+    "swapper": {
+        "msc-m0": (["missing", "recalled", "missing"],
+                   ["wrong_relationship", "wrong_relationship", "supported", "fabricated"]),
+        "msc-m1": (["recalled", "missing"], ["supported", "wrong_relationship"]),
+        "msc-m2": None,
+    },
+}  # fmt: skip
+
+
+def make_memory_judgments() -> list[dict[str, Any]]:
+    from workers.memoryaudit import memory_figures
+
+    rows = []
+    jid = 7000
+    for system, audits in MEMORY_AUDITS.items():
+        for item_id, labels in audits.items():
+            row = {"item_id": item_id, "mode": "single", "system_a": system, "rubric_id": "memory-audit",
+                   "aspect": "memory"}  # fmt: skip
+            if labels is None:
+                rows.append(_row(RUN_M, jid, **row, status="unparseable", raw_output="I cannot audit this."))
+            else:
+                details = memory_figures(*labels)
+                rows.append(_row(RUN_M, jid, **row, score=float(details["memory_score"]), details=details))
+            jid += 1
+    return rows
+
+
+MON = "mon_aaaa"
+
+
+def make_monitor(paused: bool = False) -> dict[str, Any]:
+    status = {
+        "state": "paused_budget" if paused else "active",
+        "message": "sampling paused: budget reached; it resumes at 2026-11-21 00:00 UTC" if paused else "sampling 0.5",
+        "paused_until": "2026-11-21T00:00:00" if paused else None,
+        "spent_today_usd": 1.25,
+        "responses_today": 400,
+        "sampled_today": 200,
+        "pending_judgments": 3,
+    }
+    return {
+        "id": MON, "name": "prod-bot", "run_id": RUN_A, "rubrics": ["rsum-single", "fact-check"], "judges": [JUDGE],
+        "aspects": ["consistency"], "options": {}, "sample_rate": 0.5, "daily_budget_usd": 20.0,
+        "retention_days": 90, "alerts": [], "callback_url": None, "callback_secret_set": False,
+        "created_at": "2026-11-20T08:00:00", "updated_at": "2026-11-20T08:00:00", "status": status,
+    }  # fmt: skip
+
+
+def make_alerts() -> list[dict[str, Any]]:
+    """An open alert of v2 against v1 and an earlier, resolved one, as GET /v1/monitors/{id}/alerts gives them."""
+    worst = [
+        {"response_id": f"msc-{k}", "system": "bot", "version": "v2", "segment": None,
+         "timestamp": "2026-11-20T10:00:00Z", "score": 20.0 + k, "explanation": "forgot the dog's name",
+         "response": "Who is Rex?"}
+        for k in range(3)
+    ]  # fmt: skip
+    evidence = {
+        "decision": "regression", "n": 150, "decided_at": 142, "n_baseline": 160, "n_candidate": 150,
+        "baseline_mean": 75.2, "candidate_mean": 69.9, "difference": 5.3, "ci_low": 1.2, "ci_high": 9.8,
+        "confidence": 0.95, "margin": 0.0, "p_value": 0.01, "slices": {"by": "version", "baseline": "v1",
+        "candidate": "v2"}, "worst": worst,
+    }  # fmt: skip
+    return [
+        {"id": "alr_open", "monitor_id": MON, "rule": "v-regression", "kind": "compare", "status": "open",
+         "opened_at": "2026-11-20T11:00:00Z", "resolved_at": None, "evidence": evidence, "resolution": None},
+        {"id": "alr_old", "monitor_id": MON, "rule": "v-regression", "kind": "compare", "status": "resolved",
+         "opened_at": "2026-11-19T08:00:00Z", "resolved_at": "2026-11-19T12:00:00Z", "evidence": evidence,
+         "resolution": {"reason": "160 pairs judged since the alert opened show no regression (it needed 150)"}},
+    ]  # fmt: skip
+
+
+def monitor_verdicts() -> pd.DataFrame:
+    """Verdicts of the fake monitor: v1 and v2 over four hours, v2 lower, fact-check with contradictions."""
+    rows = []
+    for i in range(48):
+        version = "v1" if (i // 4) % 2 else "v2"  # each hour has six of each
+        for rubric in ("rsum-single", "fact-check"):
+            rows.append(
+                {"ts": pd.Timestamp(f"2026-11-20T{8 + i % 4:02d}:{i:02d}:00"), "system": "bot", "version": version,
+                 "segment": "", "rubric_id": rubric, "aspect": "consistency", "judge": JUDGE,
+                 "score": float(60 + (i * 7) % 30 - (10 if version == "v2" else 0)),
+                 "contradiction_rate": (0.5 if version == "v2" and i % 3 == 0 else 0.0) if rubric == "fact-check"
+                 else None}
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def monitor_series(q: dict[str, list[str]]) -> dict[str, Any]:
+    from judge_api.stats.series import series_of_verdicts
+
+    frame = monitor_verdicts()
+    for key, column in (("rubric", "rubric_id"), ("aspect", "aspect")):
+        if key in q:
+            frame = frame[frame[column] == q[key][-1]]
+    by = q.get("by") or ["version"]
+    out = series_of_verdicts(frame, q.get("bucket", ["1h"])[-1], by)
+    rows = []
+    for r in out.to_dict("records"):
+        r["bucket_start"] = pd.Timestamp(r["bucket_start"]).isoformat()
+        r["segment"] = r["segment"] or None
+        rows.append(r)
+    return {"monitor_id": MON, "bucket": q.get("bucket", ["1h"])[-1], "by": by, "confidence": 0.95, "rows": rows}
+
+
+def unparsed(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` as a judgment whose reply could not be parsed: no score, verdict or details."""
+    cleared = {"score": None, "preference": None, "outcome": None, "verdict": None, "details": None}
+    return {**row, "status": "unparseable", **cleared}
+
+
 class FakeApi:
     """Answers the dashboard's requests from in-memory runs; records the POST bodies."""
 
@@ -268,24 +394,50 @@ class FakeApi:
                 rows = make_judgments(run_id, shift)
                 self.runs[run_id] = {"rows": rows, "summary": summary(run_id, rows, name)}
                 self.ratings[run_id] = make_ratings() if run_id == RUN_A else []
+        if state == "unparseable":  # judgments exist, none gave a verdict (issue 26.2)
+            rows = [unparsed(r) for r in make_judgments(RUN_A)]
+            self.runs[RUN_A] = {"rows": rows, "summary": summary(RUN_A, rows, "all unparseable")}
+            self.ratings[RUN_A] = []
+            baseline = make_judgments(RUN_B)  # a healthy run to compare it with (the newest comparable one)
+            self.runs[RUN_B] = {"rows": baseline, "summary": summary(RUN_B, baseline, "baseline")}
+            self.ratings[RUN_B] = []
+            rated = [unparsed(r) for r in make_judgments(RUN_R)]  # humans rated it: only the judge's scores are missing
+            self.runs[RUN_R] = {"rows": rated, "summary": summary(RUN_R, rated, "all unparseable, rated")}
+            self.ratings[RUN_R] = make_ratings()
+            facts = [unparsed(r) for r in make_fact_judgments()]  # a fact-check run, every verdict unparseable
+            fact_summary = {**summary(RUN_F, facts, "fact-check, all unparseable"), "rubrics": ["fact-check"]}
+            self.runs[RUN_F] = {"rows": facts, "summary": fact_summary}
+            self.ratings[RUN_F] = []
         if state == "facts":
             self.items = make_fact_items()
             rows = make_fact_judgments()
             self.runs[RUN_F] = {"rows": rows, "summary": summary(RUN_F, rows, "fact-check")}
             self.ratings[RUN_F] = []
+        if state == "memory":
+            rows = make_memory_judgments()
+            self.runs[RUN_M] = {
+                "rows": rows,
+                "summary": {**summary(RUN_M, rows, "memory"), "rubrics": ["memory-audit"]},
+            }
+            self.ratings[RUN_M] = []
+        self.monitors = [make_monitor()] if state == "data" else []
+        self.alerts = make_alerts() if state == "data" else []
         self._reports: dict[str, dict[str, Any]] = {}
         self.report_error = False
         self.auth: str | None = None
 
     def report(self, run_id: str) -> dict[str, Any]:
+        from judge_api.stats.memory import audit_rows
         from judge_api.stats.report import build_report
 
         ratings = self.ratings[run_id]
         key = f"{run_id}:{len(ratings)}"
         if key not in self._reports:
-            frame = judgments_frame(self.runs[run_id]["rows"])
+            rows = self.runs[run_id]["rows"]
+            frame = judgments_frame(rows)
             rframe = pd.DataFrame(ratings) if ratings else None
-            report = build_report(frame, rframe, n_boot=50)
+            audits = audit_rows(r for r in rows if r["rubric_id"] == "memory-audit")
+            report = build_report(frame, rframe, n_boot=50, memory_audit=audits)
             self._reports[key] = {"run": self.runs[run_id]["summary"], **report}
         return self._reports[key]
 
@@ -328,6 +480,29 @@ class FakeApi:
                 202,
                 json={"id": "run_new", "status": "queued", "n_items": 1, "n_judgments": 3, "url": "/v1/runs/run_new"},
             )
+        if path == "/v1/monitors":
+            return httpx.Response(200, json={"total": len(self.monitors), "offset": 0, "limit": 500,
+                                             "items": self.monitors})  # fmt: skip
+        if path == f"/v1/monitors/{MON}/alerts" and self.monitors:
+            return httpx.Response(200, json={"total": len(self.alerts), "offset": 0, "limit": 200,
+                                             "items": self.alerts})  # fmt: skip
+        if path == f"/v1/monitors/{MON}/series" and self.monitors:
+            return httpx.Response(200, json=monitor_series(query))
+        if path == f"/v1/monitors/{MON}/responses" and self.monitors:
+            start = pd.Timestamp(q["start"])
+            start = start.tz_convert(None) if start.tz else start
+            verdicts = monitor_verdicts()
+            chosen = verdicts[(verdicts["ts"].dt.floor("h") == start) & (verdicts["rubric_id"] == "rsum-single")]
+            if "version" in q:
+                chosen = chosen[chosen["version"] == q["version"]]
+            items = [
+                {"response_id": f"msc-{k % 6}", "ts": r["ts"].isoformat(), "system": "bot", "version": r["version"],
+                 "segment": None, "run_id": RUN_A,
+                 "verdicts": [{"rubric_id": "rsum-single", "aspect": "consistency", "judge": JUDGE, "status": "done",
+                               "score": r["score"]}]}
+                for k, r in enumerate(chosen.to_dict("records"))
+            ]  # fmt: skip
+            return httpx.Response(200, json={"monitor_id": MON, "run_id": RUN_A, "items": items})
         match = re.fullmatch(r"/v1/runs/([^/]+)(/.*)?", path)
         if not match or match.group(1) not in self.runs:
             return httpx.Response(404, json={"detail": f"run {path} not found"})

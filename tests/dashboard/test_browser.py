@@ -48,6 +48,7 @@ PAGES = {
     "explorer": ("Item explorer", ".vega-embed"),
     "disagreements": ("Disagreements", ".vega-embed"),
     "compare": ("Compare runs", ".vega-embed"),
+    "monitors": ("Monitors", ".vega-embed"),  # the series with its interval bands
 }
 
 
@@ -208,8 +209,21 @@ def test_every_page_in_chromium_and_an_annotation_round_trip(
                 "mode": ["single", "pairwise"],
             }
         )
+        monitor = client.create_monitor(
+            {"name": "prod-bot", "rubrics": ["rsum-single"], "judges": [judge], "aspects": ["consistency"],
+             "sample_rate": 1.0}
+        )  # fmt: skip
+        client.post(
+            f"/v1/monitors/{monitor['id']}/responses",
+            [{"id": f"live-{i}", "dialogue": make_items()[0]["dialogue"], "response": f"Rex! <<q={50 + i * 5}>>",
+              "system": "bot", "version": f"v{1 + i % 2}", "timestamp": f"2026-11-20T{9 + i % 3:02d}:00:00Z"}
+             for i in range(9)],
+        )  # fmt: skip
         service.wait_run(baseline["id"], timeout_s=180)
         summary = service.wait_run(run["id"], timeout_s=180)
+        deadline = time.monotonic() + 120
+        while client.monitor_info(monitor["id"])["status"]["pending_judgments"] and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert summary["counts"]["done"] == 6 * 3 * 3 + 6 * 3 * 2
         client.post(f"/v1/runs/{run['id']}/human-ratings", {"ratings": human_ratings()})
 

@@ -1,4 +1,4 @@
-"""charts.py and analysis.py without Streamlit: report dicts in, tables and chart specs out."""
+"""charts.py and analysis/ without Streamlit: report dicts in, tables and chart specs out."""
 
 from __future__ import annotations
 
@@ -266,3 +266,32 @@ def test_runs_page_pace(
     got_rate, got_eta = pace.pace(run, history, now)
     assert got_rate == (pytest.approx(rate) if rate is not None else None)
     assert got_eta == (pytest.approx(eta) if eta is not None else None)
+
+
+def test_panel_coverage_text_says_what_the_panel_stands_on() -> None:
+    """Issue 28.4: the dashboard's panel figures (Leaderboard with the panel picked, Human agreement) come with the
+    quorum and the coverage; a unit judged by one of three judges is counted below the quorum."""
+    from judge_api.stats.report import build_report
+
+    rows = []
+    for judge, judged in (("j-a", ("i1", "i2")), ("j-b", ("i1",)), ("j-c", ())):
+        for item in ("i1", "i2"):
+            done = item in judged
+            rows.append(
+                {
+                    "item_id": item,
+                    "mode": "single",
+                    "system_a": "x",
+                    "aspect": "consistency",
+                    "judge": judge,
+                    "status": "done" if done else "failed",
+                    "score": 50 if done else None,
+                    "scale_min": 1,
+                    "scale_max": 100,
+                }
+            )
+    report = build_report(pd.DataFrame(rows), n_boot=10)
+    text = analysis.panel_coverage_text(report)
+    assert text is not None
+    assert "quorum 2 of 3 judges" in text and "coverage 1/2 units (50.0 %)" in text and "fewer members (1)" in text
+    assert analysis.panel_coverage_text({"panel": None}) is None

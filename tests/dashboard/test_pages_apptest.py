@@ -7,7 +7,17 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from dashboard_fakes import JUDGE, RUN_A, RUN_B, FakeApi, install
+from dashboard_fakes import (
+    JUDGE,
+    RUN_A,
+    RUN_B,
+    RUN_F,
+    RUN_R,
+    FakeApi,
+    install,
+    judgments_frame,
+    make_fact_judgments,
+)
 from streamlit import cache_data
 from streamlit.testing.v1 import AppTest
 
@@ -23,6 +33,7 @@ PAGES = {
     "explorer": "Item explorer",
     "disagreements": "Disagreements",
     "contradictions": "Contradictions",
+    "memory": "Memory audit",
     "annotate": "Annotate",
     "compare": "Compare runs",
 }
@@ -60,6 +71,9 @@ def test_page_with_data(fake_api: FakeApi, page: str) -> None:
         assert "rater id" in texts(at, "info")
     elif page == "contradictions":  # these runs have no fact-check judgments: the page says how to get some
         assert "fact-check" in texts(at, "info") and charts(at) == 0
+        return
+    elif page == "memory":  # nor memory-audit judgments
+        assert "--rubric memory-audit" in texts(at, "info") and charts(at) == 0
         return
     else:
         assert charts(at) >= 1
@@ -338,3 +352,113 @@ def test_a_run_with_100000_judgments_stays_paged_and_cached(monkeypatch: pytest.
     assert not at.error, texts(at, "error")
     assert sum(r.endswith("/judgments.csv") for r in fake.requests) == 1  # one download, then the cache
     assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_runs_progress_bars_are_not_drawn_in_the_themes_red(fake_api: FakeApi) -> None:
+    """Issue 27.2: Streamlit draws progress in the theme's primary colour, red by default, so every finished run's
+    bar looked like a failure; how a run went is its outcome column."""
+    import json
+
+    at = open_page("runs")
+    columns = json.loads(at.dataframe[0].proto.columns)
+    assert columns["progress"]["type_config"]["color"] == "blue"
+    assert "outcome" in at.dataframe[0].value
+
+
+def test_bias_page_flags_a_length_score_correlation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27.7: the Bias page shows the report's length-score flag (it said "No bias flags" at rho = 0.84)."""
+    import numpy as np
+    import pandas as pd
+
+    from judge_api.stats.report import build_report
+
+    fake = install(monkeypatch, FakeApi("data"))
+    rng = np.random.default_rng(27)
+    lengths = rng.uniform(50, 800, 30)
+    rows = fake.runs[RUN_A]["rows"]
+    frame = judgments_frame(rows)
+    single = frame[(frame["mode"] == "single") & (frame["status"] == "done")].head(30).copy()
+    assert len(single) == 30
+    single["len_a"] = lengths
+    single["score"] = np.clip(np.round(single["scale_min"] + lengths / 10), single["scale_min"], single["scale_max"])
+    report = {"run": fake.runs[RUN_A]["summary"], **build_report(pd.DataFrame(single), n_boot=20)}
+    monkeypatch.setattr(fake, "report", lambda run_id: report)
+    at = open_page("bias")
+    warnings = texts(at, "warning")
+    assert "length_score_correlation" in warnings and "AlpacaEval" in warnings
+    assert "No bias flags" not in texts(at, "success")
+
+
+N_FACT_CHECKS = len(make_fact_judgments())
+
+
+@pytest.mark.parametrize("fake_api", ["unparseable"], indirect=True)
+@pytest.mark.parametrize(
+    ("page", "run_id", "kinds"),
+    [
+        ("winrates", RUN_A, ["pairwise"]),
+        ("leaderboard", RUN_A, ["single", "pairwise"]),
+        ("bias", RUN_A, ["single", "pairwise"]),
+        ("disagreements", RUN_A, ["pairwise"]),
+        ("agreement", RUN_R, ["single"]),  # human ratings, no judge score to set against them
+        ("compare", RUN_A, ["single"]),  # candidate: the unparseable run, baseline: a healthy one
+        ("contradictions", RUN_F, ["fact-check"]),
+    ],
+)
+def test_pages_tell_all_unparseable_apart_from_none(
+    fake_api: FakeApi, page: str, run_id: str, kinds: list[str]
+) -> None:
+    """Issue 26.2: a run whose judgments all came back unparseable is not a run without judgments."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["run_id"] = run_id
+    at = open_page(page, at.run())
+    info = texts(at, "info")
+    for none in (
+        "No pairwise judgments",
+        "No single-mode scores",
+        "Needs",
+        "No contradicted facts",
+        "No item has both",
+    ):
+        assert none not in info, info
+    assert "share no single-mode" not in info
+    n = {"single": 6 * 3 * 3, "pairwise": 6 * 3 * 2, "fact-check": N_FACT_CHECKS}  # items x aspects x systems, ...
+    for kind in kinds:
+        assert f"This run has {n[kind]} {kind} judgments, but none gave a verdict ({n[kind]} unparseable)" in info, info
+    assert "Item explorer" in info and charts(at) == 0
+    if page == "compare":  # the candidate is named, the healthy baseline is not blamed
+        assert "**Candidate run**: This run has" in info and "Baseline run" not in info
+        captions = texts(at, "caption")
+        assert f"**Candidate run**: This run has {n['pairwise']} pairwise judgments, but none gave" in captions
+
+
+@pytest.mark.parametrize(
+    ("state", "outcome", "bar_colours", "label"),
+    [
+        ("data", "ok", {"done": "#2e7d32"}, "🟢 ok"),  # every judgment done: green only, nothing red
+        ("unparseable", "failed", {"unparseable": "#ef6c00"}, "🔴 failed"),  # the issue's run: its failure shows
+    ],
+)
+def test_a_finished_runs_bars_show_how_it_went(
+    monkeypatch: pytest.MonkeyPatch, state: str, outcome: str, bar_colours: dict[str, str], label: str
+) -> None:
+    """Issue 27.2: a healthy finished run's bars are not red (the run list's progress bar and the selected run's
+    status bar), and a run whose judgments all failed to parse does not look like it."""
+    import json
+
+    fake = install(monkeypatch, FakeApi(state))
+    run = fake.runs[RUN_A]["summary"]
+    if state == "data":  # a healthy run: the fake's one unparseable judgment done too
+        run["counts"] = {"done": run["n_judgments"]}
+    run["outcome"] = outcome
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["run_id"] = RUN_A
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    runs = at.dataframe[0]
+    assert json.loads(runs.proto.columns)["progress"]["type_config"]["color"] == "blue"  # not the theme's red
+    assert runs.value.loc[runs.value["id"] == RUN_A, "outcome"].item() == label
+    assert {m.label: m.value for m in at.metric}["Status"] == f"done · {outcome}"
+    (status_bar,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert {t["name"]: t["marker"]["color"] for t in status_bar["data"]} == bar_colours

@@ -24,7 +24,10 @@ PRICES = {"claude-sonnet-4-5": {"input": 3.0, "output": 15.0}}
 
 
 def item(item_id: str, long: bool) -> dict:
-    dialogue = HISTORY if long else HISTORY[:3]
+    # each item's history its own from the first turn: two long items with one history share their prefix, and
+    # whichever group answers first warms the other's leader (seen under load: a leader read from the cache)
+    opening = {"speaker": "user", "text": f"This is conversation {item_id}."}
+    dialogue = [opening, *(HISTORY if long else HISTORY[:3])]
     return {
         "id": item_id,
         "dialogue": [*dialogue, {"speaker": "user", "text": "What is my dog's name?"}],

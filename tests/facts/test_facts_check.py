@@ -3,6 +3,7 @@ strict parser turns the reply into labels, rates and the consistency score, or i
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +127,8 @@ def test_without_context_the_parser_refuses(rubric: Any) -> None:
 @pytest.mark.parametrize(
     ("labels", "rate", "retention", "score"),
     [
-        ([], 0.0, None, 100),
-        (["not_addressed"] * 3, 0.0, None, 100),
+        ([], 0.0, None, None),
+        (["not_addressed"] * 3, 0.0, None, None),
         (["supported", "supported"], 0.0, 1.0, 100),
         (["contradicted"], 1.0, 0.0, 1),
         (["supported", "contradicted", "not_addressed", "not_addressed"], 0.25, 0.5, 51),
@@ -135,11 +136,75 @@ def test_without_context_the_parser_refuses(rubric: Any) -> None:
         (["supported"] * 3 + ["contradicted"], 0.25, 0.75, 75),
     ],
 )
-def test_fact_figures(labels: list[str], rate: float, retention: float | None, score: int) -> None:
+def test_fact_figures(labels: list[str], rate: float, retention: float | None, score: int | None) -> None:
     figures = fact_figures(labels)
     assert figures["contradiction_rate"] == pytest.approx(rate)
     assert figures["retention_rate"] == (None if retention is None else pytest.approx(retention))
     assert figures["consistency_score"] == score
+    assert figures["addressed"] is (score is not None)
+
+
+def _reply(evidence: str, label: str = "supported") -> str:
+    return json.dumps(
+        {
+            "facts": [
+                {"id": "user.1", "label": label, "evidence": evidence},
+                {"id": "user.2", "label": "not_addressed", "evidence": ""},
+                {"id": "bot.1", "label": "not_addressed", "evidence": ""},
+            ]
+        }
+    )
+
+
+def test_a_response_addressing_no_fact_has_score_na_not_100(rubric: Any) -> None:
+    response = "That's interesting, tell me more!"
+    parsed, _ = _judge(rubric, response)
+    assert parsed.ok, parsed.error
+    assert parsed.score is None and parsed.details["consistency_score"] is None
+    assert parsed.details["addressed"] is False and parsed.details["contradiction_rate"] == 0.0
+    # a response that uses a fact and gets another wrong keeps a number
+    used, _ = _judge(rubric, "How are your two dogs <<f:user.1=s>>? My shifts as a teacher <<f:bot.1=c>> are long.")
+    assert used.ok and used.score == 51.0 and used.details["addressed"] is True
+
+
+RESPONSE = "I guess a walk in Oslo with two dogs is fun. Hi Paris!"
+
+
+@pytest.mark.parametrize(
+    ("evidence", "error"),
+    [
+        ("I", "is too short to locate (at least 2 words or 8 characters)"),
+        ("a", "is too short to locate"),
+        ("dogs", "is too short to locate"),
+        ("alk in Oslo", "occurs in the response only inside a word"),  # starts inside "walk"
+        ("walk in Os", "occurs in the response only inside a word"),  # ends inside "Oslo"
+        ("uess a walk", "occurs in the response only inside a word"),
+        ("with two cats", "is not in the response"),
+    ],
+)
+def test_evidence_too_short_or_inside_a_word_is_refused(rubric: Any, evidence: str, error: str) -> None:
+    for label in ("supported", "contradicted", "not_addressed"):
+        parsed = parse_reply(_reply(evidence, label), rubric, context=parse_context(rubric, ITEM, RESPONSE))
+        assert not parsed.ok and parsed.score is None
+        assert f"evidence for 'user.1' {error}" in (parsed.error or ""), parsed.error
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    ["a walk", "in Oslo", "two dogs is fun.", "Hi Paris!", "Hi Paris", "I guess", "i GUESS a walk", "Oslo with"],
+)
+def test_evidence_on_word_boundaries_of_two_words_or_eight_characters_passes(rubric: Any, evidence: str) -> None:
+    parsed = parse_reply(_reply(evidence), rubric, context=parse_context(rubric, ITEM, RESPONSE))
+    assert parsed.ok, parsed.error
+    assert parsed.score == 100.0 and parsed.details["facts"][0]["evidence"] == evidence
+
+
+def test_one_long_word_passes_and_a_word_repeated_inside_another_still_finds_its_whole_occurrence(
+    rubric: Any,
+) -> None:
+    response = "Vegetarianism aside, you said you are vegetarian."
+    parsed = parse_reply(_reply("vegetarian"), rubric, context=parse_context(rubric, ITEM, response))
+    assert parsed.ok, parsed.error
 
 
 def test_kind_and_parser_must_agree(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-import dialogue_judge.cli as cli
+from dialogue_judge.cli import app, reports
 from dialogue_judge.client import ApiClient
 from dialogue_judge.gate.standalone import run_in_process
 from judge_api.config import reset_settings_cache
@@ -167,12 +167,12 @@ def test_cli_report_shows_the_facts(
         return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
 
     transport = httpx.MockTransport(through_app)
-    monkeypatch.setattr(cli, "api_client", lambda *_: ApiClient("http://testserver", transport=transport))
-    result = CliRunner().invoke(cli.app, ["report", run_id, "--format", fmt, "--n-boot", "100"])
+    monkeypatch.setattr(reports, "api_client", lambda *_: ApiClient("http://testserver", transport=transport))
+    result = CliRunner().invoke(app, ["report", run_id, "--format", fmt, "--n-boot", "100"])
     assert result.exit_code == 0, result.output
     for needle in needles:
         assert needle in result.stdout, needle
-    shown = CliRunner().invoke(cli.app, ["report", run_id, "--format", "json", "--n-boot", "100"])
+    shown = CliRunner().invoke(app, ["report", run_id, "--format", "json", "--n-boot", "100"])
     facts = json.loads(shown.stdout)["facts"]
     assert {r["system"]: r["contradiction_rate"] for r in facts["systems"]} == pytest.approx(
         {"keeper": 0.0, "breaker": 2 / 3, "forger": 0.5}

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from dialogue_judge.testing import LiveService
+from judge_api.config import Settings
 
 TERMINAL = {"done", "failed", "unparseable", "cancelled"}
 
@@ -195,3 +196,14 @@ def services() -> Iterator[list[LiveService]]:
     yield started
     for service in started:
         service.stop()
+
+
+def shipped_timers() -> dict[str, str]:
+    """The recovery timers as judge_api.config ships them (LiveService shortens them for the other fault tests)."""
+    fields = Settings.model_fields
+    return {
+        "DJ_CLAIM_LEASE": str(fields["claim_lease_s"].default),
+        "DJ_REQUEUE_AFTER": str(fields["requeue_after_s"].default),
+        "DJ_SWEEP_INTERVAL": str(fields["sweep_interval_s"].default),
+        "DJ_VISIBILITY_TIMEOUT": str(fields["visibility_timeout_s"].default),
+    }

@@ -11,25 +11,13 @@ from pathlib import Path
 import pytest
 
 from dialogue_judge.testing import LiveService, OwnRedis, TcpProxy
-from judge_api.config import Settings
 from judge_simulator.process import SimulatorProcess
 
-from .conftest import make_items, run_counts, scores_for, single_run, verify_exactly_once, wait_until
+from .conftest import make_items, run_counts, scores_for, shipped_timers, single_run, verify_exactly_once, wait_until
 
 pytestmark = [pytest.mark.e2e]
 
 SYSTEMS = {"a": 21, "b": 64}
-
-
-def shipped_timers() -> dict[str, str]:
-    """The recovery timers as judge_api.config ships them (LiveService shortens them for the other fault tests)."""
-    fields = Settings.model_fields
-    return {
-        "DJ_CLAIM_LEASE": str(fields["claim_lease_s"].default),
-        "DJ_REQUEUE_AFTER": str(fields["requeue_after_s"].default),
-        "DJ_SWEEP_INTERVAL": str(fields["sweep_interval_s"].default),
-        "DJ_VISIBILITY_TIMEOUT": str(fields["visibility_timeout_s"].default),
-    }
 
 
 def test_a_call_slot_is_free_while_a_write_lingers(

@@ -322,6 +322,21 @@ def test_budget_exhausted_before_a_decision_exit_2(
     assert sim.stats()["total_calls"] < 40
 
 
+def test_budget_over_an_unpriced_judge_exit_2_before_any_call(
+    sim: SimulatorProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """openai:gpt-5.4 is not in the price table: its calls would count $0 and --budget could never stop them."""
+    monkeypatch.setenv("OPENAI_BASE_URL", sim.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    sim.reset()
+    data = plant(tmp_path / "unpriced", 12, 0.0, seed=15)
+    args = ("-b", data.baseline, "-c", data.candidate, "--judge", "openai:gpt-5.4", "--cache-dir", tmp_path / "c")
+    code, _, stderr = gate(*args, "--max-drop", "3", "--budget", "1")
+    assert code == 2, stderr
+    assert "--budget cannot be kept: judge 'openai:gpt-5.4' has no price in the price table" in stderr
+    assert sim.stats()["total_calls"] == 0
+
+
 # -- spending less ------------------------------------------------------------------------------------------------
 
 

@@ -88,6 +88,29 @@ def test_no_increase_passes(sim: SimulatorProcess, tmp_path: Path) -> None:
     assert aspect["estimate"] == 0.0 and aspect["ci_high"] < 0.05
 
 
+def test_responses_that_address_no_fact_are_gated_with_score_na(sim: SimulatorProcess, tmp_path: Path) -> None:
+    """Issue 28.5: a candidate that answers "tell me more!" addresses no fact: its fact-check judgments are done
+    with score n/a, not failed or unparseable (the gate runs and counts no failure), and contradict nothing."""
+    n = 20
+    baseline, candidate = write(tmp_path / "na", n, set())
+    candidate.write_text(
+        "".join(
+            json.dumps({**context(i), "candidates": {"v2": "That's interesting, tell me more!"}}) + "\n"
+            for i in range(n)
+        )
+    )
+    out = tmp_path / "gate.json"
+    code, _, stderr = gate(
+        "-b", baseline, "-c", candidate, "--judge", judge_for(sim), "--metric", "contradiction_rate",
+        "--cache-dir", tmp_path / "cache", "--json", out, "--no-sequential",
+    )  # fmt: skip
+    assert code == 0, stderr
+    report = json.loads(out.read_text())
+    aspect = report["aspects"][0]
+    assert aspect["n"] == n and aspect["candidate_mean"] == 0.0, aspect
+    assert aspect["n_failed"] == aspect["n_unparseable"] == 0
+
+
 def test_sequential_gate_stops_early_on_a_big_increase(sim: SimulatorProcess, tmp_path: Path) -> None:
     n = 200
     baseline, candidate = write(tmp_path / "big", n, set(range(n)))  # every item: rate 0 -> 0.5

@@ -24,10 +24,11 @@ GATE_DIR = REPO / "dialogue_judge" / "gate"
 ALLOWED: dict[str, set[str]] = {
     "inputs": set(),
     "stats": set(),
-    "reports": set(),
+    "outcome": set(),
+    "reports": {"outcome"},
     "progress": set(),
     "config": {"inputs"},
-    "result": {"reports"},
+    "result": {"outcome", "reports"},
     "decision": {"stats", "inputs", "reports", "result"},
     "standalone": {"progress"},
     "backends": {"config", "decision", "inputs", "progress", "result", "standalone"},

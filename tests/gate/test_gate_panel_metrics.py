@@ -78,6 +78,41 @@ def test_panel_outcome_is_the_majority_of_the_judges() -> None:
     assert outcome["outcome"] == "loss" and outcome["judges"] == {"a": "loss", "b": "loss", "c": "win"}
     split = GateDecider.outcomes(rows[:2] + rows[4:])[("c", "i")]
     assert split["outcome"] == "tie"
+    # issue 28.4: a panel of three needs two verdicts, and a 1-1 split with the third judge missing is no verdict
+    assert GateDecider.outcomes(rows, 3)[("c", "i")]["outcome"] == "loss"
+    assert ("c", "i") not in GateDecider.outcomes(rows[:2], 3)
+    assert ("c", "i") not in GateDecider.outcomes(rows[:2] + rows[4:], 3)
+    assert GateDecider.outcomes(rows[:4], 3)[("c", "i")]["outcome"] == "loss"
+
+
+def test_panel_scores_need_a_majority_of_the_judges() -> None:
+    def row(item: str, judge: str, score: float) -> dict:
+        return {
+            "item_id": item,
+            "mode": "single",
+            "system_a": "candidate",
+            "aspect": "c",
+            "judge": judge,
+            "status": "done",
+            "score": score,
+        }
+
+    rows = [row("i1", "a", 10), row("i1", "b", 30), row("i2", "a", 50)]
+    rows.append({**row("i2", "b", 0), "status": "failed", "score": None})
+    decider = GateDecider(
+        mode="single",
+        aspects=["c"],
+        threshold=5,
+        alpha=0.05,
+        scale=Scale("single", 1, 100),
+        sequential=False,
+        max_failed=0.5,
+        n_judges=3,
+    )
+    # i2 has one verdict of three judges: not the panel's score (before: judge a's 50)
+    assert decider.scores(rows, "c") == {("i1", "candidate"): 20.0}
+    drops = decider.drops(rows, ["i1", "i2"], "c")[1]
+    assert drops[0] == 20.0 and drops[1] != drops[1]  # NaN: left out of the paired test
 
 
 def test_gate_on_a_two_judge_panel(sim: SimulatorProcess, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import redis
 
 from judge_api.rubrics import get_registry
 from workers.clients import JudgeRequest
-from workers.execute import cache_key
+from workers.judgecache import cache_key
 from workers.singleflight import LocalSingleFlight, RedisSingleFlight
 
 from .harness import Harness, Timer, dialogue_item, run_threads
@@ -145,7 +145,7 @@ def test_cache_scope(
 ) -> None:
     from judge_api.config import Settings
     from judge_api.repository.claims import JudgmentTask
-    from workers.execute import cache_scope
+    from workers.judgecache import cache_scope
 
     monkeypatch.setenv("DJ_AUTH", auth)
     if shared is None:
@@ -250,3 +250,43 @@ def test_acquire_without_redis_falls_back_to_this_process() -> None:
     assert flight.acquire("k", lease_s=60) is None
     flight.release([lease], committed=False)
     assert flight.acquire("k", lease_s=60) is not None
+
+
+def test_a_batch_takes_the_locks_of_its_misses_in_one_round_trip(
+    harness: Harness, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 (service CPU): the single-flight locks of a batch's fresh misses are taken with one script call for
+    the batch, not one per judgment on its call slot; a lock another worker holds still sends its judgment the slow
+    way (it waits for that worker's cache entry and makes no call of its own)."""
+    engine = harness.build(redis_url=redis_url)
+    other = harness.build(redis_url=redis_url)  # a second "worker" sharing Redis
+    assert isinstance(engine.flight, RedisSingleFlight)
+    harness.sim.set_script({"latency": 0.2})
+    batches: list[int] = []
+    singles: list[str] = []
+    real_many, real_one = engine.flight.acquire_many, engine.flight.acquire
+
+    def acquire_many(keys: Any, lease_s: float) -> Any:
+        batches.append(len(keys))
+        return real_many(keys, lease_s)
+
+    def acquire(key: str, lease_s: float) -> Any:
+        singles.append(key)
+        return real_one(key, lease_s)
+
+    monkeypatch.setattr(engine.flight, "acquire_many", acquire_many)
+    monkeypatch.setattr(engine.flight, "acquire", acquire)
+    run_id = harness.create(
+        items=items(3), rubrics=["rsum-single"], judges=[harness.judge("openai-compatible")], aspects=["consistency"]
+    )
+    ids = harness.pending(run_id)
+    assert engine.judge_many(ids) == {"done": 6}
+    assert batches == [6] and singles == []
+    assert harness.calls() == 6
+    # an identical request whose lock the other worker holds: no call of this worker's own, the other's reply
+    harness.sim.reset()
+    again = _identical_runs(harness, 2)
+    held_by_other = functools.partial(other.judge, again[0])
+    waiting = functools.partial(engine.judge_many, [again[1]])
+    assert run_threads([held_by_other, waiting], 2) == ["done", {"done": 1}]
+    assert harness.calls() == 1

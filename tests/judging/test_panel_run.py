@@ -54,3 +54,40 @@ def test_two_judge_panel_and_alpha(harness: Harness) -> None:
     # the median of two members is their mean; a report may name its own members and aggregate
     median = build_report(frame, n_boot=10, panel=panel_settings(run.config, None, "median"))
     assert {r["judge"]: r["mean"] for r in median["scores"] if r["system"] == "y"}["panel"] == pytest.approx(40)
+
+
+def test_three_judge_panel_quorum_and_coverage(harness: Harness) -> None:
+    """Issue 28.4 on a real run: judge-c answers only item i1 and judge-b not (i3, y) (their other replies are
+    unparseable), so (i3, y) was judged by 1 of 3 members: below the default quorum (2 of 3) it is no panel verdict,
+    and the report says the panel covers 5 of 6 units. A run configured with quorum 1 takes judge-a's score."""
+    scores = {"judge-a": A, "judge-b": B, "judge-c": {k: 10 for k in A if k[0] == "i1"}}
+    rules: list[dict[str, object]] = []
+    for model, table in scores.items():
+        for item, system in A:
+            rule = {"name": f"{model}-{item}{system}", "model": f"^{model}$", "match": f"UNIT-{item}{system}\\b"}
+            answered = (item, system) in table and not (model == "judge-b" and (item, system) == ("i3", "y"))
+            rules.append({**rule, "score": table[item, system]} if answered else {**rule, "reply": "I cannot say."})
+    harness.sim.set_script({"rules": rules})
+    judges = [harness.judge("openai-compatible", m) for m in scores]
+    items = [dialogue_item(i, {s: f"Reply UNIT-{i}{s} about Rex." for s in ("x", "y")}) for i in ("i1", "i2", "i3")]
+    for quorum in (None, 1):
+        run_id = harness.run(
+            items=items, rubrics=["rsum-single"], judges=judges, aspects=["consistency"], panel={"quorum": quorum}
+        )
+        with session_scope() as session:
+            frame = repository.judgments_frame(session, run_id)
+            run = repository.get_run(session, run_id)
+            assert run is not None
+            panel = panel_settings(run.config)
+        assert sorted(frame["status"]) == ["done"] * 13 + ["unparseable"] * 5  # 6 + 5 + 2 done
+        report = build_report(frame, n_boot=50, panel=panel)
+        coverage = report["panel"]["coverage"]
+        scores_y = {r["judge"]: r for r in report["scores"] if r["system"] == "y"}
+        if quorum is None:
+            assert report["panel"]["quorum"] == 2 and coverage["quorum_rule"] == "majority"
+            assert (coverage["n_units"], coverage["n_verdicts"], coverage["n_below_quorum"]) == (6, 5, 1)
+            assert scores_y["panel"]["n"] == 2  # (i3, y) is left out of the panel's scores
+            assert scores_y["panel"]["mean"] == pytest.approx(((40 + 40 + 10) / 3 + (50 + 30) / 2) / 2)
+        else:
+            assert report["panel"]["quorum"] == 1 and coverage["n_verdicts"] == 6 and coverage["coverage"] == 1.0
+            assert scores_y["panel"]["n"] == 3

@@ -144,3 +144,28 @@ def test_a_limit_hit_slows_the_run_down_instead_of_failing_it(harness: Harness) 
     assert all(r.status == "done" for r in rows)
     assert sorted(float(r.score or 0) for r in rows) == [60.0 + k for k in range(8)]
     assert harness.sim.stats()["by_status"].get("429", 0) >= 1  # the provider's limit was hit, and survived
+
+
+def test_an_unlimited_judge_reads_the_shared_pause_at_most_every_check_interval(redis_url: str) -> None:
+    from workers import ratelimit
+
+    first = RedisRateLimiter(redis.Redis.from_url(redis_url))
+    second = RedisRateLimiter(redis.Redis.from_url(redis_url))
+    reads = 0
+    paused_script = second._paused
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return paused_script(*args, **kwargs)
+
+    second._paused = counted  # type: ignore[assignment]
+    started = time.monotonic()
+    while time.monotonic() - started < 0.35:
+        assert second.acquire("openai:gpt-4o", Limit(), tokens=10) == 0
+    assert 1 <= reads <= 0.35 / ratelimit.PAUSE_CHECK_S + 2  # not one round trip per call
+    first.pause("openai:gpt-4o", 0.6)  # another worker got a 429
+    time.sleep(ratelimit.PAUSE_CHECK_S)
+    with Timer() as timer:
+        second.acquire("openai:gpt-4o", Limit(), tokens=10)
+    assert 0.3 <= timer.elapsed <= 0.9  # seen within the check interval and waited out

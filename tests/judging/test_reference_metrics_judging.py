@@ -3,6 +3,8 @@ by the worker without a provider call, stored as judgments of the ``reference`` 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from judge_api import repository
@@ -11,7 +13,8 @@ from judge_api.planning import PlanError, plan_run
 from judge_api.reference_metrics import lexical_metrics
 from judge_api.rubrics import get_registry
 from judge_api.schemas import RunCreate
-from judge_api.stats.report import build_report, report_to_table
+from judge_api.stats.render import report_to_table
+from judge_api.stats.report import build_report
 
 from .harness import Harness, dialogue_item
 
@@ -115,3 +118,32 @@ def test_bertscore_needs_a_local_model(harness: Harness, tmp_path) -> None:
     (row, *_) = [r for r in harness.rows(run_id) if r.judge == "reference"]
     assert row.status == "failed" and row.error is not None
     assert "not a local model directory" in row.error and "never downloads" in row.error
+
+
+def test_a_reference_only_run_has_no_rubric_no_call_and_no_cost(harness: Harness) -> None:
+    """Issue 26.1: judges ['reference'] and no rubric is a run of the reference metrics alone (old: a 422)."""
+    run_id = harness.run(items=items(), judges=["reference"], metrics=["f1", "bleu-1"])
+    rows = harness.rows(run_id)
+    assert len(rows) == 2 * 2 * 2 and {r.judge for r in rows} == {"reference"}  # items with a reference x systems
+    assert all(r.status == "done" and r.provider_calls == 0 and r.cost_usd == 0 for r in rows)
+    assert harness.calls() == 0
+    gold = next(r for r in rows if (r.item_key, r.system_a, r.aspect) == ("r1", "gold", "f1"))
+    assert gold.score == pytest.approx(lexical_metrics(CANDIDATES["gold"], REFERENCE)["f1"])
+    with session_scope() as session:
+        report = build_report(repository.judgments_frame(session, run_id), n_boot=50)
+    assert report["paper_table"]["metrics"] == ["f1", "bleu-1"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"judges": ["reference", "openai:gpt-4o"]}, "judges: 'reference' (the reference metrics) stands alone"),
+        ({"judges": ["reference"], "rubrics": ["rsum-single"]}, "rubrics: judges ['reference'] computes"),
+        ({"judges": ["reference"], "metrics": []}, "metrics: judges ['reference'] needs at least one"),
+        ({"judges": ["openai:gpt-4o"]}, "rubrics: name at least one rubric, or use judges ['reference']"),
+        ({"judges": ["reference"], "items": [dialogue_item("x", CANDIDATES)]}, "items: reference metrics need"),
+    ],
+)
+def test_reference_only_runs_refuse_what_they_cannot_do(body: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        RunCreate.model_validate({"items": items(), **body}).model_dump()

@@ -175,6 +175,7 @@ def test_export_then_import_gives_an_identical_report(api: TestClient, two_runs:
         "run_id": second,
         "items": 3,
         "judgments": 6,
+        "generations": 0,  # a run without systems
         "human_ratings": 1,
         "pending": 0,
         "cache_entries": 6,  # auth off: one cache for the deployment (tests/api/test_cache_isolation.py: with auth)

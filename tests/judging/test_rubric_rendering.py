@@ -265,6 +265,45 @@ def test_a_rubric_added_as_a_folder_is_listed_and_versioned(settings_env: pytest
     assert "my-politeness" in result.output and "tiny" in result.output and "rsum-single" in result.output
 
 
+def test_a_registry_max_age_skips_the_folder_walk_only_within_it(
+    settings_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Monitor ingestion takes the registry as looked at within the last second (get_registry(max_age_s=1)); a
+    caller without max_age_s still sees an edit at once, and a max_age_s caller sees it once the age has passed."""
+    from judge_api import rubrics
+
+    user_dir = tmp_path / "my-rubrics"
+    folder = _user_rubric(user_dir / "my-politeness")
+    settings_env.setenv("DJ_RUBRICS_PATH", str(user_dir))
+    reset_settings_cache()
+    first = get_registry().get("my-politeness").version
+    walks: list[list[Path]] = []
+    walk = rubrics._folder_signature
+
+    def counted_walk(dirs: list[Path]) -> tuple[tuple[str, int, int], ...]:
+        walks.append(dirs)
+        return walk(dirs)
+
+    settings_env.setattr(rubrics, "_folder_signature", counted_walk)
+    clock = [rubrics.monotonic() + 1000.0]
+    settings_env.setattr(rubrics, "monotonic", lambda: clock[0])
+    get_registry()  # looked at now
+    assert len(walks) == 1
+
+    (folder / "prompt.j2").write_text("Rate {{ aspect_label }} of this response: {{ response }} as [[n]] (1-10).")
+    clock[0] += 0.5
+    assert get_registry(max_age_s=1.0).get("my-politeness").version == first  # within the age: not looked at
+    assert len(walks) == 1
+    second = get_registry().get("my-politeness").version  # no max_age_s: looked at, the edit is seen
+    assert second != first and len(walks) == 2
+    (folder / "prompt.j2").write_text("Rate {{ aspect_label }} of: {{ response }} as [[n]] from 1 to 10.")
+    clock[0] += 0.9
+    assert get_registry(max_age_s=1.0).get("my-politeness").version == second  # 0.9 s after the last look
+    clock[0] += 0.2
+    assert get_registry(max_age_s=1.0).get("my-politeness").version == first  # 1.1 s: looked at again
+    assert len(walks) == 3
+
+
 def test_get_v1_rubrics_lists_user_rubrics(settings_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 

@@ -143,9 +143,9 @@ def test_the_writer_writes_a_lone_verdict_at_once_and_groups_concurrent_ones(
     groups: list[int] = []
     real = claims.write_verdicts
 
-    def counting(engine: Any, verdicts: Any, cache_rows: Any = ()) -> list[bool]:
+    def counting(engine: Any, verdicts: Any, cache_rows: Any = (), stamp: Any = None) -> list[bool]:
         groups.append(len(verdicts))
-        return real(engine, verdicts, cache_rows)
+        return real(engine, verdicts, cache_rows, stamp)
 
     monkeypatch.setattr(claims, "write_verdicts", counting)
     flight = CountingFlight()
@@ -305,6 +305,30 @@ def test_a_failure_after_the_commit_resolves_every_future_and_the_writer_goes_on
     assert (rows[ids[0]].status, rows[ids[0]].score) == ("done", 40.0)
     assert (rows[ids[1]].status, rows[ids[1]].score) == ("done", 50.0)
     assert rows[ids[2]].status == "running"
+
+
+def test_a_failed_settle_step_still_counts_the_calls_of_a_lost_claim(db_harness: Harness) -> None:
+    """Issue 28.3: settling the stashes and counting a lost claim's calls were one step, so a settle that raised
+    skipped the count and the calls the lost claim paid for were never recorded."""
+    from workers.stash import LocalReplyStash
+
+    class SettleFails(LocalReplyStash):
+        def settle(self, *_: Any) -> None:
+            raise RuntimeError("stash exploded")
+
+    ids = make_run(db_harness, 1)
+    token_a, _ = claims.claim_many(get_engine(), ids, lease_s=600)
+    with session_scope() as session:  # A's lease lapses and B takes the judgment over
+        session.execute(update(Judgment).where(Judgment.id == ids[0]).values(claimed_at=utcnow().replace(year=2000)))
+    token_b, taken = claims.claim_many(get_engine(), ids, lease_s=600)
+    assert taken == set(ids)
+    writer = VerdictWriter(get_engine(), LocalSingleFlight(), linger_s=0.0, max_group=64, stash=SettleFails())
+    assert writer.submit(VerdictWrite(ids[0], token_b, {**done(60.0), "cost_usd": 0.5})).result(timeout=10) is True
+    lost = writer.submit(VerdictWrite(ids[0], token_a, {**done(70.0), "provider_calls": 2, "cost_usd": 0.25}))
+    assert lost.result(timeout=10) is False
+    with session_scope() as session:
+        row = session.execute(select(Judgment).where(Judgment.id == ids[0])).scalar_one()
+    assert (row.status, row.score, row.provider_calls, row.cost_usd) == ("done", 60.0, 3, 0.75)
 
 
 def test_a_permanent_database_error_reaches_the_caller_instead_of_being_retried_forever(

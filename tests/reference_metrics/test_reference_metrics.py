@@ -13,6 +13,7 @@ import math
 import pytest
 
 from judge_api.reference_metrics import bleu, lexical_metrics, normalize_answer, token_f1
+from judge_api.reference_tokens import resolve
 
 # candidate, reference, normalised candidate, F1, BLEU-1, BLEU-2 (ParlAI's outputs)
 CASES = [
@@ -61,6 +62,19 @@ def test_metrics_match_parlai(
     assert bleu(candidate, reference, 1) == pytest.approx(bleu1, rel=1e-12, abs=0)
     assert bleu(candidate, reference, 2) == pytest.approx(bleu2, rel=1e-12, abs=0)
     assert lexical_metrics(candidate, reference) == pytest.approx({"f1": f1, "bleu-1": bleu1, "bleu-2": bleu2})
+
+
+@pytest.mark.parametrize(("candidate", "reference", "normalised", "f1", "bleu1", "bleu2"), CASES)
+def test_english_figures_under_auto_are_parlais(
+    candidate: str, reference: str, normalised: str, f1: float, bleu1: float, bleu2: float
+) -> None:
+    """The pinned ParlAI cases: auto resolves to whitespace and gives the same floats, bit for bit; char gives
+    them too (none of these texts has a CJK character or non-ASCII punctuation)."""
+    assert resolve("auto", reference) == "whitespace"
+    auto = lexical_metrics(candidate, reference, tokenize="auto")
+    assert auto == lexical_metrics(candidate, reference, tokenize="whitespace")
+    assert auto == pytest.approx({"f1": f1, "bleu-1": bleu1, "bleu-2": bleu2}, rel=1e-12, abs=0)
+    assert lexical_metrics(candidate, reference, tokenize="char") == auto
 
 
 @pytest.mark.parametrize(

@@ -86,3 +86,28 @@ def test_items_come_back_as_submitted_and_filtered_by_key(store_run: StoreRun) -
         only = repository.get_items(session, run_id, ["i2"])
     assert [i["id"] for i in everything] == ["i1", "i2"]
     assert [i["id"] for i in only] == ["i2"] and only[0]["candidates"] == {"a": "p", "b": "q"}
+
+
+def test_item_references_and_the_reference_versions_a_run_is_stored_with(store_run: StoreRun) -> None:
+    """Issue 26.5: the report reads each item's reference out of the stored payload (JSON on either database), and
+    create_run stores the reference metrics' definition of every version the plan uses (auto: one per script)."""
+    quoted = '记得，"你的"小猎犬叫雷克斯！\n'
+    run_id = store_run(
+        items=[
+            item("zh", {"a": "你的狗叫雷克斯。"}, reference=quoted),
+            item("en", {"a": "Rex."}, reference="Your beagle is called Rex."),
+            item("none", {"a": "Rex."}),
+            item("blank", {"a": "Rex."}, reference=""),
+        ],
+        metrics=["f1"],
+    )
+    with session_scope() as session:
+        assert repository.item_references(session, run_id) == {"zh": quoted, "en": "Your beagle is called Rex."}
+        versions = session.scalars(
+            select(Judgment.rubric_version).where(Judgment.run_id == run_id, Judgment.judge == "reference")
+        ).all()
+        stored = session.scalars(
+            select(RubricSnapshot.version).where(RubricSnapshot.rubric_id == "reference-metrics")
+        ).all()
+    assert sorted(versions) == ["parlai-nltk-1", "parlai-nltk-1.tok-char"]
+    assert sorted(stored) == ["parlai-nltk-1", "parlai-nltk-1.tok-char"]

@@ -123,3 +123,70 @@ def test_help_lists_the_simulator_options_under_the_subcommand_name() -> None:
     assert result.returncode == 0
     assert result.stdout.startswith("usage: dialogue-judge simulator")
     assert "--script FILE" in result.stdout and "--seed SEED" in result.stdout
+
+
+def _example_calls() -> list[tuple[str, dict[str, Any], str, str, str | None, dict[str, Any]]]:
+    """Every shipped rubric on the bundled example items, as a run judges them: each system (memory texts for the
+    fact-level rubrics) and aspect, pairwise against the ``generic`` baseline in both orders as README's command
+    does, in text mode and, for the rubrics that have one, with structured output."""
+    from judge_api.rubrics import get_registry
+
+    registry = get_registry()
+    items = [
+        json.loads(line)
+        for name in ("msc-demo.jsonl", "msc-memory-audit.jsonl")
+        for line in (REPO_ROOT / "examples" / name).read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    calls: list[tuple[str, dict[str, Any], str, str, str | None, dict[str, Any]]] = []
+    for rubric_id in sorted(p.name for p in (REPO_ROOT / "rubrics").iterdir() if (p / "rubric.yaml").is_file()):
+        rubric = registry.get(rubric_id)
+        modes = [{}, {"structured_output": True}] if rubric.structured_output else [{}]
+        for item in items:
+            candidates = item["candidates"]
+            for system in sorted(candidates):
+                if rubric.kind == "pairwise" and (system == "generic" or "generic" not in candidates):
+                    continue
+                pairs = (
+                    [(candidates[system], candidates["generic"]), (candidates["generic"], candidates[system])]
+                    if rubric.kind == "pairwise"
+                    else [(candidates[system], None)]
+                )
+                for aspect in rubric.aspects:
+                    for params in modes:
+                        calls += [(rubric_id, item, aspect.name, first, second, params) for first, second in pairs]
+    return calls
+
+
+def test_the_example_script_answers_every_shipped_rubric_in_its_format(example_server: str) -> None:
+    """Issue 26.2: README's simulator script gave 24/24 unparseable rsum-pairwise verdicts. Every shipped rubric,
+    sent through the service's own prompt rendering, judge client and parsers, now gets a parseable verdict."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from judge_api.cachekeys import request_options
+    from judge_api.config import Settings
+    from judge_api.judges import parse_judge
+    from judge_api.rubrics import get_registry
+    from workers.clients import JudgeRequest, OpenAIJudgeClient
+    from workers.prompting import parse_context, render
+    from workers.verdicts import parse_scored
+
+    registry = get_registry()
+    client = OpenAIJudgeClient(parse_judge(f"openai-compatible:sim-judge@{example_server}"), Settings())
+    calls = _example_calls()
+
+    def judge_one(call: tuple[str, dict[str, Any], str, str, str | None, dict[str, Any]]) -> str | None:
+        rubric_id, item, aspect, first, second, params = call
+        rubric = registry.get(rubric_id)
+        request = JudgeRequest(
+            messages=render(rubric, item, aspect, first, second).messages, **request_options(rubric, params, 0)
+        )
+        parsed = parse_scored(client.complete(request), rubric, request, parse_context(rubric, item, first))
+        return None if parsed.ok else f"{rubric_id} {item['id']} {aspect} {params}: {parsed.error}"
+
+    with ThreadPoolExecutor(16) as pool:
+        failures = [f for f in pool.map(judge_one, calls) if f is not None]
+    judged = {call[0] for call in calls}
+    assert judged == {p.name for p in (REPO_ROOT / "rubrics").iterdir() if (p / "rubric.yaml").is_file()}
+    assert len([c for c in calls if c[0] == "rsum-pairwise"]) == 24  # the issue's 24 of 24
+    assert failures == []

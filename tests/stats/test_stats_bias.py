@@ -207,10 +207,55 @@ def test_thresholds_are_configurable_and_validated() -> None:
     rep = B.bias_report(df, thresholds=B.BiasThresholds(position_bias_max_deviation=0.4))
     assert "position_bias" not in [f["name"] for f in rep["flags"]]
     assert rep["thresholds"]["position_bias_max_deviation"] == 0.4
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"swap_flip_rate_max: must be within \[0, 1\], got 2.0"):
         B.BiasThresholds(swap_flip_rate_max=2.0)
+    with pytest.raises(ValueError, match="min_n: must be >= 1"):
+        B.BiasThresholds(min_n=0)
+    with pytest.raises(ValueError, match="min_n: must be an integer"):
+        B.BiasThresholds(min_n=2.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="failure_rate_max: must be a number"):
+        B.BiasThresholds(failure_rate_max="0.1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="length_win_rate_max"):
+        B.BiasThresholds(length_win_rate_max=float("nan"))
 
 
 def test_empty_frame_has_no_figures_and_no_flags() -> None:
     rep = B.bias_report(single_rows([]))
     assert rep["per_judge"] == {} and rep["flags"] == []
+
+
+def length_flags(rep: dict) -> list[dict]:
+    return [f for f in rep["flags"] if f["name"] == "length_score_correlation"]
+
+
+def test_a_planted_length_score_correlation_is_flagged_and_explained() -> None:
+    """Issue 27.7: on a single-mode run score and length correlated at rho = 0.84 and the report said "No bias
+    flags". A correlation above the threshold with at least min_n scores is flagged, saying what it means."""
+    rng = np.random.default_rng(27)
+    lengths = rng.uniform(50, 800, 40)
+    scores = np.clip(np.round(10 + lengths / 10 + rng.normal(0, 8, 40)), 1, 100)  # score follows length
+    rep = B.bias_report(single_rows(list(scores), lengths=list(lengths)))
+    rho = rep["per_judge"]["openai:gpt-4o"]["length"]["score_length_spearman"]
+    assert rho > 0.8
+    (flag,) = length_flags(rep)
+    assert flag["value"] == pytest.approx(rho) and flag["threshold"] == 0.5
+    assert "reward length" in flag["message"] and "AlpacaEval" in flag["message"] and "40 scores" in flag["message"]
+    # a judge that rewards brevity is flagged too
+    (short,) = length_flags(B.bias_report(single_rows(list(scores), lengths=list(-lengths + 900))))
+    assert short["value"] < -0.8 and "reward brevity" in short["message"]
+
+
+def test_no_length_score_correlation_is_not_flagged() -> None:
+    rng = np.random.default_rng(7)
+    lengths = rng.uniform(50, 800, 40)
+    scores = rng.integers(1, 101, 40).astype(float)  # independent of length
+    rep = B.bias_report(single_rows(list(scores), lengths=list(lengths)))
+    assert abs(rep["per_judge"]["openai:gpt-4o"]["length"]["score_length_spearman"]) < 0.3
+    assert length_flags(rep) == []
+
+
+def test_a_length_score_correlation_on_too_few_scores_is_not_flagged() -> None:
+    lengths = [100.0 * i for i in range(1, 11)]
+    scores = [float(i) for i in range(1, 11)]  # rho = 1, but only 10 scores
+    assert length_flags(B.bias_report(single_rows(scores, lengths=lengths))) == []
+    assert length_flags(B.bias_report(single_rows(scores, lengths=lengths), thresholds=B.BiasThresholds(min_n=10)))

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from judge_api.stats.facts import FACT_COLUMNS, facts_section
+from judge_api.stats.render import report_to_table
 
 
 def labels(*judgments: tuple[int, str, str, int, str, list[tuple[str, str, str]]]) -> pd.DataFrame:
@@ -34,7 +35,15 @@ CASES = [
             (1, "a", "x", 0, "done", [("f1", "persona.user", C), ("f2", "persona.bot", S)]),
             (2, "b", "x", 0, "done", [("f1", "session 1", S), ("f2", "memory", N)]),
         ),
-        {"contradiction_rate": 0.25, "retention_rate": 2 / 3, "n_items": 2, "n_responses": 2, "n_unparseable": 0},
+        {
+            "contradiction_rate": 0.25,
+            "retention_rate": 2 / 3,
+            "n_items": 2,
+            "n_responses": 2,
+            "n_unparseable": 0,
+            "n_na": 0,
+            "addressed_rate": 1.0,
+        },
     ),
     # two samples of item a (rates 1 and 0 -> 0.5), item b rate 0 -> 0.25; retention 1 / 2
     (
@@ -43,12 +52,28 @@ CASES = [
             (2, "a", "x", 1, "done", [("f1", "persona.user", S)]),
             (3, "b", "x", 0, "done", [("f1", "persona.user", N)]),
         ),
-        {"contradiction_rate": 0.25, "retention_rate": 0.5, "n_items": 2, "n_responses": 3, "n_unparseable": 0},
+        {
+            "contradiction_rate": 0.25,
+            "retention_rate": 0.5,
+            "n_items": 2,
+            "n_responses": 3,
+            "n_unparseable": 0,
+            "n_na": 1,
+            "addressed_rate": 2 / 3,
+        },
     ),
     # an empty sheet is rate 0, nothing addressed: retention None; an unparseable judgment is counted apart
     (
         labels((1, "a", "x", 0, "done", []), (2, "b", "x", 0, "unparseable", [])),
-        {"contradiction_rate": 0.0, "retention_rate": None, "n_items": 1, "n_responses": 1, "n_unparseable": 1},
+        {
+            "contradiction_rate": 0.0,
+            "retention_rate": None,
+            "n_items": 1,
+            "n_responses": 1,
+            "n_unparseable": 1,
+            "n_na": 1,
+            "addressed_rate": None,
+        },
     ),
 ]
 
@@ -64,6 +89,30 @@ def test_rates(frame: pd.DataFrame, expected: dict[str, Any]) -> None:
         assert row["retention_rate_ci_low"] is None and row["retention_rate_ci_high"] is None
     else:
         assert row["retention_rate_ci_low"] <= row["retention_rate"] <= row["retention_rate_ci_high"]
+
+
+def test_a_response_addressing_nothing_is_na_and_lowers_the_addressed_rate() -> None:
+    """System x answers "tell me more!" on items a and b (every fact not addressed); system y uses the facts and gets
+    one wrong. x's contradiction rate (0) beats y's; its addressed rate (0 against 1) says why."""
+    frame = labels(
+        (1, "a", "x", 0, "done", [("f1", "persona.user", N), ("f2", "persona.bot", N)]),
+        (2, "b", "x", 0, "done", [("f1", "persona.user", N)]),
+        (3, "c", "x", 0, "done", [("f1", "persona.user", S)]),
+        (4, "a", "y", 0, "done", [("f1", "persona.user", S), ("f2", "persona.bot", C)]),
+        (5, "b", "y", 0, "done", [("f1", "persona.user", S)]),
+        (6, "c", "y", 0, "done", [("f1", "persona.user", S)]),
+    )
+    section = facts_section(frame, n_boot=300, seed=2)
+    assert section is not None
+    rows = {r["system"]: r for r in section["systems"]}
+    assert rows["x"]["n_na"] == 2 and rows["y"]["n_na"] == 0
+    assert rows["x"]["addressed_rate"] == pytest.approx(1 / 3) and rows["y"]["addressed_rate"] == 1.0
+    assert rows["x"]["contradiction_rate"] < rows["y"]["contradiction_rate"]
+    low, high = rows["x"]["addressed_rate_ci_low"], rows["x"]["addressed_rate_ci_high"]
+    assert 0.0 <= low <= 1 / 3 <= high <= 1.0 and low < high
+    assert rows["y"]["addressed_rate_ci_low"] == rows["y"]["addressed_rate_ci_high"] == 1.0
+    text = report_to_table({"facts": section})
+    assert "addressed rate" in text and "score n/a" in text
 
 
 def test_most_contradicted_and_determinism() -> None:

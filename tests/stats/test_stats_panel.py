@@ -7,8 +7,15 @@ from fractions import Fraction
 import pandas as pd
 import pytest
 
-from judge_api.stats.panel import inter_judge_agreement, judges_vs_humans, panel_rows, with_panel
-from judge_api.stats.report import build_report, report_to_markdown
+from judge_api.stats.panel import (
+    inter_judge_agreement,
+    judges_vs_humans,
+    panel_coverage,
+    panel_rows,
+    with_panel,
+)
+from judge_api.stats.render import report_to_markdown, report_to_table
+from judge_api.stats.report import build_report
 
 # item scores of two judges on a 1-100 scale (consistency); the panel mean is their average per (item, system)
 A = {("i1", "x"): 80, ("i1", "y"): 40, ("i2", "x"): 70, ("i2", "y"): 50, ("i3", "x"): 90, ("i3", "y"): 30}
@@ -104,8 +111,10 @@ def test_pairwise_majority_of_order_combined_outcomes() -> None:
         pair_row("p2", "judge-b", "ba", "loss"),
         pair_row("p2", "judge-c", "ab", "loss"),
         pair_row("p2", "judge-c", "ba", "loss"),
-        # item p3: only judge-b judged it (one order): its outcome is the panel's
+        # item p3: judge-b (one order) and judge-c judged it, both a loss: 2 of 3 members, the quorum
         pair_row("p3", "judge-b", "ab", "loss"),
+        pair_row("p3", "judge-c", "ab", "loss"),
+        pair_row("p3", "judge-c", "ba", "loss"),
     ]
     panel = panel_rows(pd.DataFrame(rows), ["judge-a", "judge-b", "judge-c"])
     assert dict(zip(panel["item_id"], panel["outcome"], strict=True)) == {"p1": "win", "p2": "tie", "p3": "loss"}
@@ -166,3 +175,81 @@ def test_report_shows_panel_and_inter_judge_agreement() -> None:
     assert "panel" not in report["bias"]["per_judge"]
     full, rows = with_panel(single_frame(), ["judge-a", "judge-b"])
     assert len(full) == 12 + 6 and len(rows) == 6
+
+
+# --- quorum (issue 28.4) ------------------------------------------------------------------------------------------
+THREE = ["judge-a", "judge-b", "judge-c"]
+
+
+def three_judge_frame() -> pd.DataFrame:
+    """judge-a and judge-b score every (item, system); judge-c only i1 (it failed on the others); on (i3, y)
+    judge-b failed too, so judge-a alone scored it."""
+    frame = single_frame()
+    third = frame[(frame["judge"] == "judge-a")].assign(judge="judge-c", score=10)
+    third.loc[third["item_id"] != "i1", ["status", "score"]] = ["failed", None]
+    frame.loc[(frame["judge"] == "judge-b") & (frame["item_id"] == "i3") & (frame["system_a"] == "y"), "status"] = (
+        "failed"
+    )
+    return pd.concat([frame, third], ignore_index=True)
+
+
+def test_a_unit_judged_by_one_of_three_members_is_not_a_panel_verdict() -> None:
+    rows = panel_rows(three_judge_frame(), THREE, "mean")
+    got = {(r.item_id, r.system_a): r.score for r in rows.itertuples()}
+    # (i3, y): only judge-a (1 of 3) -> below the default quorum (2 of 3): no panel verdict, not judge-a's 30
+    assert ("i3", "y") not in got
+    assert got["i1", "x"] == pytest.approx((80 + 60 + 10) / 3) and got["i2", "x"] == pytest.approx(80)
+    assert len(got) == 5
+    # a configured quorum of 1 takes judge-a's score; a quorum of 3 keeps only item i1
+    one = panel_rows(three_judge_frame(), THREE, "mean", quorum=1)
+    assert {(r.item_id, r.system_a): r.score for r in one.itertuples()}["i3", "y"] == 30
+    assert set(panel_rows(three_judge_frame(), THREE, quorum=3)["item_id"]) == {"i1"}
+
+
+def test_pairwise_quorum_and_an_even_split_with_a_member_missing() -> None:
+    rows = []
+    for item, votes in {
+        "q1": {"judge-a": "win"},  # 1 of 3: below the quorum
+        "q2": {"judge-a": "win", "judge-b": "loss"},  # 2 of 3 split evenly, judge-c missing: not a tie
+        "q3": {"judge-a": "win", "judge-b": "tie"},  # 2 of 3, sum +1: a win
+        "q4": {"judge-a": "tie", "judge-b": "tie"},  # 2 of 3 agreeing on a tie: a tie
+    }.items():
+        for judge, outcome in votes.items():
+            rows += [pair_row(item, judge, order, outcome) for order in ("ab", "ba")]
+    # judge-c was asked and failed on every item
+    rows += [
+        {**pair_row(item, "judge-c", "ab", "win"), "status": "failed", "outcome": None}
+        for item in ["q1", "q2", "q3", "q4"]
+    ]
+    frame = pd.DataFrame(rows)
+    panel = panel_rows(frame, THREE)
+    assert dict(zip(panel["item_id"], panel["outcome"], strict=True)) == {"q3": "win", "q4": "tie"}
+    coverage = panel_coverage(frame, THREE)
+    assert coverage["quorum"] == 2 and coverage["quorum_rule"] == "majority"
+    (row,) = coverage["by_aspect"]
+    assert (row["n_units"], row["n_verdicts"], row["n_below_quorum"], row["n_split"]) == (4, 2, 1, 1)
+    assert row["coverage"] == 0.5 and coverage["coverage"] == 0.5
+    # all members present and split evenly is the configured rule's tie
+    full = [pair_row("q5", j, o, v) for j, v in (("judge-a", "win"), ("judge-b", "loss")) for o in ("ab", "ba")]
+    assert list(panel_rows(pd.DataFrame(full), ["judge-a", "judge-b"])["outcome"]) == ["tie"]
+
+
+def test_report_shows_coverage_and_uses_only_quorate_units() -> None:
+    report = build_report(three_judge_frame(), n_boot=50)
+    panel = report["panel"]
+    assert panel["members"] == THREE and panel["quorum"] == 2
+    coverage = panel["coverage"]
+    assert (coverage["n_units"], coverage["n_verdicts"], coverage["n_below_quorum"]) == (6, 5, 1)
+    assert coverage["coverage"] == pytest.approx(5 / 6)
+    scores = {(r["system"], r["judge"]): r for r in report["scores"]}
+    # the panel's y scores stand on i1 and i2 only: (i3, y) is below the quorum
+    assert scores["y", "panel"]["n"] == 2
+    assert scores["y", "panel"]["mean"] == pytest.approx(((40 + 40 + 10) / 3 + 40) / 2)
+    paired = {(r["judge"], r["system_x"], r["system_y"]): r for r in report["paired"]}
+    assert paired["panel", "x", "y"]["n_pairs"] == 2
+    for text in (report_to_markdown(report), report_to_table(report)):
+        assert "quorum 2 of 3" in text and "coverage 5/6 units (83.3 %)" in text
+        assert "panel (coverage 5/6 units (83.3 %))" in text
+    configured = build_report(three_judge_frame(), n_boot=50, panel={"quorum": 1})
+    assert configured["panel"]["quorum"] == 1 and configured["panel"]["coverage"]["coverage"] == 1.0
+    assert configured["panel"]["coverage"]["quorum_rule"] == "configured"

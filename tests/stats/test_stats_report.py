@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from judge_api.stats import frames as F
-from judge_api.stats.report import SECTIONS, agreement_to_table, build_report, report_to_markdown, report_to_table
+from judge_api.stats.render import agreement_to_table, report_to_markdown, report_to_table
+from judge_api.stats.report import SECTIONS, build_report
 from judge_api.stats.synthetic import SYSTEM_QUALITY, synthetic_judgments
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dialogue_judge import cli
+from dialogue_judge.cli import app, submit
 from judge_api.config import REPO_ROOT
 from judge_api.schemas import RunCreate
 
@@ -27,7 +27,7 @@ class FakeClient:
 @pytest.fixture
 def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     fake = FakeClient()
-    monkeypatch.setattr(cli, "api_client", lambda api, api_key: fake)
+    monkeypatch.setattr(submit, "api_client", lambda api, api_key: fake)
     return fake
 
 
@@ -37,7 +37,7 @@ def test_adaptive_flags_make_an_adaptive_request(client: FakeClient) -> None:
         "--pairing", "adaptive", "--confidence", "0.9", "--max-calls", "40", "--top-k", "1",
         "--samples", "adaptive", "--max-samples", "4", "--temperature", "0.7",
     ]  # fmt: skip
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     (body,) = client.bodies
     assert body["pairing"] == "adaptive" and body["adaptive"] == {"confidence": 0.9, "max_calls": 40, "top_k": 1}
@@ -47,7 +47,7 @@ def test_adaptive_flags_make_an_adaptive_request(client: FakeClient) -> None:
 
 
 def test_without_adaptive_flags_the_request_is_unchanged(client: FakeClient) -> None:
-    result = CliRunner().invoke(cli.app, [*BASE, "--samples", "3", "--temperature", "0.5"])
+    result = CliRunner().invoke(app, [*BASE, "--samples", "3", "--temperature", "0.5"])
     assert result.exit_code == 0, result.output
     (body,) = client.bodies
     assert body["pairing"] == "all" and "adaptive" not in body and body["options"]["samples"] == 3
@@ -63,7 +63,7 @@ def test_without_adaptive_flags_the_request_is_unchanged(client: FakeClient) -> 
     ],
 )
 def test_bad_adaptive_flags_exit_2(client: FakeClient, extra: list[str], message: str) -> None:
-    result = CliRunner().invoke(cli.app, [*BASE, *extra])
+    result = CliRunner().invoke(app, [*BASE, *extra])
     assert result.exit_code == 2
     assert message in result.output
     assert client.bodies == []

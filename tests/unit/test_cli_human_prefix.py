@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dialogue_judge import cli
+from dialogue_judge.cli import app, reports
+from dialogue_judge.client import ApiError
 
 
 class FakeClient:
@@ -21,13 +22,13 @@ class FakeClient:
 
     def report(self, run_id: str, n_boot: int = 1000, **params: Any) -> dict[str, Any]:
         self.calls.append((f"/v1/runs/{run_id}/report", {k: v for k, v in params.items() if v is not None}))
-        raise cli.ApiError(409, "stop here: the request is what this test checks")
+        raise ApiError(409, "stop here: the request is what this test checks")
 
 
 @pytest.fixture
 def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     fake = FakeClient()
-    monkeypatch.setattr(cli, "api_client", lambda api, api_key: fake)
+    monkeypatch.setattr(reports, "api_client", lambda api, api_key: fake)
     return fake
 
 
@@ -41,7 +42,7 @@ def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     ],
 )
 def test_human_prefix_reaches_the_api(client: FakeClient, args: list[str], path: str, params: dict[str, Any]) -> None:
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code in (0, 2), result.output  # the fake report answers 409: exit 2 after the request
     [(called_path, called)] = client.calls
     assert called_path == path and called.get("human_prefix") == params.get("human_prefix")

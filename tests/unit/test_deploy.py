@@ -128,3 +128,22 @@ def test_metric_names_follow_prometheus_conventions() -> None:
     assert len(defined) == len(families)
     for metric in defined:  # bounded label sets: never a run or judgment id
         assert set(metric._labelnames) <= {"judge", "status", "outcome", "kind", "direction"}, metric._name
+
+
+def test_the_monitor_alert_rule_ships_and_names_the_gauge() -> None:
+    """deploy/prometheus-alerts.yml is mounted where prometheus.yml loads it, and its rule reads the gauge the API
+    exports (judge_api/metrics.py AlertCollector)."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    mounts = {
+        m.split(":")[1]: ROOT / m.split(":")[0]
+        for m in compose["services"]["prometheus"]["volumes"]
+        if m.startswith("./")
+    }
+    config = yaml.safe_load(mounts["/etc/prometheus/prometheus.yml"].read_text())
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    rules = yaml.safe_load(mounts["/etc/prometheus/alerts.yml"].read_text())
+    (rule,) = [r for group in rules["groups"] for r in group["rules"]]
+    assert "dialogue_judge_monitor_alert" in rule["expr"] and rule["expr"].endswith("== 1")
+    assert {"monitor", "rule"} <= set(rule["expr"].split("(")[1].split(")")[0].replace(" ", "").split(","))
+    source = (ROOT / "judge_api" / "metrics.py").read_text()
+    assert '"dialogue_judge_monitor_alert"' in source and 'labels=["monitor", "monitor_name", "rule"]' in source

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from judge_api.judges import parse_judge
+from judge_api.pricing import unpriced_budget_refusal
 from workers.pricing import Usage, bill, list_price_usage, load_prices, parse_prices, price_usage
 
 M = 1_000_000
@@ -105,3 +108,95 @@ def test_bad_table_says_where(raw: dict, needle: str) -> None:
 def test_shipped_table_says_when_prices_were_taken() -> None:
     text = (Path(__file__).resolve().parents[2] / "workers" / "prices.yaml").read_text()
     assert "PRICES TAKEN 2026-11-25" in text and "check" in text
+
+
+# models the installed SDKs list that the shipped table leaves out on purpose (their prices were not known)
+SDK_MODELS_NOT_PRICED = [
+    "openai:gpt-5.3-chat-latest",
+    "openai:gpt-5.4",
+    "openai:gpt-5.4-mini",
+    "openai:gpt-5.5-2026-04-23",
+    "anthropic:claude-opus-4-7",
+    "anthropic:claude-opus-4-8",
+    "anthropic:claude-sonnet-5",
+    "anthropic:claude-opus-5-5",
+]
+
+
+@pytest.mark.parametrize("judge", SDK_MODELS_NOT_PRICED)
+def test_a_model_the_table_leaves_out_is_unpriced(judge: str) -> None:
+    table = load_prices()
+    assert not table.is_priced(parse_judge(judge))
+    refusal = unpriced_budget_refusal([judge, "openai:gpt-5.2"], table, "budget_usd")
+    assert refusal is not None and repr(judge) in refusal and "budget_usd" in refusal
+    assert "gpt-5.2" not in refusal  # only the unpriced judge is named
+
+
+@pytest.mark.parametrize(
+    "judge",
+    [
+        "openai:gpt-5.2",
+        "openai:gpt-4o-2024-08-06",
+        "anthropic:claude-sonnet-4-6",
+        "local:smollm2",
+        "openai-compatible:llama3.1:8b@http://127.0.0.1:11434/v1",
+    ],
+)
+def test_listed_models_and_self_hosted_judges_are_priced(judge: str) -> None:
+    table = load_prices()
+    assert table.is_priced(parse_judge(judge))
+    assert unpriced_budget_refusal([judge, "reference"], table, "budget_usd") is None
+
+
+def test_a_provider_given_rules_bills_so_its_unlisted_models_are_unpriced() -> None:
+    gateway = parse_judge("openai-compatible:llama-70b@https://gateway.example/v1")
+    assert parse_prices({"openai-compatible": {}}).is_priced(gateway)  # self-hosted: 0 is its price
+    billed = parse_prices({"rules": {"openai-compatible": {"batch": 1}}, "openai-compatible": {"llama-8b": [1, 2]}})
+    assert not billed.is_priced(gateway)
+    assert billed.is_priced(parse_judge("openai-compatible:llama-8b@https://gateway.example/v1"))
+
+
+def test_readme_names_only_models_the_table_prices() -> None:
+    """Every openai:/anthropic: judge README shows is in the shipped table (so its estimate and budget work)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    named = set(re.findall(r"\b((?:openai|anthropic):[a-z0-9][a-z0-9.-]*[a-z0-9])", readme))
+    assert "openai:gpt-5.2" in named  # the quick start's judge
+    table = load_prices()
+    assert sorted(j for j in named if not table.is_priced(parse_judge(j))) == []
+
+
+def test_threads_asking_together_for_a_new_table_parse_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's call slots start together: the first table must be parsed once, not once per slot (issue 26)."""
+    import threading
+    import time
+
+    from judge_api import pricing
+
+    table = tmp_path / "prices.yaml"
+    table.write_text("openai-compatible:\n  sim-judge: [1.0, 2.0]\n")
+    parsed: list[int] = []
+    real_parse = pricing.parse_prices
+
+    def slow_parse(raw: dict) -> pricing.PriceTable:
+        parsed.append(1)
+        time.sleep(0.05)  # the window the other threads arrive in
+        return real_parse(raw)
+
+    monkeypatch.setattr(pricing, "parse_prices", slow_parse)
+    start = threading.Barrier(8)
+    tables: list[pricing.PriceTable] = []
+
+    def ask() -> None:
+        start.wait()
+        tables.append(pricing.load_prices(str(table)))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(parsed) == 1 and len(tables) == 8 and all(t is tables[0] for t in tables)
+    # an edit is read again at the next call
+    table.write_text("openai-compatible:\n  sim-judge: [3.0, 4.0]\n")
+    os.utime(table, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    assert pricing.load_prices(str(table)) is not tables[0] and len(parsed) == 2

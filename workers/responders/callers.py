@@ -1,6 +1,6 @@
 """The systems under test a responder string names (judge_api.responders), each answering one item.
 
-Every call goes through the judge path's machinery (workers.execute.call_with_retries): the rate limit of the
+Every call goes through the judge path's machinery (workers.retries.call_with_retries): the rate limit of the
 model or endpoint (``DJ_RATE_LIMITS``), timeouts (``DJ_JUDGE_TIMEOUT``), bounded retries with back-off and
 ``Retry-After`` (``DJ_MAX_ATTEMPTS``). A failure is an ``Answer`` with the reason, never an empty response.
 """
@@ -22,10 +22,12 @@ from judge_api.config import Settings
 from judge_api.judges import JudgeSpec
 from judge_api.responders import ResponderSpec, ResponderSpecError
 from judge_api.strategies import Strategy, StrategyError, StrategyRegistry
+from workers.billing import CallTally
 from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeRequest, client_for
-from workers.execute import CallTally, call_with_retries
 from workers.ratelimit import LocalRateLimiter, RateLimiter
 from workers.responders.pipeline import StrategyRunError, run_strategy
+from workers.retries import call_with_retries
+from workers.stash import ReplyStash
 
 
 @dataclass
@@ -54,6 +56,50 @@ class Responder(Protocol):
         ...
 
     def respond(self, item: dict[str, Any]) -> Answer: ...
+
+
+@dataclass
+class PaidReplies:
+    """The replies a generation's claim paid for, stashed (workers.stash) the moment each arrives and kept until the
+    generation is stored: the generation re-sent after a worker kill or a failed write takes them instead of calling
+    the model again (and records their calls, as the claim that stores the generation). Keys are the generation's
+    own (``gen:<id>:<request>``), so a reply is never another generation's."""
+
+    stash: ReplyStash
+    token: str
+    generation_id: int
+    keys: list[str] = field(default_factory=list)  # stashed replies this claim records
+
+    def _key(self, request_key: str) -> str:
+        return f"gen:{self.generation_id}:{request_key}"
+
+    def take(self, request_key: str, tally: CallTally) -> JudgeReply | None:
+        stashed = self.stash.take(self._key(request_key), self.token, self.generation_id)
+        if stashed is None:
+            return None
+        if stashed.counted_here:
+            tally.provider_calls += stashed.provider_calls
+            tally.attempts += stashed.provider_calls
+            self.keys.append(self._key(request_key))
+        return stashed.reply
+
+    def stasher(self, request_key: str, tally: CallTally) -> Callable[[JudgeReply], None]:
+        """What ``call_with_retries`` calls with the reply the moment it arrives (before the call is counted)."""
+        before = tally.provider_calls
+
+        def stash_now(reply: JudgeReply) -> None:
+            key = self._key(request_key)
+            self.stash.put(key, reply, tally.provider_calls - before + 1, 0.0, self.token, self.generation_id)
+            self.keys.append(key)
+
+        return stash_now
+
+    def settle(self, written: bool) -> None:
+        """The generation is stored (``written``) or another claim stored it: the stashes are no longer needed."""
+        if written:
+            self.stash.settle([(key, self.token) for key in self.keys])
+        else:  # whoever stored it took over what it needed; the lost claim's calls are not recorded (as before)
+            self.stash.release_lost(self.keys, self.token)
 
 
 class CallCache:
@@ -99,11 +145,13 @@ class ChatResponder:
         cache: CallCache,
         client_factory: Callable[[JudgeSpec, Settings], JudgeClient] = client_for,
         max_tokens: int | None = None,
+        paid: PaidReplies | None = None,
     ) -> None:
         assert spec.model is not None
         self.spec, self.strategy, self.settings, self.limiter, self.cache = spec, strategy, settings, limiter, cache
         self.client_factory = client_factory
         self.max_tokens = max_tokens
+        self.paid = paid
 
     @property
     def version(self) -> str:
@@ -119,11 +167,20 @@ class ChatResponder:
                 messages, temperature=0.0, max_tokens=min(max_tokens, self.max_tokens or max_tokens), seed=0
             )
 
+            key = _request_key(model, request)
+
             def call() -> JudgeReply:
                 client = self.client_factory(model, self.settings)
-                return call_with_retries(client, model.key, request, self.settings, self.limiter, answer.tally)
+                stash = self.paid.stasher(key, answer.tally) if self.paid is not None else None
+                return call_with_retries(
+                    client, model.key, request, self.settings, self.limiter, answer.tally, on_reply=stash
+                )
 
-            reply, cached = self.cache.get_or_call(_request_key(model, request), call)
+            stashed = self.paid.take(key, answer.tally) if self.paid is not None else None
+            if stashed is not None:  # paid for by an earlier claim of this generation
+                answer.tally.add(stashed, from_cache=False)
+                return stashed.text
+            reply, cached = self.cache.get_or_call(key, call)
             answer.cached_calls += int(cached)
             answer.tally.add(reply, from_cache=cached)
             return reply.text
@@ -176,25 +233,30 @@ class _HttpCall:
 
 
 class HttpResponder:
-    def __init__(self, spec: ResponderSpec, settings: Settings, limiter: RateLimiter) -> None:
+    def __init__(
+        self, spec: ResponderSpec, settings: Settings, limiter: RateLimiter, paid: PaidReplies | None = None
+    ) -> None:
         assert spec.url is not None
         self.spec, self.settings, self.limiter = spec, settings, limiter
         self.client = httpx.Client(timeout=settings.judge_timeout_s)
+        self.paid = paid
 
     version = ""
 
     def respond(self, item: dict[str, Any]) -> Answer:
         assert self.spec.url is not None
         answer = Answer()
+        url = self.spec.url
+
+        reply = self.paid.take("http", answer.tally) if self.paid is not None else None  # paid for by an earlier claim
         try:
-            reply = call_with_retries(
-                _HttpCall(self.client, self.spec.url, item),
-                self.spec.key,
-                JudgeRequest([], max_tokens=0),
-                self.settings,
-                self.limiter,
-                answer.tally,
-            )
+            if reply is None:
+                stash = self.paid.stasher("http", answer.tally) if self.paid is not None else None
+                client = _HttpCall(self.client, url, item)
+                request = JudgeRequest([], max_tokens=0)
+                reply = call_with_retries(
+                    client, self.spec.key, request, self.settings, self.limiter, answer.tally, on_reply=stash
+                )
         except JudgeCallError as exc:
             answer.error = str(exc)
             return answer
@@ -274,11 +336,13 @@ def build_responder(
     cache: CallCache | None = None,
     client_factory: Callable[[JudgeSpec, Settings], JudgeClient] = client_for,
     max_tokens: int | None = None,
+    paid: PaidReplies | None = None,
 ) -> Responder:
-    """The responder a spec names; ResponderSpecError when it cannot be built (unknown strategy, module missing)."""
+    """The responder a spec names; ResponderSpecError when it cannot be built (unknown strategy, module missing).
+    ``paid``: stash the replies of a stored generation's claim (runs with systems)."""
     limiter = limiter or LocalRateLimiter()
     if spec.kind == "http":
-        return HttpResponder(spec, settings, limiter)
+        return HttpResponder(spec, settings, limiter, paid)
     if spec.kind == "python":
         return PythonResponder(spec, settings)
     assert spec.strategy is not None
@@ -286,4 +350,4 @@ def build_responder(
         strategy = strategies.get(spec.strategy)
     except StrategyError as exc:
         raise ResponderSpecError(f"responder {spec.key!r}: {exc}") from None
-    return ChatResponder(spec, strategy, settings, limiter, cache or CallCache(), client_factory, max_tokens)
+    return ChatResponder(spec, strategy, settings, limiter, cache or CallCache(), client_factory, max_tokens, paid)

@@ -1,0 +1,40 @@
+"""Monitors' retention (issue 25 item 7, docs/monitoring.md): the judgments of responses received more than
+``retention_days`` ago are deleted, their finished verdicts folded into hourly sums first (``monitor_hourly``), in
+the same transaction, so the series stays as it was. Taken by the sweeper (under its lock, at most every
+``RETENTION_EVERY_S`` per process)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from judge_api.db import session_factory, session_scope
+from judge_api.repository import monitors as store
+from judge_api.stats.series import hourly_sums
+
+log = logging.getLogger(__name__)
+
+RETENTION_EVERY_S = 300.0
+
+
+def apply(sessions: sessionmaker[Session] | None = None, now: datetime | None = None, chunk: int = store.CHUNK) -> int:
+    """Apply every monitor's retention; returns the responses deleted. Each chunk is one transaction."""
+    sessions = sessions or session_factory()
+    with session_scope(sessions) as session:
+        monitor_ids = [m.id for m in store.monitors_with_retention(session)]
+    deleted = 0
+    for monitor_id in monitor_ids:
+        while True:
+            with session_scope(sessions) as session:
+                monitor = store.get_monitor(session, monitor_id)
+                if monitor is None:
+                    break
+                removed = store.apply_retention(session, monitor, hourly_sums, now, chunk)
+            deleted += removed
+            if removed < chunk:
+                break
+    if deleted:
+        log.info("monitor retention deleted %d responses (their verdicts kept as hourly sums)", deleted)
+    return deleted

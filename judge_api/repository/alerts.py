@@ -1,0 +1,147 @@
+"""Monitor alerts: the verdict stream a rule reads (in judgment order, with each response's slice keys), the alert
+rows, and what ``/metrics`` and the dashboard read. The decisions are ``judge_api/alerts.py``."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from judge_api.models import Judgment, Monitor, MonitorAlert, MonitorResponse, RunItem
+
+
+def new_alert_id() -> str:
+    return "alr_" + uuid.uuid4().hex[:16]
+
+
+def monitors_with_rules(session: Session) -> list[Monitor]:
+    return [m for m in session.scalars(select(Monitor).order_by(Monitor.created_at)) if m.alerts]
+
+
+def run_signature(session: Session, run_id: str) -> tuple[int, int]:
+    """(finished judgments, their largest id) of a monitor's run: unchanged means no new verdict."""
+    count, largest = session.execute(
+        select(func.count(Judgment.id), func.max(Judgment.id)).where(
+            Judgment.run_id == run_id, Judgment.status.not_in(("pending", "running"))
+        )
+    ).one()
+    return int(count or 0), int(largest or 0)
+
+
+def stream(session: Session, monitor: Monitor, rubric_id: str, aspect: str, judge: str) -> list[dict[str, Any]]:
+    """Every judgment of the monitor for (rubric, aspect, judge), in judgment order (the order responses were
+    sampled), with its status, score, contradiction rate (fact-check details) and the response's slice keys."""
+    query = (
+        select(
+            Judgment.id,
+            Judgment.status,
+            Judgment.score,
+            Judgment.details,
+            Judgment.item_key,
+            MonitorResponse.ts,
+            MonitorResponse.system,
+            MonitorResponse.version,
+            MonitorResponse.segment,
+        )
+        .join(
+            MonitorResponse,
+            (MonitorResponse.monitor_id == monitor.id) & (MonitorResponse.response_id == Judgment.item_key),
+        )
+        .where(
+            Judgment.run_id == monitor.run_id,
+            Judgment.rubric_id == rubric_id,
+            Judgment.aspect == aspect,
+            Judgment.judge == judge,
+            Judgment.mode == "single",
+        )
+        .order_by(Judgment.id)
+    )
+    out = []
+    for row in session.execute(query):
+        details = row.details if isinstance(row.details, dict) else {}
+        rate = details.get("contradiction_rate") if isinstance(details.get("facts"), list) else None
+        out.append(
+            {
+                "id": int(row.id),
+                "status": row.status,
+                "score": None if row.score is None else float(row.score),
+                "contradiction_rate": float(rate) if isinstance(rate, int | float) else None,
+                "response_id": row.item_key,
+                "ts": row.ts,
+                "system": row.system,
+                "version": row.version,
+                "segment": row.segment,
+            }
+        )
+    return out
+
+
+def responses_of(session: Session, monitor: Monitor, judgment_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """judgment id -> the judge's explanation and the response text (for an alert's worst responses)."""
+    if not judgment_ids:
+        return {}
+    rows = session.execute(
+        select(Judgment.id, Judgment.explanation, Judgment.system_a, RunItem.payload)
+        .join(RunItem, RunItem.id == Judgment.item_pk)
+        .where(Judgment.run_id == monitor.run_id, Judgment.id.in_(list(judgment_ids)))
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        candidates = (row.payload or {}).get("candidates") or {}
+        out[int(row.id)] = {"explanation": row.explanation, "response": candidates.get(row.system_a)}
+    return out
+
+
+def latest_alert(session: Session, monitor_id: str, rule: str) -> MonitorAlert | None:
+    return session.scalars(
+        select(MonitorAlert)
+        .where(MonitorAlert.monitor_id == monitor_id, MonitorAlert.rule == rule)
+        .order_by(MonitorAlert.opened_at.desc(), MonitorAlert.id.desc())
+        .limit(1)
+    ).first()
+
+
+def open_alerts(session: Session, monitor_id: str) -> list[MonitorAlert]:
+    return list(
+        session.scalars(
+            select(MonitorAlert).where(MonitorAlert.monitor_id == monitor_id, MonitorAlert.status == "open")
+        )
+    )
+
+
+def list_alerts(
+    session: Session, monitor_id: str, status: str | None, offset: int, limit: int
+) -> tuple[int, list[MonitorAlert]]:
+    conditions = [MonitorAlert.monitor_id == monitor_id]
+    if status is not None:
+        conditions.append(MonitorAlert.status == status)
+    total = int(session.scalar(select(func.count(MonitorAlert.id)).where(*conditions)) or 0)
+    rows = list(
+        session.scalars(
+            select(MonitorAlert)
+            .where(*conditions)
+            .order_by(MonitorAlert.opened_at.desc(), MonitorAlert.id)
+            .offset(offset)
+            .limit(limit)
+        )
+    )
+    return total, rows
+
+
+def gauge_rows(session: Session) -> list[tuple[str, str, str, bool]]:
+    """(monitor id, monitor name, rule, open?) for every rule of every monitor: the alert gauge's samples."""
+    opened = {
+        (a, r)
+        for a, r in session.execute(
+            select(MonitorAlert.monitor_id, MonitorAlert.rule).where(MonitorAlert.status == "open")
+        )
+    }
+    out = []
+    for monitor_id, name, rules in session.execute(select(Monitor.id, Monitor.name, Monitor.alerts)):
+        for rule in rules or []:
+            rule_name = str(rule.get("name"))
+            out.append((monitor_id, name, rule_name, (monitor_id, rule_name) in opened))
+    return out

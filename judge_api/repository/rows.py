@@ -1,0 +1,63 @@
+"""The stored row of a planned judgment, shared by every path that plans judgments: a run's creation (``runs``),
+an item released once its responses are generated (``generations``) and an adaptive run's planning step
+(``plans``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from judge_api.models import fresh_judgment_fields
+from judge_api.planning import PlannedJudgment
+
+
+def judgment_row(
+    run_id: str,
+    p: PlannedJudgment,
+    item_pk: int,
+    texts: Mapping[str, str],
+    judge_params: dict[str, Any],
+    now: datetime,
+    enqueued_at: datetime | None = None,
+    estimated_cost_usd: float | None = None,
+) -> dict[str, Any]:
+    """The stored row of a planned judgment: pending, or a finished tie without a judge call when the two responses
+    are identical. ``estimated_cost_usd``: what a monitor's daily budget counts while the judgment waits."""
+    row: dict[str, Any] = {
+        "dedup_key": p.dedup_key(run_id),
+        "run_id": run_id,
+        "item_pk": item_pk,
+        "item_key": p.item_id,
+        "mode": p.mode,
+        "system_a": p.system_a,
+        "system_b": p.system_b,
+        "order": p.order,
+        "rubric_id": p.rubric_id,
+        "rubric_version": p.rubric_version,
+        "aspect": p.aspect,
+        "judge": p.judge,
+        "judge_params": judge_params,
+        "sample_index": p.sample_index,
+        "status": "pending",
+        "len_a": len(texts[p.system_a]),
+        "len_b": len(texts[p.system_b]) if p.system_b else None,
+        "enqueued_at": enqueued_at,
+        "estimated_cost_usd": estimated_cost_usd,
+        # every row has the same keys: a bulk insert of pending rows mixed with identical-response ties otherwise
+        # fails ("A value is required for bind parameter 'verdict'")
+        "verdict": None,
+        "preference": None,
+        "outcome": None,
+        "explanation": None,
+        **fresh_judgment_fields(now),
+    }
+    if p.identical:
+        row.update(
+            status="done",
+            verdict="identical",
+            preference=0.0,
+            outcome="tie",
+            explanation="The two responses are identical: a tie without a judge call.",
+        )
+    return row

@@ -1,0 +1,85 @@
+"""Batch runs through the API (issue 24 item 1): the run's execution mode and its provider batches in
+GET /v1/runs/{id}; cancellation and retry reach the open batches; a run with open batches is not deleted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select, update
+
+from judge_api.db import session_scope
+from judge_api.models import Judgment, ProviderBatch, Run, utcnow
+from judge_api.repository.batches import batch_token
+
+from .conftest import Api, run_body
+
+
+def open_a_batch(run_id: str, holds: int) -> tuple[int, list[int]]:
+    """A provider batch as a worker leaves it once submitted: its judgments running under the batch's claim."""
+    with session_scope() as session:
+        ids = list(session.scalars(select(Judgment.id).where(Judgment.run_id == run_id).order_by(Judgment.id)))[:holds]
+        batch = ProviderBatch(
+            run_id=run_id,
+            provider="openai",
+            judge="openai:gpt-4o",
+            status="open",
+            provider_batch_id="batch_x",
+            requests=holds,
+            judgments=holds,
+            next_poll_at=utcnow(),
+        )
+        session.add(batch)
+        session.flush()
+        session.execute(
+            update(Judgment).where(Judgment.id.in_(ids)).values(status="running", claim_token=batch_token(batch.id))
+        )
+        return batch.id, ids
+
+
+def statuses(run_id: str) -> dict[str, int]:
+    with session_scope() as session:
+        rows = session.scalars(select(Judgment.status).where(Judgment.run_id == run_id)).all()
+    return {s: rows.count(s) for s in set(rows)}
+
+
+def test_a_batch_run_shows_its_provider_batches(api: Api) -> None:
+    realtime = api.submit(body=run_body(2))
+    assert api.client.get(f"/v1/runs/{realtime['id']}").json()["batches"] is None
+    created = api.submit(body=run_body(2, execution="batch"))
+    run: dict[str, Any] = api.client.get(f"/v1/runs/{created['id']}").json()
+    assert run["execution"] == "batch" and run["batches"] == {"open": 0, "done": 0, "requests": 0}
+    open_a_batch(created["id"], 3)
+    run = api.client.get(f"/v1/runs/{created['id']}").json()
+    assert run["batches"] == {"open": 1, "done": 0, "requests": 3}
+    assert run["status"] == "running"
+
+
+def test_cancel_reaches_the_open_batches_and_retry_resumes(api: Api) -> None:
+    created = api.submit(body=run_body(2, execution="batch"))
+    run_id = created["id"]
+    batch_pk, _held = open_a_batch(run_id, 2)
+    assert api.client.delete(f"/v1/runs/{run_id}").status_code == 409  # open batches: cancel first
+    response = api.client.post(f"/v1/runs/{run_id}/cancel")
+    assert response.status_code == 200, response.text
+    pending_before = created["n_judgments"] - 2
+    assert response.json() == {"run_id": run_id, "cancelled": pending_before, "batches_cancelling": 1}
+    with session_scope() as session:
+        batch = session.get(ProviderBatch, batch_pk)
+        assert batch is not None and batch.cancel_requested_at is not None
+        assert session.get(Run, run_id).cancelled_at is not None  # type: ignore[union-attr]
+    assert statuses(run_id) == {"running": 2, "cancelled": pending_before}  # the batch's own end their way
+    response = api.client.post(f"/v1/runs/{run_id}/retry")
+    assert response.json()["requeued"] == pending_before
+    with session_scope() as session:
+        assert session.get(Run, run_id).cancelled_at is None  # type: ignore[union-attr]
+        batch = session.get(ProviderBatch, batch_pk)
+        assert batch is not None and batch.next_poll_at is not None and batch.next_poll_at <= utcnow()
+    assert statuses(run_id) == {"running": 2, "pending": pending_before}
+    assert api.client.get(f"/v1/runs/{run_id}").json()["status"] == "running"
+
+
+def test_the_estimate_of_a_batch_run_prices_it_at_the_batch_price(api: Api) -> None:
+    body = run_body(2, judges=["openai:gpt-4o"], execution="batch")
+    estimate = api.client.post("/v1/runs/estimate", json=body).json()
+    assert estimate["cost_usd"]["batch"] == estimate["cost_usd"]["realtime"] * 0.5
+    assert any("execution 'batch'" in note for note in estimate["notes"])

@@ -1,0 +1,111 @@
+"""Issue 27.5: every dashboard page opens from its own URL with the run of ``?run=`` selected, in Chromium. Before,
+``/runs`` (the Runs page's own url_path) showed Streamlit's "Page not found" and fell back to the main page: the
+default page is served at ``/`` whatever its url_path."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_browser import CHROMIUM, CHROMIUM_ARGS, dashboard  # noqa: F401 - the fixture
+
+from dialogue_judge.testing import LiveService
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+REPO = Path(__file__).resolve().parents[2]
+# every page's URL -> its title; "" is the root, the default page's URL: Streamlit serves the default page at "/"
+# and answers its url_path ("home") with "Page not found", so "/runs" is the Runs page's hidden twin
+URLS = {
+    "": "Runs",
+    "runs": "Runs",
+    "leaderboard": "Leaderboard",
+    "wins": "Win / tie / loss",
+    "agreement": "Human agreement",
+    "bias": "Bias",
+    "explorer": "Item explorer",
+    "disagreements": "Disagreements",
+    "contradictions": "Contradictions",
+    "memory-audit": "Memory audit",
+    "annotate": "Annotate",
+    "compare": "Compare runs",
+    "monitors": "Monitors",
+}
+
+
+def declared_urls() -> set[str]:
+    """The URL every st.Page of dashboard/app.py is served at: its url_path, "" for the default page."""
+    urls = set()
+    for node in ast.walk(ast.parse((REPO / "dashboard" / "app.py").read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "Page":
+            keywords = {k.arg: k.value for k in node.keywords}
+            url_path, default = keywords.get("url_path"), keywords.get("default")
+            assert isinstance(url_path, ast.Constant), f"st.Page at line {node.lineno} declares no url_path"
+            is_default = isinstance(default, ast.Constant) and default.value is True
+            urls.add("" if is_default else str(url_path.value))
+    return urls
+
+
+def test_every_declared_page_url_is_opened_by_the_browser_test() -> None:
+    """A new page (or a renamed URL) must join URLS, so the Chromium test below opens it."""
+    declared = declared_urls()
+    assert len(declared) >= 12 and "" in declared
+    assert declared == set(URLS), (declared - set(URLS), set(URLS) - declared)
+
+
+def two_runs(client: Any) -> tuple[str, str]:
+    """Two runs (no worker: their judgments stay pending), so the link must pick the older one, not the newest."""
+    ids = []
+    for name in ("older", "newer"):
+        ids.append(
+            client.create_run(
+                {
+                    "name": name,
+                    "items": [{"id": "i0", "dialogue": [{"speaker": "user", "text": "hi"}], "candidates": {"a": "x"}}],
+                    "rubrics": ["rsum-single"],
+                    "judges": ["openai-compatible:nobody@http://127.0.0.1:9/v1"],
+                    "aspects": ["coherence"],
+                    "metrics": [],
+                }
+            )["id"]
+        )
+    return ids[0], ids[1]
+
+
+def test_every_page_opens_from_its_url_with_the_run_selected(
+    sqlite_url: str,
+    redis_url: str,
+    tmp_path: Path,
+    dashboard: Any,  # noqa: F811
+) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    service = LiveService(redis_url, sqlite_url, tmp_path / "svc")
+    service.start_api()
+    try:
+        older, _newer = two_runs(service.client())
+        url = dashboard(service.api_url)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            for path, title in URLS.items():
+                page.goto(f"{url}/{path}?run={older}")
+                page.get_by_role("heading", name=title, level=1).wait_for(timeout=60_000)
+                page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
+                page.wait_for_timeout(500)
+                body = page.inner_text("body")
+                assert "Page not found" not in body, (path, body[:500])
+                sidebar = page.eval_on_selector(  # its text and its widgets' values (the run picker's is an input)
+                    "[data-testid=stSidebar]",
+                    "el => el.innerText + ' ' + Array.from(el.querySelectorAll('input')).map(i => i.value).join(' ')",
+                )
+                assert f"older · {older}" in sidebar, (path, sidebar[:500])  # the linked run, not the newest
+                assert f"run={older}" in page.url, (path, page.url)  # the link stays shareable
+                assert page.url.rstrip("/").split("?")[0].endswith(f"/{path}".rstrip("/")), (path, page.url)
+            browser.close()
+    finally:
+        service.stop()
