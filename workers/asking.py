@@ -36,12 +36,13 @@ from workers.clients import JudgeCallError, JudgeClient, JudgeReply, JudgeReques
 from workers.dbwait import DatabaseGate
 from workers.injection import scan_item
 from workers.judgecache import cache_key, cache_mode, cache_row, cache_scope, cached_reply
+from workers.keywait import HeldKeyWaiter
 from workers.leases import LeaseKeeper
 from workers.prompting import parse_context, render
 from workers.ratelimit import RateLimiter
 from workers.reference import reference_values
 from workers.retries import call_with_retries
-from workers.singleflight import SingleFlight
+from workers.singleflight import KeyHeld, SingleFlight
 from workers.stages import Asked, Loaded, Paid, Prepared
 from workers.stash import ReplyStash
 from workers.verdicts import parse_scored, reask_request, verdict_values
@@ -72,6 +73,7 @@ class Asker:
     stash: ReplyStash | None = None  # paid replies kept until their verdicts are stored (workers.stash)
     holder: str = ""  # this process's instance id in its claim tokens (judge_api.heartbeats.INSTANCE)
     _gate: DatabaseGate | None = field(default=None, repr=False)
+    _waiter: HeldKeyWaiter | None = field(default=None, repr=False)
 
     @property
     def db(self) -> Engine:
@@ -93,6 +95,8 @@ class Asker:
         ):
             try:
                 return self._ask(loaded, token)
+            except KeyHeld:  # parked off the slot (workers.keywait), still claimed: asked again once the key is free
+                raise
             except BaseException:
                 self.lease_keeper().drop(judgment_id)
                 raise
@@ -111,6 +115,8 @@ class Asker:
             # lets us) and let the task retry (celery autoretry_for) - the sweeper re-sends it after the lease if not.
             # A reply already paid for stays in the stash for the retry.
             self._hand_back(judgment_id, token, paid)
+            raise
+        except KeyHeld:  # nothing paid or taken yet: the judgment waits off the slot for the key's holder
             raise
         except Exception as exc:  # a bug must not leave the judgment claimed forever
             log.exception("judgment %s crashed", judgment_id)
@@ -145,6 +151,12 @@ class Asker:
                     self.db, self.flight, self.settings.write_linger_ms / 1000, self.settings.write_group, self.stash
                 )
             return self._writer
+
+    def held_key_waiter(self) -> HeldKeyWaiter:
+        with BUILD_LOCK:
+            if self._waiter is None:
+                self._waiter = HeldKeyWaiter(self.flight)
+            return self._waiter
 
     def call_pool(self) -> ThreadPoolExecutor:
         with BUILD_LOCK:
@@ -191,7 +203,9 @@ class Asker:
         options = judgment.judge_params
         tally = CallTally()
         try:
-            reply = self._reply(judgment, spec, request, key, tally, paid, fast=paid.known_miss)
+            reply = self._reply(
+                judgment, spec, request, key, tally, paid, fast=paid.known_miss, park=loaded.park_when_held
+            )
         except JudgeCallError as exc:
             return {**base, **tally.values(spec, self.settings), "status": "failed", "error": str(exc)}
         if reply is None:
@@ -276,7 +290,11 @@ class Asker:
         tally: CallTally,
         paid: Paid,
         fast: bool = False,
+        park: bool = False,
     ) -> JudgeReply | None:
+        """The reply to ``request``: from the cache, the stash or a paid call under the key's single-flight lock.
+        ``park``: a key another request holds raises ``KeyHeld`` (the caller is on a call slot and waits off it)
+        rather than waiting here; only a judgment's first request parks, before anything is paid or taken."""
         mode = cache_mode(run)
         if mode != "use":
             return self._uncached_reply(run, spec, request, key, tally, paid, refresh=mode == "refresh")
@@ -317,7 +335,7 @@ class Asker:
             cache.store_cache_rows(self.db, [cache_row(key, spec, stashed)])
             return stashed
 
-        reply, computed = self.flight.run(key, lookup, compute, lease_s=self.settings.claim_lease_s)
+        reply, computed = self.flight.run(key, lookup, compute, lease_s=self.settings.claim_lease_s, wait=not park)
         if reply is not None and not computed:
             tally.add(reply, from_cache=True)
         return reply

@@ -14,6 +14,8 @@ from judge_api.config import Settings
 from judge_api.prefixes import CACHING_PROVIDERS, dispatch_order, plan_groups
 from judge_api.pricing import load_prices
 from judge_api.tokens import count_text
+from workers.keywait import HeldKeyWaiter
+from workers.singleflight import KeyHeld
 from workers.stages import Asked, Loaded
 
 
@@ -23,34 +25,44 @@ def dispatch(
     token: str,
     ask: Callable[[Loaded, str], Asked],
     settings: Settings,
+    waiter: HeldKeyWaiter,
 ) -> list[tuple[Loaded, Future[Asked]]]:
     """Submit the claimed judgments to the call slots (``ask`` on each), cache-aware when
     ``DJ_CACHE_AWARE_DISPATCH`` is on: a group sharing a cacheable prefix sends its leader first and the rest once
     the leader has answered, carrying the prefix's cache key / breakpoint; everything else goes at once and fills
-    the slots meanwhile."""
-    futures: dict[int, Future[Asked]] = {}
+    the slots meanwhile. A judgment whose key another request holds gives its slot back (``KeyHeld``) and is parked
+    with ``waiter`` until the key is let go, then sent again."""
+    results: list[Future[Asked]] = [Future() for _ in mine]
     now, followers = cache_plan(mine, settings) if settings.cache_aware_dispatch else (list(range(len(mine))), {})
 
     def send(index: int) -> None:
-        future = pool.submit(ask, mine[index], token)
-        if index in futures:  # a follower: its placeholder takes the result
-            placeholder = futures[index]
-            future.add_done_callback(lambda done: _chain(done, placeholder))
+        mine[index].park_when_held = True
+        try:
+            future = pool.submit(ask, mine[index], token)
+        except BaseException as exc:  # the pool is shut down (the worker is stopping)
+            settle(index, exc)
+            return
+        future.add_done_callback(functools.partial(answered, index))
+
+    def answered(index: int, done: Future[Asked]) -> None:
+        error = done.exception()
+        if isinstance(error, KeyHeld):
+            waiter.park(error.key, functools.partial(send, index))
+            return
+        settle(index, error, None if error is not None else done.result())
+
+    def settle(index: int, error: BaseException | None, asked: Asked | None = None) -> None:
+        if error is not None:
+            results[index].set_exception(error)
         else:
-            futures[index] = future
-        if followers.get(index):
-            future.add_done_callback(functools.partial(release, index))
+            assert asked is not None
+            results[index].set_result(asked)
+        for follower in followers.get(index, ()):  # a leader answered (or failed): its group goes now
+            send(follower)
 
-    def release(leader: int, _done: Future[Asked]) -> None:
-        for index in followers[leader]:
-            send(index)
-
-    for members in followers.values():
-        for index in members:
-            futures[index] = Future()
     for index in now:
         send(index)
-    return [(loaded, futures[index]) for index, loaded in enumerate(mine)]
+    return [(loaded, results[index]) for index, loaded in enumerate(mine)]
 
 
 def cache_plan(mine: list[Loaded], settings: Settings) -> tuple[list[int], dict[int, list[int]]]:
@@ -86,11 +98,3 @@ def cache_plan(mine: list[Loaded], settings: Settings) -> tuple[list[int], dict[
             assert ready is not None
             ready.request = replace(ready.request, cache_prefix=group.prefix)
     return dispatch_order(groups)
-
-
-def _chain(done: Future[Asked], into: Future[Asked]) -> None:
-    error = done.exception()
-    if error is not None:
-        into.set_exception(error)
-    else:
-        into.set_result(done.result())

@@ -186,7 +186,7 @@ class JudgeEngine(Asker):
                 single.set_exception(exc)
             asked.append((mine[0], single))
         else:
-            asked = dispatch(self.call_pool(), mine, token, self._judge_claimed, self.settings)
+            asked = dispatch(self.call_pool(), mine, token, self._judge_claimed, self.settings, self.held_key_waiter())
             wait([future for _, future in asked])
         failure: BaseException | None = None
         deadline = time.monotonic() + WRITE_BACKSTOP_LEASES * self.settings.claim_lease_s

@@ -9,6 +9,9 @@ Two ways in:
 
 * ``run(key, lookup, compute)``: look the cache up, take the lock, look again, compute (which fills the cache),
   release. Every step is in the call.
+* ``run(..., wait=False)``: on a call slot, where waiting could starve the holder: a key held by another request
+  raises ``KeyHeld`` instead, and the caller waits off the slot (``held`` says when the key is let go; the
+  judge engine's ``workers.keywait.HeldKeyWaiter``) and then comes back, to find the entry or take the lock.
 * ``acquire(key)`` / ``release(leases, committed)``: the hot path of a batch that has just looked its keys up in
   the cache. ``acquire`` takes the lock without a second cache lookup and returns None when another worker holds
   it or filled the entry a moment ago (then the caller goes through ``run``, which finds the entry or waits).
@@ -88,6 +91,17 @@ return n
 """
 
 
+class KeyHeld(Exception):
+    """``run(..., wait=False)`` missed the cache and another request holds the key's lock. A batch takes its misses'
+    locks before its judgments reach the call slots, so a judgment that waited on a slot for such a lock could wait
+    for a holder queued behind it: with every slot taken by waiters, nothing ran and the keeper renewed the locks for
+    ever. The caller waits off the slot instead and asks again once ``held`` says the key is free."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"single-flight key {key[:16]}... is held by another request")
+        self.key = key
+
+
 @dataclass
 class Lease:
     """A single-flight lock this worker holds. ``filled`` once its reply is about to be written to the cache."""
@@ -101,9 +115,19 @@ class Lease:
 
 class SingleFlight(Protocol):
     def run(
-        self, key: str, lookup: Callable[[], T | None], compute: Callable[[], T | None], lease_s: float
+        self,
+        key: str,
+        lookup: Callable[[], T | None],
+        compute: Callable[[], T | None],
+        lease_s: float,
+        wait: bool = True,
     ) -> tuple[T | None, bool]:
-        """Return (value, computed_here). ``lookup`` reads the cache; ``compute`` calls the judge and fills it."""
+        """Return (value, computed_here). ``lookup`` reads the cache; ``compute`` calls the judge and fills it.
+        ``wait=False``: raise ``KeyHeld`` rather than wait for another holder of the key."""
+        ...
+
+    def held(self, keys: Sequence[str]) -> list[bool]:
+        """Per key: is its lock held (by any request, here or elsewhere)?"""
         ...
 
     def acquire(self, key: str, lease_s: float) -> Lease | None:
@@ -153,14 +177,28 @@ class LocalSingleFlight:
             if len(self._filled) > 10_000:  # forget lapsed markers now and then
                 self._filled = {k: deadline for k, deadline in self._filled.items() if deadline > now}
 
+    def held(self, keys: Sequence[str]) -> list[bool]:
+        with self._guard:
+            return [key in self._locks and self._locks[key][0].locked() for key in keys]
+
     def run(
-        self, key: str, lookup: Callable[[], T | None], compute: Callable[[], T | None], lease_s: float
+        self,
+        key: str,
+        lookup: Callable[[], T | None],
+        compute: Callable[[], T | None],
+        lease_s: float,
+        wait: bool = True,
     ) -> tuple[T | None, bool]:
         with self._guard:
             lock, users = self._locks.get(key, (threading.Lock(), 0))
             self._locks[key] = (lock, users + 1)
         try:
-            with lock:
+            if not lock.acquire(blocking=wait):
+                cached = lookup()
+                if cached is not None:
+                    return cached, False
+                raise KeyHeld(key)
+            try:
                 cached = lookup()
                 if cached is not None:
                     return cached, False
@@ -169,6 +207,8 @@ class LocalSingleFlight:
                     with self._guard:
                         self._filled[key] = time.monotonic() + lease_s
                 return value, True
+            finally:
+                lock.release()
         finally:
             with self._guard:  # forget the lock with its last user (the table does not grow with the cache)
                 lock, users = self._locks[key]
@@ -303,17 +343,33 @@ class RedisSingleFlight:
         with contextlib.suppress(redis.RedisError):  # else the locks lapse on their own
             self._release_many(keys=keys, args=args)
 
+    def held(self, keys: Sequence[str]) -> list[bool]:
+        local = self._fallback.held(keys)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(f"dj:inflight:{key}")
+            shared = [bool(found) for found in pipe.execute()]
+        except redis.RedisError:  # nothing known: report free, and the caller's next ``run`` finds out
+            shared = [False] * len(keys)
+        return [a or b for a, b in zip(local, shared, strict=True)]
+
     def run(
-        self, key: str, lookup: Callable[[], T | None], compute: Callable[[], T | None], lease_s: float
+        self,
+        key: str,
+        lookup: Callable[[], T | None],
+        compute: Callable[[], T | None],
+        lease_s: float,
+        wait: bool = True,
     ) -> tuple[T | None, bool]:
         try:
-            return self._run(key, lookup, compute, lease_s)
+            return self._run(key, lookup, compute, lease_s, wait)
         except redis.RedisError as exc:
             log.warning("single-flight: Redis unavailable (%s); de-duplicating in this process only", exc)
-            return self._fallback.run(key, lookup, compute, lease_s)
+            return self._fallback.run(key, lookup, compute, lease_s, wait)
 
     def _run(
-        self, key: str, lookup: Callable[[], T | None], compute: Callable[[], T | None], lease_s: float
+        self, key: str, lookup: Callable[[], T | None], compute: Callable[[], T | None], lease_s: float, wait: bool
     ) -> tuple[T | None, bool]:
         lock_key = f"dj:inflight:{key}"
         token = self.holder + uuid.uuid4().hex
@@ -333,6 +389,11 @@ class RedisSingleFlight:
                     return value, True
                 finally:
                     self.release([lease], committed=True)
+            if not wait:
+                cached = lookup()  # filled and let go between our lookup and the lock
+                if cached is not None:
+                    return cached, False
+                raise KeyHeld(key)
             while self.client.exists(lock_key):
                 time.sleep(self.poll_s)
                 cached = lookup()

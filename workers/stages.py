@@ -24,6 +24,7 @@ class Loaded:
     stashed: bool = False  # a paid reply for its key waits in the stash
     lock_tried: bool = False  # the batch asked for its single-flight lock (JudgeEngine._take_locks) ...
     lock: Lease | None = None  # ... and this is it (None: another worker holds the key or has just filled it)
+    park_when_held: bool = False  # on a call slot: a key held elsewhere raises KeyHeld (workers.keywait), no wait
 
 
 @dataclass

@@ -558,7 +558,7 @@ def test_a_planted_renderer_import_is_caught(lazy: bool) -> None:
 # workers/execute.py split into modules of one responsibility each (issue 26, rooms); docs/architecture.md draws the
 # layers. A module of a layer imports the judge path's modules of lower layers only, so the pieces cannot knot again.
 JUDGE_PATH_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("workers.judgecache", "workers.billing", "workers.verdicts", "workers.stages"),
+    ("workers.judgecache", "workers.billing", "workers.verdicts", "workers.stages", "workers.keywait"),
     ("workers.retries", "workers.dispatch"),
     ("workers.asking",),
     ("workers.execute",),
