@@ -194,6 +194,8 @@ class JudgeEngine(Asker):
             error = future.exception()
             if error is None:
                 error = self._finish(loaded, token, future.result(), result, deadline)
+            else:  # never asked (the call pool shut down under a parked judgment) or failed: its claim may lapse
+                self.lease_keeper().drop(loaded.judgment.id)
             if error is not None and failure is None:
                 failure = error
         if failure is not None:  # the infrastructure failed (claims handed back where possible): the task retries

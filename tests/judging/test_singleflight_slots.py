@@ -7,14 +7,21 @@ worker stayed alive with its judgments ``running`` and nothing done."""
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import redis
 
+from judge_api.config import Settings
 from judge_api.db import session_scope
 from judge_api.models import Judgment
+from judge_api.repository.claims import JudgmentTask
+from workers.dispatch import dispatch
+from workers.keywait import HeldKeyWaiter
 from workers.singleflight import KeyHeld, LocalSingleFlight, RedisSingleFlight
+from workers.stages import Loaded
 
 from .harness import Harness, dialogue_item, run_threads
 
@@ -103,3 +110,51 @@ def test_run_without_waiting_raises_key_held_and_reports_held_keys(
     flight.release([lease], committed=False)
     assert flight.held(["k"]) == [False]
     assert flight.run("k", lambda: None, lambda: "paid", lease_s=60, wait=False) == ("paid", True)
+
+
+def _parked_dispatch(
+    flight: LocalSingleFlight,
+) -> tuple[ThreadPoolExecutor, HeldKeyWaiter, Future[Any], list[str]]:
+    """One judgment dispatched while its key is held: it gives its slot back and is parked."""
+    pool, waiter = ThreadPoolExecutor(1), HeldKeyWaiter(flight, poll_s=0.01)
+    task = JudgmentTask(
+        1, "run", "running", "rsum-single", "v", "consistency", "j", {}, "a", None, None, 0, {}, None, "p"
+    )
+    attempts: list[str] = []
+
+    def ask(loaded: Loaded, token: str) -> Any:
+        assert loaded.park_when_held
+        attempts.append(token)
+        if flight.held(["k"])[0]:
+            raise KeyHeld("k")
+        return "asked"
+
+    [(_, future)] = dispatch(pool, [Loaded(task)], "tok", ask, Settings(), waiter)
+    deadline = time.monotonic() + 5
+    while waiter.parked() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert waiter.parked() == 1 and not future.done()
+    return pool, waiter, future, attempts
+
+
+def test_a_parked_judgment_goes_back_to_the_slots_once_the_key_is_let_go() -> None:
+    flight = LocalSingleFlight()
+    lease = flight.acquire("k", lease_s=60)
+    assert lease is not None
+    pool, waiter, future, attempts = _parked_dispatch(flight)
+    time.sleep(0.1)
+    assert not future.done() and attempts == ["tok"]  # parked, not spinning on the slot
+    flight.release([lease], committed=True)
+    assert future.result(timeout=5) == "asked"
+    assert attempts == ["tok", "tok"] and waiter.parked() == 0
+    pool.shutdown()
+
+
+def test_a_parked_judgment_whose_call_pool_is_gone_fails_instead_of_hanging() -> None:
+    flight = LocalSingleFlight()
+    lease = flight.acquire("k", lease_s=60)
+    assert lease is not None
+    pool, _, future, _ = _parked_dispatch(flight)
+    pool.shutdown(wait=True)  # the worker stopping
+    flight.release([lease], committed=False)
+    assert isinstance(future.exception(timeout=5), RuntimeError)
