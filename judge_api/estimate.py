@@ -30,6 +30,8 @@ parallel, each at its own limit), None where a judge has no limit configured.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -357,11 +359,14 @@ def expected_costs(
     items: dict[str, dict[str, Any]],
     options: dict[str, Any],
     prices: PriceTable,
+    calibration: Calibration | None = None,
 ) -> list[float]:
     """Each planned judgment's expected real-time cost in USD, a call counted as :func:`estimate_run` counts it
-    (the prompt's tokens with the provider's tokenizer, the rubric's typical reply) but with no judge-cache or
-    prompt-cache saving, so a queued judgment is counted at the most it is expected to cost. A judgment settled
-    without a call (identical responses, a reference metric) or on a judge the price table does not list: 0."""
+    (the prompt's tokens with the provider's tokenizer, the rubric's typical reply, both as ``calibration`` says
+    the project's earlier judgments of the pair ran) but with no judge-cache or prompt-cache saving, so a queued
+    judgment is counted at the most it is expected to cost. A judgment settled without a call (identical responses,
+    a reference metric) or on a judge the price table does not list: 0."""
+    calibration = calibration or Calibration()
     costs: list[float] = []
     for p in planned:
         spec = None if p.identical or is_reference_judge(p.judge) else parse_judge(p.judge)
@@ -370,9 +375,56 @@ def expected_costs(
             continue
         rubric = registry.get(p.rubric_id)
         params = request_options(rubric, options, p.sample_index)
-        usage = Usage(count_messages(spec, planned_messages(p, rubric, items[p.item_id])), reply_tokens(rubric, params))
+        usage = Usage(
+            calibration.count_messages(spec, planned_messages(p, rubric, items[p.item_id])),
+            calibration.reply_tokens(rubric, p.judge, params),
+        )
         costs.append(bill(prices.for_spec(spec), usage))
     return costs
+
+
+def priced_pairs(planned: Sequence[PlannedJudgment], prices: PriceTable) -> set[tuple[str, str]]:
+    """The (rubric id, judge) pairs of the planned judgments that :func:`expected_costs` prices with a call."""
+    return {
+        (p.rubric_id, p.judge)
+        for p in planned
+        if not p.identical and not is_reference_judge(p.judge) and prices.is_priced(parse_judge(p.judge))
+    }
+
+
+CALIBRATION_MAX_AGE_S = 60.0
+_recent: dict[tuple[str, str, frozenset[tuple[str, str, str]]], tuple[float, Calibration]] = {}
+_recent_lock = threading.Lock()
+
+
+def recent_calibration(
+    engine: Engine,
+    project_id: str,
+    registry: RubricRegistry,
+    pairs: set[tuple[str, str]],
+    max_age_s: float = CALIBRATION_MAX_AGE_S,
+) -> Calibration:
+    """:func:`calibrate`, remembered for ``max_age_s`` per database, project and pairs at their rubrics' versions.
+    A monitor prices every sampled batch it queues with it (its daily budget): the history moves slowly, and reading
+    it (up to tens of ms on a large table) on each ingestion request would cost more than the batch's planning."""
+    if not pairs:
+        return Calibration()
+    key = (
+        engine.url.render_as_string(hide_password=True),
+        project_id,
+        frozenset((rubric_id, registry.get(rubric_id).version, judge) for rubric_id, judge in pairs),
+    )
+    now = time.monotonic()
+    with _recent_lock:
+        found = _recent.get(key)
+    if found is not None and now - found[0] < max_age_s:
+        return found[1]
+    calibration = calibrate(engine, project_id, registry, pairs)
+    with _recent_lock:
+        if len(_recent) >= 256:
+            _recent.clear()
+        _recent[key] = (now, calibration)
+    return calibration
 
 
 def _judge_cost(price: ModelPrice, usages: list[Usage]) -> dict[str, float]:

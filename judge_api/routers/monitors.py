@@ -488,7 +488,7 @@ def _ingest(
                     payload=item_payload(response) if sampled else {},
                 )
             )
-        config, name = monitor.config, monitor.name
+        config, name, project_id = monitor.config, monitor.name, monitor.project_id
 
         def plan(payloads: list[dict[str, Any]]) -> store.PlannedBatch:
             # only when something is sampled: loading the rubric registry is most of an unsampled request's time;
@@ -499,10 +499,13 @@ def _ingest(
             options = request.options.model_dump(mode="json")
             costs = None
             if budgeted:  # the daily budget counts a queued judgment at its expected cost until it is judged
-                from judge_api.estimate import expected_costs
+                from judge_api.estimate import expected_costs, priced_pairs, recent_calibration
 
                 prices = load_prices(str(settings.prices_file) if settings.prices_file else None)
-                costs = expected_costs(planned, registry, {p["id"]: p for p in payloads}, options, prices)
+                # once the project has judged enough of a pair, at the lengths its judge really writes (issue 24's
+                # calibration), not the rubric's stated reply: a stated length far above the judge's pauses early
+                calibration = recent_calibration(get_engine(), project_id, registry, priced_pairs(planned, prices))
+                costs = expected_costs(planned, registry, {p["id"]: p for p in payloads}, options, prices, calibration)
             return store.PlannedBatch(planned, run_rubrics(request, registry), options, costs)
 
         budgeted = monitor.daily_budget_usd is not None

@@ -254,6 +254,61 @@ def test_the_daily_budget_counts_queued_judgments_at_their_expected_cost(api: Ap
     assert status["state"] == "paused_budget"  # 3 queued responses' worth is still over 2.5
 
 
+def _judged_as_recorded(database_url: str, run_id: str, n: int, output_tokens: int) -> None:
+    """Mark the run's first ``n`` judgments succeeded by one call each, with ``output_tokens`` and the input tokens
+    of 4 characters a token plus the request's overhead, as the judge would have recorded them."""
+    from judge_api.prompting import render
+    from judge_api.rubrics import get_registry
+
+    rubric = get_registry().get("rsum-single")
+    engine = create_engine(database_url)
+    with engine.begin() as connection:
+        rows = connection.execute(
+            text(
+                "SELECT j.id, j.system_a, i.payload FROM judgments j JOIN items i ON i.id = j.item_pk "
+                "WHERE j.run_id = :r ORDER BY j.id LIMIT :n"
+            ),
+            {"r": run_id, "n": n},
+        ).all()
+        assert len(rows) == n
+        for judgment_id, system, payload in rows:
+            item = payload if isinstance(payload, dict) else json.loads(payload)
+            messages = render(rubric, item, "consistency", item["candidates"][system]).messages
+            chars = sum(len(m["content"]) for m in messages)
+            connection.execute(
+                text(
+                    "UPDATE judgments SET status = 'done', provider_calls = 1, cached = :no, cost_usd = 0, "
+                    "output_tokens = :out, input_tokens = :inp WHERE id = :id"
+                ),
+                {"no": False, "out": output_tokens, "inp": chars // 4 + 4 * len(messages) + 3, "id": judgment_id},
+            )
+    engine.dispose()
+
+
+def test_the_daily_budget_counts_queued_judgments_at_the_length_the_judge_really_writes(api: Api) -> None:
+    """Issue 24's calibration reaches the monitors: once the project has 20 succeeded judgments of the rubric and
+    judge, a queued judgment counts at the estimator's calibrated figure, not at the rubric's stated 75-token reply
+    (old code: the stated figure for ever, so a judge writing short replies paused its monitor early)."""
+    from judge_api import estimate
+
+    judge = "anthropic:claude-sonnet-4-5"
+    monitor = create(api, judges=[judge], sample_rate=1.0, daily_budget_usd=1000, alerts=[])
+    url = f"/v1/monitors/{monitor['id']}/responses"
+    assert api.client.post(url, json=[response(i) for i in range(20)]).json()["sampled"] == 20
+    later = [response(20), response(21)]
+    stated = run_estimate(api, later, judge)
+    _judged_as_recorded(api.database_url, monitor["run_id"], 20, output_tokens=6)
+    estimate._recent.clear()  # the calibration a monitor remembers is a minute old
+    calibrated = run_estimate(api, later, judge)
+    assert calibrated < 0.6 * stated  # 6 output tokens a reply instead of 75
+    assert api.client.post(url, json=later).json()["sampled"] == 2
+    status = api.client.get(f"/v1/monitors/{monitor['id']}").json()["status"]
+    assert status["queued_estimate_usd"] == pytest.approx(calibrated)
+    # remembered for its minute: a request within it reads no history
+    with estimate._recent_lock:
+        assert len(estimate._recent) == 1
+
+
 def test_bad_response_is_422_naming_index_and_field_and_stores_nothing(api: Api) -> None:
     monitor = create(api, sample_rate=1.0)
     before = table_counts(api.database_url)
