@@ -56,15 +56,24 @@ def test_a_database_outage_mid_run_makes_no_extra_provider_call(
     sim.set_script({"latency": {"kind": "fixed", "seconds": 0.3}})
     judge = f"openai-compatible:sim-judge@{sim.base_url}"
     with TcpProxy.for_url(pg_url) as proxy:
+        # 8 call slots: the 60 calls go in waves of 0.3 s for ~2.4 s, so the outage starts with calls in flight
+        # (with 32 slots two waves ended within ~0.6 s and a late poll could find none: stop 32's CI, "0 > 0")
         service = LiveService(
-            own_redis.url, proxy.proxied_url(pg_url), tmp_path / "svc", env_overrides=shipped_timers()
+            own_redis.url,
+            proxy.proxied_url(pg_url),
+            tmp_path / "svc",
+            env_overrides={**shipped_timers(), "DJ_CALL_CONCURRENCY": "8"},
         )
         services.append(service)
         service.start_api()
         service.start_worker(concurrency=4)
         items = make_items(30, SYSTEMS, prefix="outage")
         created = service.client().create_run(single_run(items, judge))
-        wait_until(lambda: run_counts(service.api_url, created["id"])["done"] >= 6, 60, "first verdicts")
+        wait_until(
+            lambda: run_counts(service.api_url, created["id"])["done"] >= 6 and sim.stats()["in_flight"] > 0,
+            60,
+            "first verdicts, with calls still in flight",
+        )
         proxy.stop()
         in_flight_at_stop = sim.stats()["in_flight"]
         time.sleep(5.0)
