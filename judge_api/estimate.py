@@ -369,8 +369,8 @@ def expected_costs(
     calibration = calibration or Calibration()
     costs: list[float] = []
     for p in planned:
-        spec = None if p.identical or is_reference_judge(p.judge) else parse_judge(p.judge)
-        if spec is None or not prices.is_priced(spec):
+        spec = _priced_call(p, prices)
+        if spec is None:
             costs.append(0.0)
             continue
         rubric = registry.get(p.rubric_id)
@@ -383,13 +383,18 @@ def expected_costs(
     return costs
 
 
+def _priced_call(p: PlannedJudgment, prices: PriceTable) -> JudgeSpec | None:
+    """The judge a planned judgment calls at a listed price; None when it is settled without a call (identical
+    responses, a reference metric) or its judge is not in the price table."""
+    if p.identical or is_reference_judge(p.judge):
+        return None
+    spec = parse_judge(p.judge)
+    return spec if prices.is_priced(spec) else None
+
+
 def priced_pairs(planned: Sequence[PlannedJudgment], prices: PriceTable) -> set[tuple[str, str]]:
     """The (rubric id, judge) pairs of the planned judgments that :func:`expected_costs` prices with a call."""
-    return {
-        (p.rubric_id, p.judge)
-        for p in planned
-        if not p.identical and not is_reference_judge(p.judge) and prices.is_priced(parse_judge(p.judge))
-    }
+    return {(p.rubric_id, p.judge) for p in planned if _priced_call(p, prices) is not None}
 
 
 CALIBRATION_MAX_AGE_S = 60.0

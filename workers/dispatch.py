@@ -35,8 +35,10 @@ def dispatch(
     results: list[Future[Asked]] = [Future() for _ in mine]
     now, followers = cache_plan(mine, settings) if settings.cache_aware_dispatch else (list(range(len(mine))), {})
 
+    for loaded in mine:  # on a call slot: a key held elsewhere parks the judgment off the slot
+        loaded.park_when_held = True
+
     def send(index: int) -> None:
-        mine[index].park_when_held = True
         try:
             future = pool.submit(ask, mine[index], token)
         except BaseException as exc:  # the pool is shut down (the worker is stopping)
