@@ -17,6 +17,7 @@ rendered prompt of a benign input is the paper's text byte for byte.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -38,8 +39,22 @@ _DOUBLE_OPEN = re.compile(r"\[(?=\[)")
 _DOUBLE_CLOSE = re.compile(r"\](?=\])")
 
 
+NEUTRALISED_CACHE_CHARS = 4096  # texts up to this long are remembered: a dialogue's turns recur in every prompt
+
+
 def neutralise(text: str) -> str:
     """Defuse format tokens in untrusted text; visible meaning is kept for the judge."""
+    if len(text) <= NEUTRALISED_CACHE_CHARS:
+        return _neutralised(text)
+    return _neutralise(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _neutralised(text: str) -> str:
+    return _neutralise(text)
+
+
+def _neutralise(text: str) -> str:
     text = normalise(text)
     text = _DOUBLE_CLOSE.sub("] ", _DOUBLE_OPEN.sub("[ ", text))
     text = text.replace("```", "'''")

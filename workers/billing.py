@@ -8,7 +8,7 @@ from typing import Any
 
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec
-from judge_api.pricing import Usage, list_price_usage, price_usage
+from judge_api.pricing import Usage, bill, price_of
 from workers.clients import JudgeReply
 
 
@@ -57,9 +57,12 @@ def bill_values(spec: JudgeSpec, paid: list[Usage], prices: str | None) -> dict[
     """A judgment's bill: ``cost_usd`` as the provider bills it, ``list_cost_usd`` the same tokens with no cache
     and no batch discount, ``cache_saved_usd`` what caching saved at real-time prices (the batch discount is the
     rest: list - cost - cache_saved)."""
-    cost = sum((price_usage(spec, u, prices) for u in paid), 0.0)
-    listed = sum((list_price_usage(spec, u, prices) for u in paid), 0.0)
-    realtime = sum((price_usage(spec, replace(u, batch=False), prices) for u in paid), 0.0)
+    if not paid:
+        return {"cost_usd": 0.0, "list_cost_usd": 0.0, "cache_saved_usd": 0.0}
+    price = price_of(spec, prices)  # looked up once: each lookup checks the table file for an edit
+    cost = sum((bill(price, u) for u in paid), 0.0)
+    listed = sum((bill(price, Usage(u.input_tokens, u.output_tokens)) for u in paid), 0.0)
+    realtime = sum((bill(price, replace(u, batch=False)) for u in paid), 0.0)
     return {"cost_usd": cost, "list_cost_usd": listed, "cache_saved_usd": max(listed - realtime, 0.0)}
 
 

@@ -170,17 +170,19 @@ DURABLE_TASK: dict[str, Any] = {
 @app.task(name=JUDGE_TASK, **DURABLE_TASK)
 def judge(self: Any, judgment_id: int) -> str:
     engine = runtime.engine()
-    status = engine.judge(judgment_id)
-    _step_adaptive_runs(engine, [judgment_id])
-    return status
+    result = engine.run_batch([judgment_id])
+    if result.planning:
+        _step_adaptive_runs(engine, [judgment_id])
+    return result.statuses.get(judgment_id, "skipped")
 
 
 @app.task(name=JUDGE_BATCH_TASK, **DURABLE_TASK)
 def judge_batch(self: Any, judgment_ids: list[int]) -> dict[str, int]:
     engine = runtime.engine()
-    counts = engine.judge_many(judgment_ids)
-    _step_adaptive_runs(engine, judgment_ids)
-    return counts
+    result = engine.run_batch(judgment_ids)
+    if result.planning:  # a run whose planning is closed (or never open) has no step to take: no query for it
+        _step_adaptive_runs(engine, judgment_ids)
+    return dict(result.counts)
 
 
 @app.task(name=POLL_BATCHES_TASK, **DURABLE_TASK)

@@ -61,16 +61,16 @@ class JudgeEngine(Asker):
     def judge(self, judgment_id: int) -> str:
         """Run one judgment; returns what happened (``done``, ``unparseable``, ``failed``, ``cancelled``,
         ``skipped`` when it is finished or held by another live worker, ``lost-claim``)."""
-        return self._run_batch([judgment_id]).statuses.get(judgment_id, "skipped")
+        return self.run_batch([judgment_id]).statuses.get(judgment_id, "skipped")
 
     def judge_many(self, judgment_ids: list[int]) -> dict[str, int]:
         """Judge a batch; returns how many judgments ended how (``cached``: settled from the cache in bulk;
         ``batched``: handed to a provider batch, workers.batches)."""
-        return dict(self._run_batch(judgment_ids).counts)
+        return dict(self.run_batch(judgment_ids).counts)
 
     def judge_realtime(self, judgment_ids: list[int]) -> dict[str, int]:
         """Judge in real time even when their run is a batch run (``batch_retry: realtime``)."""
-        return dict(self._run_batch(judgment_ids, realtime=True).counts)
+        return dict(self.run_batch(judgment_ids, realtime=True).counts)
 
     def batch_stage(self) -> BatchStagePort:
         with BUILD_LOCK:
@@ -82,10 +82,10 @@ class JudgeEngine(Asker):
 
     # -- the batch path ----------------------------------------------------------------------------------------
 
-    def _run_batch(self, judgment_ids: list[int], realtime: bool = False) -> _BatchResult:
+    def run_batch(self, judgment_ids: list[int], realtime: bool = False) -> BatchResult:
         """Judge a batch; the database away, wait for it here (workers.dbwait) and go on with what is left under
         the same claim token (claims whose hand-back failed are taken again, not left to lapse)."""
-        result = _BatchResult()
+        result = BatchResult()
         token = claims.new_token(self.holder)
         remaining = judgment_ids
         while True:
@@ -103,12 +103,13 @@ class JudgeEngine(Asker):
                 if not self.database_gate().wait(failed_at):
                     raise
 
-    def _run_batch_once(self, judgment_ids: list[int], token: str, result: _BatchResult, realtime: bool) -> None:
+    def _run_batch_once(self, judgment_ids: list[int], token: str, result: BatchResult, realtime: bool) -> None:
         """One read for the rows, one cache query for their keys, one statement for the cache hits' verdicts, one
         statement to claim the rest; then each claimed judgment is asked (on the call pool when there are several)
         and its verdict written together with the cache entry it paid for. Judgments of batch runs go to provider
         batches instead (workers.batches), with their run's other pending judgments of the same judge."""
         rows = self._load(judgment_ids)
+        result.planning |= {loaded.judgment.run_id for loaded in rows if loaded.judgment.plan_open}
         gathered: set[int] = set()
         if not realtime and any(loaded.judgment.execution == "batch" for loaded in rows):
             extra, gathered, lost = self._gather(rows, token)
@@ -130,7 +131,7 @@ class JudgeEngine(Asker):
         rows: list[Loaded],
         gathered: set[int],
         token: str,
-        result: _BatchResult,
+        result: BatchResult,
         realtime: bool,
     ) -> list[Loaded]:
         """Prepare the pending judgments (and those ``gathered``, already claimed), settle the cache hits, claim the
@@ -174,7 +175,7 @@ class JudgeEngine(Asker):
             mine = self._to_batches(mine, token, result)
         return mine
 
-    def _ask_claimed(self, mine: list[Loaded], token: str, result: _BatchResult) -> None:
+    def _ask_claimed(self, mine: list[Loaded], token: str, result: BatchResult) -> None:
         self._take_locks(mine)
         # a call slot asks and hands the verdict to the write stage; this (Celery) thread waits for the writes
         asked: list[tuple[Loaded, Future[Asked]]] = []
@@ -240,7 +241,7 @@ class JudgeEngine(Asker):
         others = sorted(taken - set(own))
         return (self._load(others) if others else []), taken, set(own) - taken
 
-    def _to_batches(self, mine: list[Loaded], token: str, result: _BatchResult) -> list[Loaded]:
+    def _to_batches(self, mine: list[Loaded], token: str, result: BatchResult) -> list[Loaded]:
         """Hand the claimed judgments of batch runs to the batch stage; return those to ask in real time."""
         rest: list[Loaded] = []
         batch: list[Loaded] = []
@@ -299,7 +300,7 @@ class JudgeEngine(Asker):
                 loaded.stashed = True
 
     def _finish(
-        self, loaded: Loaded, token: str, asked: Asked, result: _BatchResult, deadline: float
+        self, loaded: Loaded, token: str, asked: Asked, result: BatchResult, deadline: float
     ) -> BaseException | None:
         """Wait for a verdict's write (never on a call slot) until ``deadline`` (``time.monotonic``) and record what
         happened; a write that failed or did not resolve in time hands the judgment back."""
@@ -326,7 +327,7 @@ class JudgeEngine(Asker):
         return None
 
     def _settle_cache_hits(
-        self, prepared: list[Loaded], result: _BatchResult, claimed: set[int] | None = None, token: str = ""
+        self, prepared: list[Loaded], result: BatchResult, claimed: set[int] | None = None, token: str = ""
     ) -> list[Loaded]:
         """Write the verdicts of cached judgments in one statement (those already ``claimed`` by ``token``, which a
         batch run's task gathered, through the verdict writer with their claim); return the rest (misses, re-asks
@@ -361,7 +362,7 @@ class JudgeEngine(Asker):
                 result.statuses[write["jid"]] = write["status"] if written == len(writes) else "skipped"
         return rest
 
-    def _write_claimed_hits(self, held: list[VerdictWrite], prepared: list[Loaded], result: _BatchResult) -> None:
+    def _write_claimed_hits(self, held: list[VerdictWrite], prepared: list[Loaded], result: BatchResult) -> None:
         writer = self.verdict_writer()
         for write in held:
             writer.submit(write)
@@ -396,10 +397,11 @@ class JudgeEngine(Asker):
 
 
 @dataclass
-class _BatchResult:
+class BatchResult:
     statuses: dict[int, str] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     gathered: set[int] = field(default_factory=set)  # a batch run's judgments this token claimed beyond its own
+    planning: set[str] = field(default_factory=set)  # runs whose planning was open when their judgments were read
 
     def record(self, judgment_id: int, status: str) -> None:
         self.statuses[judgment_id] = status

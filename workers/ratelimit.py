@@ -164,6 +164,8 @@ class RedisRateLimiter:
         now = time.monotonic()
         read_at, until = self._pause_seen.get(judge_key, (-PAUSE_CHECK_S, 0.0))
         if now - read_at >= PAUSE_CHECK_S:
+            # this thread reads it: the other call slots asking meanwhile use what was read last, not a read each
+            self._pause_seen[judge_key] = (now, until)
             try:
                 remaining = float(self._paused(keys=[f"dj:rl:pause:{judge_key}"]))
             except redis.RedisError as exc:

@@ -130,13 +130,21 @@ class JudgmentTask:
     project_id: str
     attempts: int = 0
     execution: str = "realtime"  # the run's: 'batch' sends the judgment through a provider batch (workers.batches)
+    plan_open: bool = False  # the run's planning was open when this was read (an adaptive run: judge_api.adaptive)
 
 
 def _task_query() -> Any:
     judgments, items, runs = _judgments(), cast(Table, RunItem.__table__), cast(Table, Run.__table__)
     columns = [judgments.c[name] for name in JudgmentTask.__slots__ if name in judgments.c]
     return (
-        select(*columns, items.c.payload.label("item"), runs.c.budget_usd, runs.c.project_id, runs.c.execution)
+        select(
+            *columns,
+            items.c.payload.label("item"),
+            runs.c.budget_usd,
+            runs.c.project_id,
+            runs.c.execution,
+            runs.c.plan_open,
+        )
         .join_from(judgments, items, items.c.id == judgments.c.item_pk)
         .join(runs, runs.c.id == judgments.c.run_id)
         .where(judgments.c.id.in_(bindparam("ids", expanding=True)))
