@@ -13,10 +13,12 @@ judgment id.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -103,26 +105,52 @@ def judgment_finished(judge: str, values: dict[str, Any]) -> None:
         CACHE_HITS.labels(judge=judge).inc()
 
 
+@dataclass(frozen=True, slots=True)
+class _CallSeries:
+    """A judge's per-call series (``labels`` takes a lock and builds a key on every lookup; a call does six)."""
+
+    in_flight: Any
+    ok: Any
+    error: Any
+    latency: Any
+    input_tokens: Any
+    output_tokens: Any
+
+
+@functools.lru_cache(maxsize=256)
+def _call_series(judge: str) -> _CallSeries:
+    return _CallSeries(
+        IN_FLIGHT.labels(judge=judge),
+        PROVIDER_CALLS.labels(judge=judge, outcome="ok"),
+        PROVIDER_CALLS.labels(judge=judge, outcome="error"),
+        LATENCY.labels(judge=judge),
+        TOKENS.labels(judge=judge, direction="input"),
+        TOKENS.labels(judge=judge, direction="output"),
+    )
+
+
 @contextmanager
 def provider_call(judge: str) -> Iterator[None]:
     """Around one provider call: in flight while it runs, its wall time, ok or error."""
-    IN_FLIGHT.labels(judge=judge).inc()
+    series = _call_series(judge)
+    series.in_flight.inc()
     started = time.perf_counter()
     try:
         yield
     except Exception:
-        PROVIDER_CALLS.labels(judge=judge, outcome="error").inc()
+        series.error.inc()
         raise
     else:
-        PROVIDER_CALLS.labels(judge=judge, outcome="ok").inc()
+        series.ok.inc()
     finally:
-        LATENCY.labels(judge=judge).observe(time.perf_counter() - started)
-        IN_FLIGHT.labels(judge=judge).dec()
+        series.latency.observe(time.perf_counter() - started)
+        series.in_flight.dec()
 
 
 def call_tokens(judge: str, input_tokens: int, output_tokens: int) -> None:
-    TOKENS.labels(judge=judge, direction="input").observe(input_tokens)
-    TOKENS.labels(judge=judge, direction="output").observe(output_tokens)
+    series = _call_series(judge)
+    series.input_tokens.observe(input_tokens)
+    series.output_tokens.observe(output_tokens)
 
 
 def call_failed(judge: str, kind: str, will_retry: bool) -> None:

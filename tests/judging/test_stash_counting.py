@@ -187,7 +187,7 @@ def test_a_reply_is_stashed_before_anything_runs_after_the_client_returns_it(
         if dies_in == "metrics":
             patch.setattr(metrics, "call_tokens", killed)
         else:  # every price lookup after the reply (the old path priced the reply before stashing it)
-            patch.setattr(billing, "price_usage", killed)
+            patch.setattr(billing, "price_of", killed)
         with pytest.raises(WorkerKilled):
             engine.judge(judgment_id)
     assert harness.calls() == 1
