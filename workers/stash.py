@@ -28,8 +28,10 @@ Generations (runs with systems, ``workers.responders``) stash their chat replies
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -165,6 +167,8 @@ class RedisReplyStash:
         self._settle = client.register_script(_SETTLE)
         self._release_lost = client.register_script(_RELEASE_LOST)
         self._untake = client.register_script(_UNTAKE)
+        self._local = threading.local()
+        self._put_sha = hashlib.sha1(_PUT.encode()).hexdigest()  # as register_script names it
 
     @staticmethod
     def _key(key: str) -> str:
@@ -174,10 +178,42 @@ class RedisReplyStash:
         return min(self.ttl_ms, SETTLED_TTL_S * 1000)
 
     def put(self, key: str, reply: JudgeReply, calls: int, cost: float, token: str, judgment_id: int) -> None:
+        keys, args = [self._key(key)], [_encode(reply, calls, cost), token, judgment_id, self.ttl_ms]
         try:
-            self._put(keys=[self._key(key)], args=[_encode(reply, calls, cost), token, judgment_id, self.ttl_ms])
+            if not self._put_on_own_connection(keys, args):
+                self._put(keys=keys, args=args)  # the pool's path: loads the script, retries a broken connection
         except redis.RedisError as exc:
             log.warning("could not stash a paid reply (%s); it is kept only until its verdict is written", exc)
+
+    def _put_on_own_connection(self, keys: list[str], args: list[Any]) -> bool:
+        """The put on this thread's own connection: every paid reply makes one, right after the reply, and the
+        pool's checkout (a lock, a readiness poll of the socket, its bookkeeping) and retry wrapper cost more CPU
+        than the command. False when it could not be done here (the script is not loaded on the server, or the
+        connection broke): the caller sends it the usual way. The script is idempotent, so a put that ran but
+        whose answer was lost may run again."""
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None or local.pid != os.getpid():  # a forked child never shares its parent's socket
+            pool = self.client.connection_pool
+            conn = local.conn = pool.connection_class(**pool.connection_kwargs)
+            local.pid = os.getpid()
+        try:
+            conn.send_command("EVALSHA", self._put_sha, len(keys), *keys, *args)
+            conn.read_response()
+        except redis.exceptions.NoScriptError:  # answered in full: the connection stays usable
+            return False
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            self._drop_own_connection(conn)
+            return False
+        except BaseException:
+            self._drop_own_connection(conn)
+            raise
+        return True
+
+    def _drop_own_connection(self, conn: Any) -> None:
+        """Mid-exchange: never read a stale answer as the next one."""
+        conn.disconnect()
+        self._local.conn = None
 
     def present(self, keys: Sequence[str]) -> set[str]:
         """Which of these cache keys have a stashed reply (one round trip)."""
