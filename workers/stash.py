@@ -89,6 +89,13 @@ end
 return mine
 """
 
+# KEYS: stashes. 1 for each that holds a reply (not a tombstone), else 0
+_PRESENT = """
+local found = {}
+for i = 1, #KEYS do found[i] = redis.call('HEXISTS', KEYS[i], 'payload') end
+return found
+"""
+
 _UNTAKE = """
 for i = 1, #KEYS do
   if redis.call('HGET', KEYS[i], 'taker') == ARGV[1] then redis.call('HDEL', KEYS[i], 'taker', 'jid') end
@@ -167,6 +174,7 @@ class RedisReplyStash:
         self._settle = client.register_script(_SETTLE)
         self._release_lost = client.register_script(_RELEASE_LOST)
         self._untake = client.register_script(_UNTAKE)
+        self._present = client.register_script(_PRESENT)  # a script, not a pipeline: a pipeline copies 170 callbacks
         self._local = threading.local()
         self._put_sha = hashlib.sha1(_PUT.encode()).hexdigest()  # as register_script names it
 
@@ -217,11 +225,11 @@ class RedisReplyStash:
 
     def present(self, keys: Sequence[str]) -> set[str]:
         """Which of these cache keys have a stashed reply (one round trip)."""
+        if not keys:
+            return set()
         try:
-            pipe = self.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.hexists(self._key(key), "payload")
-            return {key for key, n in zip(keys, pipe.execute(), strict=True) if n}
+            found = self._present(keys=[self._key(key) for key in keys])
+            return {key for key, n in zip(keys, found, strict=True) if n}
         except redis.RedisError as exc:
             log.warning("could not read the reply stash (%s)", exc)
             return set()
