@@ -35,6 +35,7 @@ def make_engine(url: str) -> Engine:
 
 
 _engines: dict[str, Engine] = {}
+_sessionmakers: dict[Engine, sessionmaker[Session]] = {}
 _engines_lock = threading.Lock()
 
 
@@ -50,7 +51,14 @@ def get_engine() -> Engine:
 
 
 def session_factory() -> sessionmaker[Session]:
-    return sessionmaker(bind=get_engine(), expire_on_commit=False)
+    """The sessions of the configured database, one factory per engine: a ``sessionmaker`` makes a Session subclass
+    of its own, and the first Session of a new subclass sets up its event dispatcher (~0.2 ms of CPU, paid by every
+    API request when each request built a factory)."""
+    engine = get_engine()
+    factory = _sessionmakers.get(engine)
+    if factory is None:
+        factory = _sessionmakers.setdefault(engine, sessionmaker(bind=engine, expire_on_commit=False))
+    return factory
 
 
 @contextmanager
@@ -73,3 +81,4 @@ def reset_engines() -> None:
         for engine in _engines.values():
             engine.dispose()
         _engines.clear()
+        _sessionmakers.clear()
