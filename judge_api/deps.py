@@ -46,19 +46,24 @@ def require(scope: str) -> Callable[..., Principal]:
     """A route dependency: the caller's Principal, or 401 (no / bad key) / 403 (key without ``scope``)."""
 
     def dependency(request: Request, session: Session = Depends(get_session)) -> Principal:
-        client_host = request.client.host if request.client else None
-        principal = authenticate(session, request.headers.get("authorization"), client_host)
-        if scope not in principal.scopes and "admin" not in principal.scopes:
-            has = ", ".join(sorted(principal.scopes)) or "none"
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN,
-                f"this API key lacks the '{scope}' scope needed here (it has: {has}); "
-                f"create a key with --scope {scope}",
-            )
-        request.state.principal = principal
-        return principal
+        return authorize(request, session, scope)
 
     return dependency
+
+
+def authorize(request: Request, session: Session, scope: str) -> Principal:
+    """What ``require(scope)`` does, for a route that opens its session itself: the caller's Principal (also kept
+    on ``request.state.principal``), or 401 / 403."""
+    client_host = request.client.host if request.client else None
+    principal = authenticate(session, request.headers.get("authorization"), client_host)
+    if scope not in principal.scopes and "admin" not in principal.scopes:
+        has = ", ".join(sorted(principal.scopes)) or "none"
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"this API key lacks the '{scope}' scope needed here (it has: {has}); create a key with --scope {scope}",
+        )
+    request.state.principal = principal
+    return principal
 
 
 def run_or_404(session: Session, run_id: str, principal: Principal) -> Run:
@@ -69,5 +74,9 @@ def run_or_404(session: Session, run_id: str, principal: Principal) -> Run:
     """
     run = repository.get_run(session, run_id, principal.project_id)
     if run is None:
-        raise HTTPException(404, f"run {run_id!r} not found")
+        raise run_not_found(run_id)
     return run
+
+
+def run_not_found(run_id: str) -> HTTPException:
+    return HTTPException(404, f"run {run_id!r} not found")
