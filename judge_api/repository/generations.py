@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, exists, func, insert, or_, select, update
+from sqlalchemy import Row, and_, case, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from judge_api.models import Generation, Judgment, Run, RunItem, utcnow
@@ -249,8 +249,8 @@ def unreleased_settled_items(session: Session, limit: int = 1000) -> list[int]:
     return [int(pk) for pk in session.scalars(query)]
 
 
-def generation_counts(session: Session, runs: Sequence[Run]) -> dict[str, GenerationCounts]:
-    """Generation progress of the runs that have systems."""
+def generation_counts(session: Session, runs: Sequence[Run | Row[Any]]) -> dict[str, GenerationCounts]:
+    """Generation progress of the runs that have systems (``Run`` objects or rows with their ``id`` and ``config``)."""
     run_ids = [r.id for r in runs if (r.config or {}).get("systems")]
     if not run_ids:
         return {}

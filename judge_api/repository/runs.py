@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, or_, select, text, update
+from sqlalchemy import Float, Integer, String, bindparam, column, func, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from judge_api.adaptive import economy as adaptive_economy
@@ -27,7 +27,15 @@ from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
 from judge_api.repository.rows import judgment_row
 from judge_api.repository.rubric_snapshots import store_rubric_snapshots
 from judge_api.rubrics import Rubric
-from judge_api.schemas import BatchCounts, JudgmentOut, RunCounts, RunCreate, RunOutcome, RunSummary
+from judge_api.schemas import (
+    BatchCounts,
+    GenerationCounts,
+    JudgmentOut,
+    RunCounts,
+    RunCreate,
+    RunOutcome,
+    RunSummary,
+)
 
 
 def new_run_id() -> str:
@@ -188,8 +196,9 @@ def list_runs(session: Session, project_id: str | None, offset: int, limit: int)
     return total, runs
 
 
-# what a status poll reads, as plain SQL: built with the ORM's expressions, SQLAlchemy spent ~0.35 ms CPU a call
-# constructing the ten aggregates and their cache key again (of a poll's ~5 ms, API side; docs/scaling.md)
+# what a summary of runs reads (the runs list, a report; the status poll folds the same into _POLL_RUN), as plain SQL:
+# built with the ORM's expressions, SQLAlchemy spent ~0.35 ms CPU a call constructing the ten aggregates and their
+# cache key again (of a poll's ~5 ms then, API side; docs/scaling.md)
 _RUN_COUNTS = text(
     "SELECT run_id, status, COUNT(id), COALESCE(SUM(cost_usd), 0.0), COALESCE(SUM(input_tokens), 0), "
     "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(provider_calls), 0), "
@@ -227,77 +236,160 @@ def run_outcome(counts: RunCounts) -> RunOutcome:
 
 
 def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
+    """The runs' summaries; a run found settled gets its ``finished_at`` (the caller commits it)."""
     stats = run_counts(session, [r.id for r in runs])
     generating = generation_counts(session, runs)
     in_batches = batch_counts(session, [r.id for r in runs if r.execution == "batch"])
     summaries = []
     for run in runs:
-        entry = stats[run.id]
-        counts = RunCounts(**entry["counts"])
-        total = run.n_judgments or 1
-        terminal = sum(entry["counts"].get(s, 0) for s in TERMINAL_STATUSES)
-        generation = generating.get(run.id)
-        # a run with systems is finished once every item's responses are settled and its judgments judged
-        generated = generation is None or (generation.pending == 0 and generation.items_released >= run.n_items)
-        generating_now = generation is not None and (generation.running or generation.total > generation.pending)
-        # an adaptive run is finished when its planning is, not when its latest batch is
-        settled = terminal >= run.n_judgments and not run.plan_open and generated
-        if settled:
-            status = "budget_exhausted" if run.budget_exhausted_at else "done"
-        elif counts.running or terminal or generating_now:
-            status = "running"
-        else:
-            status = "queued"
-        config = run.config
-        economy = adaptive_economy.economy(config, run.plan_state)
-        message = adaptive_economy.message(economy)
-        if run.budget_exhausted_at:
-            spent = f"budget of ${run.budget_usd:.4f} reached: {counts.cancelled} judgments were not scheduled"
-            message = spent if message is None else f"{spent}; {message}"
-        if run.cancelled_at:
-            stopped = f"cancelled: {counts.cancelled} judgments were not judged"
-            message = stopped if message is None else f"{stopped}; {message}"
-        if settled and run.finished_at is None:
-            run.finished_at = utcnow()
-        progress = terminal / total
-        if generation is not None and generation.total:
-            # half for generating, half for judging what is planned so far
-            progress = 0.5 * (generation.total - generation.pending) / generation.total + 0.5 * progress
-        if run.plan_open or not generated:  # more judgments may come
-            progress = min(progress, 0.99)
-        summaries.append(
-            RunSummary(
-                id=run.id,
-                name=run.name,
-                status=status,
-                outcome=run_outcome(counts) if settled else None,
-                created_at=run.created_at,
-                finished_at=run.finished_at,
-                rubrics=config["rubrics"],
-                judges=config["judges"],
-                mode=config["mode"],
-                n_items=run.n_items,
-                n_judgments=run.n_judgments,
-                counts=counts,
-                progress=round(progress, 4),
-                cost_usd=round(entry["cost"], 6),
-                input_tokens=entry["in"],
-                output_tokens=entry["out"],
-                provider_calls=entry["calls"],
-                cached=entry["cached"],
-                budget_usd=run.budget_usd,
-                budget_exhausted=run.budget_exhausted_at is not None,
-                message=message,
-                economy=economy,
-                generation=generation,
-                callback_url=run.callback_url,
-                execution=run.execution,
-                batches=BatchCounts(**in_batches.get(run.id, {"open": 0, "done": 0, "requests": 0}))
-                if run.execution == "batch"
-                else None,
-            )
-        )
+        summary = run_summary(run, stats[run.id], generating.get(run.id), in_batches.get(run.id))
+        if run.finished_at is None and summary.finished_at is not None:
+            run.finished_at = summary.finished_at
+        summaries.append(summary)
     return summaries
+
+
+# GET /v1/runs/{id}, the status poll clients repeat: the run's columns a summary reads and its judgment counts in one
+# round trip (a row per judgment status; one with a NULL status when the run has no judgment yet), without loading
+# the ORM object - a third of the poll's database CPU went to Session.get's load and a second query
+_RUN = Run.__table__.c
+_POLL_COLUMNS = (
+    _RUN.id,
+    _RUN.project_id,
+    _RUN.name,
+    _RUN.config,
+    _RUN.n_items,
+    _RUN.n_judgments,
+    _RUN.budget_usd,
+    _RUN.budget_exhausted_at,
+    _RUN.created_at,
+    _RUN.finished_at,
+    _RUN.plan_open,
+    _RUN.plan_state,
+    _RUN.callback_url,
+    _RUN.execution,
+    _RUN.cancelled_at,
+)
+_POLL_COUNTS = (
+    column("status", String),
+    column("n", Integer),
+    column("cost", Float),
+    column("tokens_in", Integer),
+    column("tokens_out", Integer),
+    column("calls", Integer),
+    column("n_cached", Integer),
+)
+_POLL_RUN = text(
+    f"SELECT {', '.join('r.' + c.name for c in _POLL_COLUMNS)}, "
+    "c.status, c.n, c.cost, c.tokens_in, c.tokens_out, c.calls, c.n_cached "
+    "FROM runs r LEFT JOIN ("
+    "SELECT status, COUNT(id) AS n, COALESCE(SUM(cost_usd), 0.0) AS cost, COALESCE(SUM(input_tokens), 0) AS tokens_in, "
+    "COALESCE(SUM(output_tokens), 0) AS tokens_out, COALESCE(SUM(provider_calls), 0) AS calls, "
+    "COALESCE(SUM(CASE WHEN cached THEN 1 ELSE 0 END), 0) AS n_cached "
+    "FROM judgments WHERE run_id = :run_id GROUP BY status"
+    ") c ON 1 = 1 WHERE r.id = :run_id"
+).columns(*_POLL_COLUMNS, *_POLL_COUNTS)
+_FINISH_RUN = (
+    update(Run)
+    .where(Run.id == bindparam("run_id"))
+    .values(finished_at=bindparam("finished_at"))
+    .execution_options(synchronize_session=False)
+)
+
+
+def poll_run(session: Session, run_id: str, project_id: str | None = None) -> RunSummary | None:
+    """The summary of one run, as ``summarize_runs`` gives it (and stamping ``finished_at`` the same way, the caller
+    commits), or None when there is no such run or it belongs to another project than ``project_id``."""
+    rows = session.execute(_POLL_RUN, {"run_id": run_id}).all()
+    if not rows or (project_id is not None and rows[0].project_id != project_id):
+        return None
+    run = rows[0]
+    entry: dict[str, Any] = {"counts": {}, "cost": 0.0, "in": 0, "out": 0, "calls": 0, "cached": 0}
+    for row in rows:
+        if row.status is None:  # no judgment yet
+            continue
+        entry["counts"][row.status] = int(row.n)
+        entry["cost"] += float(row.cost)
+        entry["in"] += int(row.tokens_in)
+        entry["out"] += int(row.tokens_out)
+        entry["calls"] += int(row.calls)
+        entry["cached"] += int(row.n_cached)
+    generation = generation_counts(session, [run]).get(run_id)  # only a run with systems asks
+    in_batch = batch_counts(session, [run_id]).get(run_id) if run.execution == "batch" else None
+    summary = run_summary(run, entry, generation, in_batch)
+    if run.finished_at is None and summary.finished_at is not None:
+        session.execute(_FINISH_RUN, {"run_id": run_id, "finished_at": summary.finished_at})
+    return summary
+
+
+def run_summary(
+    run: Any, entry: dict[str, Any], generation: GenerationCounts | None, in_batch: dict[str, int] | None
+) -> RunSummary:
+    """One run's summary from its row (a ``Run`` or a row with the same names), its ``run_counts`` entry, its
+    generation progress (runs with systems) and its provider batch counts (batch runs). ``finished_at`` is the
+    run's, or now when the run is settled and had none yet: the caller stores it."""
+    counts = RunCounts(**entry["counts"])
+    total = run.n_judgments or 1
+    terminal = sum(entry["counts"].get(s, 0) for s in TERMINAL_STATUSES)
+    # a run with systems is finished once every item's responses are settled and its judgments judged
+    generated = generation is None or (generation.pending == 0 and generation.items_released >= run.n_items)
+    generating_now = generation is not None and (generation.running or generation.total > generation.pending)
+    # an adaptive run is finished when its planning is, not when its latest batch is
+    settled = terminal >= run.n_judgments and not run.plan_open and generated
+    if settled:
+        status = "budget_exhausted" if run.budget_exhausted_at else "done"
+    elif counts.running or terminal or generating_now:
+        status = "running"
+    else:
+        status = "queued"
+    config = run.config
+    economy = adaptive_economy.economy(config, run.plan_state)
+    message = adaptive_economy.message(economy)
+    if run.budget_exhausted_at:
+        spent = f"budget of ${run.budget_usd:.4f} reached: {counts.cancelled} judgments were not scheduled"
+        message = spent if message is None else f"{spent}; {message}"
+    if run.cancelled_at:
+        stopped = f"cancelled: {counts.cancelled} judgments were not judged"
+        message = stopped if message is None else f"{stopped}; {message}"
+    finished_at = run.finished_at
+    if settled and finished_at is None:
+        finished_at = utcnow()
+    progress = terminal / total
+    if generation is not None and generation.total:
+        # half for generating, half for judging what is planned so far
+        progress = 0.5 * (generation.total - generation.pending) / generation.total + 0.5 * progress
+    if run.plan_open or not generated:  # more judgments may come
+        progress = min(progress, 0.99)
+    return RunSummary(
+        id=run.id,
+        name=run.name,
+        status=status,
+        outcome=run_outcome(counts) if settled else None,
+        created_at=run.created_at,
+        finished_at=finished_at,
+        rubrics=config["rubrics"],
+        judges=config["judges"],
+        mode=config["mode"],
+        n_items=run.n_items,
+        n_judgments=run.n_judgments,
+        counts=counts,
+        progress=round(progress, 4),
+        cost_usd=round(entry["cost"], 6),
+        input_tokens=entry["in"],
+        output_tokens=entry["out"],
+        provider_calls=entry["calls"],
+        cached=entry["cached"],
+        budget_usd=run.budget_usd,
+        budget_exhausted=run.budget_exhausted_at is not None,
+        message=message,
+        economy=economy,
+        generation=generation,
+        callback_url=run.callback_url,
+        execution=run.execution,
+        batches=BatchCounts(**(in_batch or {"open": 0, "done": 0, "requests": 0}))
+        if run.execution == "batch"
+        else None,
+    )
 
 
 JUDGMENT_FILTERS = ("status", "system", "aspect", "item_id", "rubric_id", "judge", "mode")

@@ -32,6 +32,7 @@ from judge_api.deps import (
     authorize,
     get_session,
     require,
+    run_not_found,
     run_or_404,
     submit_limit,
 )
@@ -461,8 +462,9 @@ async def get_run(run_id: str, request: Request) -> RunSummary:
 def _poll_run(request: Request, run_id: str) -> RunSummary:
     with session_factory()() as session:
         principal = authorize(request, session, "read")
-        run = run_or_404(session, run_id, principal)
-        summary = repository.summarize_runs(session, [run])[0]
+        summary = repository.poll_run(session, run_id, principal.project_id)
+        if summary is None:
+            raise run_not_found(run_id)
         session.commit()  # a run that settled gets its finished_at here
         return summary
 
