@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
+from dialogue_judge.testing import OwnRedis, TcpProxy
 from judge_api.db import reset_engines
 from judge_simulator.process import SimulatorProcess
 
@@ -23,3 +25,11 @@ def harness(settings_env: pytest.MonkeyPatch, sim: SimulatorProcess) -> Iterator
     settings_env.delenv("DJ_RUBRICS_PATH", raising=False)
     yield Harness(sim, settings_env)
     reset_engines()
+
+
+@pytest.fixture
+def redis_proxy(own_redis: OwnRedis) -> Iterator[TcpProxy]:
+    """own_redis behind a loopback TCP proxy: ``stop()`` cuts Redis off without losing its data."""
+    parsed = urlsplit(own_redis.url)
+    with TcpProxy(parsed.hostname or "127.0.0.1", parsed.port or 6379) as proxy:
+        yield proxy

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import redis
 from sqlalchemy import select
 
+from dialogue_judge.testing import TcpProxy
 from judge_api import planning, repository
 from judge_api.config import reset_settings_cache
 from judge_api.db import session_scope
@@ -24,6 +26,7 @@ from judge_api.schemas import RunCreate, RunSummary
 from judge_simulator.process import SimulatorProcess
 from workers.execute import JudgeEngine
 from workers.runtime import build_engine
+from workers.stash import RedisReplyStash
 
 ANTHROPIC_KEY = "sk-ant-test-anthropic-0000"
 OPENAI_KEY = "sk-test-openai-0000"
@@ -155,3 +158,9 @@ class Timer:
 
     def __exit__(self, *_: object) -> None:
         self.elapsed = time.perf_counter() - self.start
+
+
+def proxied_stash(proxy: TcpProxy) -> RedisReplyStash:
+    """A Redis reply stash reached through ``proxy`` (a test cuts Redis off with ``proxy.stop()``)."""
+    client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=2, socket_connect_timeout=2)
+    return RedisReplyStash(client)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -26,7 +25,7 @@ from workers.singleflight import LocalSingleFlight
 from workers.stash import LocalReplyStash, RedisReplyStash, ReplyStash
 from workers.writer import VerdictWrite, VerdictWriter
 
-from .harness import Harness, dialogue_item
+from .harness import Harness, dialogue_item, proxied_stash
 
 REPLY = JudgeReply("Rating: [[70]]", "stop", 10, 5, 300.0, None, None)
 
@@ -36,18 +35,6 @@ def db_harness(harness: Harness, db_url: str) -> Iterator[Harness]:
     harness.monkeypatch.setenv("DATABASE_URL", db_url)
     harness.build()
     yield harness
-
-
-@pytest.fixture
-def redis_proxy(own_redis: OwnRedis) -> Iterator[TcpProxy]:
-    parsed = urlsplit(own_redis.url)
-    with TcpProxy(parsed.hostname or "127.0.0.1", parsed.port or 6379) as proxy:
-        yield proxy
-
-
-def proxied_stash(proxy: TcpProxy) -> RedisReplyStash:
-    client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=2, socket_connect_timeout=2)
-    return RedisReplyStash(client)
 
 
 def one_judgment(harness: Harness) -> int:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -17,19 +15,9 @@ from dialogue_judge.testing import OwnRedis, TcpProxy
 from workers.clients import JudgeReply
 from workers.stash import RedisReplyStash
 
+from .harness import proxied_stash
+
 REPLY = JudgeReply("Rating: [[70]]", "stop", 10, 5, 300.0, None, None)
-
-
-@pytest.fixture
-def proxy(own_redis: OwnRedis) -> Iterator[TcpProxy]:
-    parsed = urlsplit(own_redis.url)
-    with TcpProxy(parsed.hostname or "127.0.0.1", parsed.port or 6379) as proxy:
-        yield proxy
-
-
-def stash_behind(proxy: TcpProxy) -> RedisReplyStash:
-    client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=2, socket_connect_timeout=2)
-    return RedisReplyStash(client)
 
 
 def connected_clients(own_redis: OwnRedis) -> int:
@@ -37,9 +25,9 @@ def connected_clients(own_redis: OwnRedis) -> int:
 
 
 def test_a_put_loads_the_script_when_the_server_does_not_know_it_and_then_uses_its_own_connection(
-    own_redis: OwnRedis, proxy: TcpProxy
+    own_redis: OwnRedis, redis_proxy: TcpProxy
 ) -> None:
-    stash = stash_behind(proxy)
+    stash = proxied_stash(redis_proxy)
     redis.Redis.from_url(own_redis.url).script_flush()
     stash.put("k1", REPLY, 1, 0.01, "tok-a", 7)  # NOSCRIPT on the own connection: the pool's path loads it
     stash.put("k2", REPLY, 2, 0.02, "tok-b", 8)  # now it runs on the own connection
@@ -49,26 +37,26 @@ def test_a_put_loads_the_script_when_the_server_does_not_know_it_and_then_uses_i
     assert stash._local.conn is not None  # the thread keeps its connection for the next put
 
 
-def test_a_put_after_the_connection_broke_reconnects_and_lands(own_redis: OwnRedis, proxy: TcpProxy) -> None:
-    stash = stash_behind(proxy)
+def test_a_put_after_the_connection_broke_reconnects_and_lands(own_redis: OwnRedis, redis_proxy: TcpProxy) -> None:
+    stash = proxied_stash(redis_proxy)
     stash.put("k1", REPLY, 1, 0.01, "tok", 1)
-    proxy.stop()  # every open connection is cut, as a Redis restart would
-    proxy.start()
+    redis_proxy.stop()  # every open connection is cut, as a Redis restart would
+    redis_proxy.start()
     stash.put("k2", REPLY, 1, 0.01, "tok", 2)
     taken = stash.take("k2", "tok", 2)
     assert taken is not None and taken.reply == REPLY
 
 
 def test_a_put_with_redis_down_warns_and_does_not_raise(
-    own_redis: OwnRedis, proxy: TcpProxy, caplog: pytest.LogCaptureFixture
+    own_redis: OwnRedis, redis_proxy: TcpProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stash = stash_behind(proxy)
+    stash = proxied_stash(redis_proxy)
     stash.put("k1", REPLY, 1, 0.01, "tok", 1)
-    proxy.stop()
+    redis_proxy.stop()
     with caplog.at_level(logging.WARNING, logger="workers.stash"):
         stash.put("k2", REPLY, 1, 0.01, "tok", 2)
     assert "could not stash a paid reply" in caplog.text
-    proxy.start()
+    redis_proxy.start()
     stash.put("k3", REPLY, 1, 0.01, "tok", 3)  # back: the next put lands again
     assert stash.take("k3", "tok", 3) is not None
 
@@ -94,7 +82,7 @@ def test_each_thread_puts_on_a_connection_of_its_own(own_redis: OwnRedis) -> Non
         thread.join(30)
     assert not errors
     assert connected_clients(own_redis) - before >= 4  # one connection a thread (the pool's are not used)
-    for thread in range(4):
+    for index in range(4):
         for n in range(50):
-            taken = stash.take(f"t{thread}-{n}", f"tok{thread}", thread * 100 + n)
+            taken = stash.take(f"t{index}-{n}", f"tok{index}", index * 100 + n)
             assert taken is not None and taken.reply == REPLY
