@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import JSON, String, func, select, update
 
 from judge_api.db import get_engine, session_scope
 from judge_api.models import CacheEntry, Judgment, utcnow
@@ -370,3 +370,101 @@ def test_which_database_errors_are_waited_out(orig: str, unreachable: bool) -> N
     from workers.writer import database_unreachable
 
     assert database_unreachable(OperationalError("SELECT 1", {}, Exception(orig))) is unreachable
+
+
+def full_verdict(score: float | None = None, **extra: Any) -> dict[str, Any]:
+    """Values as the call slot hands them to the writer: every kind of column (text, JSON with and without a value,
+    floats, counters that add up, a boolean, a timestamp)."""
+    return {
+        "status": "done",
+        "score": score,
+        "explanation": "consistent with session 1 ('Rex' is the dog) — ünïcode ✓",
+        "error": None,
+        "details": None,
+        "raw_output": 'Rating: [[61]] "quoted" \\ back\nslash',
+        "prompt_hash": "p" * 64,
+        "cache_key": "c" * 64,
+        "injection_flags": ["fence-close"],
+        "input_tokens": 120,
+        "output_tokens": 7,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "latency_ms": 301.25,
+        "cost_usd": 1.5e-05,
+        "list_cost_usd": 3e-05,
+        "cache_saved_usd": 0.0,
+        "attempts": 2,
+        "provider_calls": 2,
+        "cached": False,
+        "claimed_at": utcnow(),
+        **extra,
+    }
+
+
+STORED = [c.name for c in Judgment.__table__.c if c.name not in ("id", "dedup_key", "item_key", "item_pk")]
+
+
+def stored_rows(ids: list[int]) -> list[dict[str, Any]]:
+    """The rows as the database holds them, JSON columns as their text (a JSON null is not an SQL NULL)."""
+    table = Judgment.__table__
+    columns = [table.c[name] for name in STORED]
+    shown = [func.cast(c, String).label(c.name) if isinstance(c.type, JSON) else c for c in columns]
+    with get_engine().connect() as connection:
+        rows = connection.execute(select(table.c.id, *shown).where(table.c.id.in_(ids))).mappings().all()
+    by_id = {row["id"]: dict(row) for row in rows}
+    return [{k: v for k, v in by_id[i].items() if k not in ("id", "run_id", "created_at")} for i in ids]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"details": {"levels": [1, 2], "note": None}}, {"score": 61.0, "provider_calls": 1, "error": "x"}],
+    ids=["nulls", "json-details", "values"],
+)
+def test_both_write_paths_store_the_same_row(
+    db_harness: Harness, monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any]
+) -> None:
+    """PostgreSQL writes a group from one JSON document (jsonb_to_recordset); what it stores, accumulated counters
+    included, equals what the executemany path stores, column by column."""
+    ids = make_run(db_harness, 4)
+    with session_scope() as session:  # counters from an earlier, lost claim: added to, never overwritten
+        session.execute(update(Judgment).where(Judgment.id.in_(ids)).values(provider_calls=3, cost_usd=0.25))
+    token, _ = claims.claim_many(get_engine(), ids, lease_s=600)
+    stamp = utcnow()
+    values = full_verdict(**{"score": 61.5, **extra})
+    assert claims.write_verdicts(get_engine(), [(i, token, values) for i in ids[:2]], stamp=stamp) == [True, True]
+    monkeypatch.setattr(claims, "_verdict_recordsets", lambda *args: None)
+    assert claims.write_verdicts(get_engine(), [(i, token, values) for i in ids[2:]], stamp=stamp) == [True, True]
+    first, second, third, fourth = stored_rows(ids)
+    assert first == second == third == fourth
+    assert first["provider_calls"] == 3 + values["provider_calls"] and first["cost_usd"] == pytest.approx(0.250015)
+    assert first["claim_token"] is None and first["updated_at"] == stamp
+
+
+def test_postgresql_writes_a_group_as_one_document_and_falls_back_where_json_cannot_carry_it(
+    db_harness: Harness,
+) -> None:
+    ids = make_run(db_harness, 2)
+    engine = get_engine()
+    verdicts = [(ids[0], "t", full_verdict(61.0)), (ids[1], "t", full_verdict(62.0, details={"a": 1}))]
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for judgment_id, token, values in verdicts:
+        row = {**{f"v_{k}": v for k, v in values.items()}, "jid": judgment_id, "token": token}
+        by_columns.setdefault(tuple(sorted(values)), []).append(row)
+    recordsets = claims._verdict_recordsets(engine, verdicts, by_columns, utcnow())
+    if engine.dialect.name != "postgresql":
+        assert recordsets is None
+        return
+    assert recordsets is not None and len(recordsets) == 1  # one column set: one statement for the group
+    nan = [(ids[0], "t", full_verdict(float("nan")))]
+    nul = [(ids[0], "t", full_verdict(1.0, raw_output="a\x00b"))]
+    twice = [verdicts[0], verdicts[0]]
+    for case in (nan, nul, twice):
+        grouped = {tuple(sorted(case[0][2])): [{**{f"v_{k}": v for k, v in case[0][2].items()}, "jid": 1, "token": ""}]}
+        assert claims._verdict_recordsets(engine, case, grouped, utcnow()) is None
+
+
+def test_a_nan_score_is_stored_on_postgresql_as_it_was_before(db_harness: Harness) -> None:
+    ids = make_run(db_harness, 1)
+    token, _ = claims.claim_many(get_engine(), ids, lease_s=600)
+    assert claims.write_verdicts(get_engine(), [(ids[0], token, full_verdict(float("nan")))]) == [True]
+    assert stored_rows(ids)[0]["status"] == "done"
