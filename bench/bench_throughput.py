@@ -760,9 +760,12 @@ def side_by_side(args: argparse.Namespace) -> int:
                     a = run_service_round(service, sim, body, redis_server.process.pid)
                     stop_profilers(profilers)
                     sim_before = int(sim.stats()["total_calls"])
+                    b_cpu_before = time.process_time()
                     b_wall = run_plain_client(sim.base_url, prompts, concurrency)
+                    b_cpu_ms = 1000 * (time.process_time() - b_cpu_before) / len(prompts)
                     b_calls = int(sim.stats()["total_calls"]) - sim_before
                     b_rate = len(prompts) / b_wall
+                    a["plain_cpu_ms"] = b_cpu_ms
                     service_rounds.append(a)
                     plain_rates.append(b_rate)
                     print(
@@ -772,7 +775,7 @@ def side_by_side(args: argparse.Namespace) -> int:
                         f"{a['api_rest_ms']:.2f} after it, Redis {a['redis_ms']:.2f}; {a['polls']} status polls of "
                         f"{a['poll_ms']:.1f} ms: {a['cpu_ms_without_polls']:.2f} without them)   "
                         f"(b) plain client {b_rate:7.2f}/s "
-                        f"({b_wall:.2f} s, {b_calls} calls)   a/b {a['rate'] / b_rate:.3f}"
+                        f"({b_wall:.2f} s, {b_calls} calls, CPU {b_cpu_ms:.2f} ms/call)   a/b {a['rate'] / b_rate:.3f}"
                     )
             finally:
                 stop_profilers(profilers)
@@ -795,6 +798,15 @@ def side_by_side(args: argparse.Namespace) -> int:
     print(
         f"  the same without the benchmark's status polls (every 0.1 s, each priced after its round) min "
         f"{min(unpolled):.2f} median {statistics.median(unpolled):.2f} ms/judgment"
+    )
+    # the CPU figures move with the machine (docs/scaling.md); the plain client's CPU a call, measured in the same
+    # rounds, is the machine's own yardstick: the service's CPU a judgment over it can be compared across machines
+    plain_cpu = [r["plain_cpu_ms"] for r in service_rounds]
+    cpu_ratio = [r["cpu_ms"] / r["plain_cpu_ms"] for r in service_rounds]
+    print(
+        f"  (b)'s own CPU (asyncio + AsyncOpenAI, the bench process) min {min(plain_cpu):.2f} median "
+        f"{statistics.median(plain_cpu):.2f} ms/call; service CPU a judgment / (b)'s a call: min {min(cpu_ratio):.3f} "
+        f"median {statistics.median(cpu_ratio):.3f}"
     )
     if args.json:
         args.json.write_text(
