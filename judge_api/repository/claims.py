@@ -4,15 +4,13 @@ writes. A verdict is written only by the holder of the judgment's claim, so a re
 from __future__ import annotations
 
 import functools
-import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import JSON, Engine, String, Table, and_, bindparam, func, or_, select, text, update
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import Engine, Table, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api.models import (
@@ -21,6 +19,7 @@ from judge_api.models import (
     RunItem,
     utcnow,
 )
+from judge_api.repository import recordset
 from judge_api.repository.cache import insert_entries
 
 
@@ -308,34 +307,20 @@ def _verdict_recordsets(
     by_columns: dict[tuple[str, ...], list[dict[str, Any]]],
     now: datetime,
 ) -> list[tuple[tuple[str, ...], dict[str, str]]] | None:
-    """On PostgreSQL, each column set's verdicts as one JSON document for ``_verdict_update_recordset``: the group's
-    rows go as one parameter, not as an ``executemany`` of ~25 parameters a row (most of the writer's CPU). None
-    (the ``executemany`` path) on other databases, or when a value has no JSON form PostgreSQL takes: NaN or
-    Infinity, a NUL character (the ``executemany`` path refuses those too, as it always did), or a judgment
-    twice in one group."""
+    """On PostgreSQL, each column set's verdicts as one JSON document for ``_verdict_update_recordset``
+    (judge_api.repository.recordset). None (the ``executemany`` path) on other databases, when a value has no JSON
+    form PostgreSQL takes, or for a judgment twice in one group."""
     if engine.dialect.name != "postgresql" or len({judgment_id for judgment_id, _, _ in verdicts}) != len(verdicts):
         return None
     table = _judgments()
-    stamp = now.isoformat()
     recordsets: list[tuple[tuple[str, ...], dict[str, str]]] = []
     for columns, rows in by_columns.items():
-        json_columns = [c for c in columns if isinstance(table.c[c].type, JSON)]
-        documents = []
-        for row in rows:
-            document: dict[str, Any] = {"jid": row["jid"], "token": row["token"], "updated_at": stamp}
-            for column in columns:
-                value = row[f"v_{column}"]
-                if isinstance(value, datetime):
-                    value = value.isoformat()
-                document[column] = value
-            for column in json_columns:  # stored as the text the executemany path stores (json.dumps)
-                document[column] = json.dumps(document[column])
-            documents.append(document)
-        try:
-            encoded = json.dumps(documents, allow_nan=False)
-        except (TypeError, ValueError):
-            return None
-        if "\\u0000" in encoded:
+        documents = [
+            {"jid": row["jid"], "token": row["token"], "updated_at": now, **{c: row[f"v_{c}"] for c in columns}}
+            for row in rows
+        ]
+        encoded = recordset.document(table, (*columns, "updated_at"), documents)
+        if encoded is None:
             return None
         recordsets.append((columns, {"rows": encoded}))
     return recordsets
@@ -343,29 +328,21 @@ def _verdict_recordsets(
 
 @functools.lru_cache(maxsize=64)
 def _verdict_update_recordset(columns: tuple[str, ...]) -> Any:
-    """The compare-and-set UPDATE of a group of verdicts writing ``columns``, its rows read from one JSON document
-    (``jsonb_to_recordset``): the same SET and WHERE as ``_verdict_update``, and RETURNING the ids written."""
+    """The compare-and-set UPDATE of a group of verdicts writing ``columns``, its rows read from one JSON document:
+    the same SET and WHERE as ``_verdict_update``, and RETURNING the ids written."""
     table = _judgments()
-    dialect = postgresql.dialect()
-    quote = dialect.identifier_preparer.quote
-    record = ["jid INTEGER", "token TEXT"]
+    quote = recordset.quote
     assignments = []
     for column in (*columns, "updated_at"):
-        column_type = table.c[column].type
-        if isinstance(column_type, (JSON, String)):
-            record.append(f"{quote(column)} TEXT")
-        else:
-            record.append(f"{quote(column)} {column_type.compile(dialect=dialect)}")
-        value = f"v.{quote(column)}"
-        if isinstance(column_type, JSON):
-            value = f"CAST({value} AS JSON)"
+        new_value = recordset.value(table, column)
         if column in ACCUMULATED_COLUMNS:
-            value = f"COALESCE(j.{quote(column)}, 0) + COALESCE({value}, 0)"
-        assignments.append(f"{quote(column)} = {value}")
+            new_value = f"COALESCE(j.{quote(column)}, 0) + COALESCE({new_value}, 0)"
+        assignments.append(f"{quote(column)} = {new_value}")
     assignments.append("claim_token = NULL")
+    definitions = recordset.record(table, (*columns, "updated_at"), ("jid INTEGER", "token TEXT"))
     return text(
         f"UPDATE {quote(table.name)} AS j SET {', '.join(assignments)} "
-        f"FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS v({', '.join(record)}) "
+        f"FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS v({definitions}) "
         "WHERE j.id = v.jid AND j.claim_token = v.token AND j.status = 'running' RETURNING j.id"
     )
 

@@ -14,7 +14,7 @@ from sqlalchemy import JSON, String, func, select, update
 
 from judge_api.db import get_engine, session_scope
 from judge_api.models import CacheEntry, Judgment, utcnow
-from judge_api.repository import claims
+from judge_api.repository import cache, claims
 from workers.singleflight import LocalSingleFlight
 from workers.writer import VerdictWrite, VerdictWriter
 
@@ -468,3 +468,48 @@ def test_a_nan_score_is_stored_on_postgresql_as_it_was_before(db_harness: Harnes
     token, _ = claims.claim_many(get_engine(), ids, lease_s=600)
     assert claims.write_verdicts(get_engine(), [(ids[0], token, full_verdict(float("nan")))]) == [True]
     assert stored_rows(ids)[0]["status"] == "done"
+
+
+def stored_entries(keys: list[str]) -> list[dict[str, Any]]:
+    table = CacheEntry.__table__
+    shown = [func.cast(c, String).label(c.name) if isinstance(c.type, JSON) else c for c in table.c]
+    with get_engine().connect() as connection:
+        rows = connection.execute(select(*shown).where(table.c.key.in_(keys))).mappings().all()
+    by_key = {row["key"]: {k: v for k, v in row.items() if k != "key"} for row in rows}
+    return [by_key[key] for key in keys]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {},
+        {"structured": {"score": 61, "why": "ünïcode"}, "logprobs": [{"token": "6", "logprob": -0.25}]},
+        {"finish_reason": None, "raw_output": 'a "quoted"\\ reply\n'},
+    ],
+    ids=["nulls", "json", "text"],
+)
+def test_both_cache_insert_paths_store_the_same_entry(
+    db_harness: Harness, monkeypatch: pytest.MonkeyPatch, reply: dict[str, Any]
+) -> None:
+    """PostgreSQL inserts a group's judge-cache entries from one JSON document; what it stores equals what the
+    executemany path stores, and an entry that exists is kept."""
+    created = utcnow()
+    rows = [{**cache_row(key), "structured": None, "logprobs": None, "created_at": created, **reply} for key in "ab"]
+    claims.write_verdicts(get_engine(), [], rows)
+    monkeypatch.setattr(cache, "_cache_document", lambda *args: None)
+    claims.write_verdicts(get_engine(), [], [{**row, "key": row["key"] + "-old"} for row in rows])
+    first, second, first_old, second_old = stored_entries(["a", "b", "a-old", "b-old"])
+    assert first == second == first_old == second_old
+    assert first["created_at"] == created
+    monkeypatch.undo()
+    claims.write_verdicts(get_engine(), [], [{**rows[0], "raw_output": "another reply"}])
+    assert stored_entries(["a"])[0]["raw_output"] == rows[0]["raw_output"]
+
+
+def test_cache_entries_go_as_one_document_only_on_postgresql_and_with_every_column(db_harness: Harness) -> None:
+    engine = get_engine()
+    row = {**cache_row("k"), "logprobs": None}
+    expected = engine.dialect.name == "postgresql"
+    assert (cache._cache_document(engine, [row]) is not None) == expected
+    assert cache._cache_document(engine, [{k: v for k, v in row.items() if k != "created_at"}]) is None
+    assert cache._cache_document(engine, [{**row, "raw_output": "a\x00b"}]) is None
