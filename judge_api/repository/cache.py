@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, bindparam, select, text
+from sqlalchemy import Connection, Engine, Table, bindparam, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from judge_api.models import (
     CacheEntry,
 )
-from judge_api.repository import recordset
 from judge_api.repository.sql import unsupported_database
 
 REPLACE = "replace"  # a cache row carrying this (true) replaces the key's entry (options.cache 'refresh')
@@ -25,11 +24,7 @@ def insert_entries(connection: Connection, engine: Engine, cache_rows: Sequence[
         kept = [row for row in unique.values() if not row.get(REPLACE)]
         replacing = [{k: v for k, v in row.items() if k != REPLACE} for row in unique.values() if row.get(REPLACE)]
         if kept:
-            as_document = _cache_document(engine, kept)
-            if as_document is not None:  # PostgreSQL: the group's entries as one parameter (repository.recordset)
-                connection.execute(_INSERT_CACHE_RECORDSET, {"rows": as_document})
-            else:
-                connection.execute(_insert_cache_rows(engine), kept)
+            connection.execute(_insert_cache_rows(engine), kept)
         if replacing:
             connection.execute(_replace_cache_rows(engine), replacing)
 
@@ -87,21 +82,3 @@ _REPLACE_CACHE = {
     "postgresql": _upsert(postgresql.insert(_CACHE_TABLE)),
     "sqlite": _upsert(sqlite.insert(_CACHE_TABLE)),
 }
-
-
-_CACHE_COLUMNS = tuple(column.name for column in _CACHE_TABLE.columns)
-_INSERT_CACHE_RECORDSET = text(
-    f"INSERT INTO {recordset.quote(_CACHE_TABLE.name)} ({', '.join(recordset.quote(c) for c in _CACHE_COLUMNS)}) "
-    f"SELECT {', '.join(recordset.value(_CACHE_TABLE, c) for c in _CACHE_COLUMNS)} "
-    f"FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS v({recordset.record(_CACHE_TABLE, _CACHE_COLUMNS)}) "
-    f"ON CONFLICT ({recordset.quote('key')}) DO NOTHING"
-)
-
-
-def _cache_document(engine: Engine, rows: Sequence[dict[str, Any]]) -> str | None:
-    """New entries as one JSON document for ``_INSERT_CACHE_RECORDSET``: on PostgreSQL, when every row has every
-    column (as ``workers.judgecache.cache_row`` makes them; a row leaning on a column default goes the
-    ``executemany`` way, which fills defaults in)."""
-    if engine.dialect.name != "postgresql" or any(set(row) != set(_CACHE_COLUMNS) for row in rows):
-        return None
-    return recordset.document(_CACHE_TABLE, _CACHE_COLUMNS, rows)

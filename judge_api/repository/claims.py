@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, and_, bindparam, func, or_, select, text, update
+from sqlalchemy import Engine, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api.models import (
@@ -19,7 +19,6 @@ from judge_api.models import (
     RunItem,
     utcnow,
 )
-from judge_api.repository import recordset
 from judge_api.repository.cache import insert_entries
 
 
@@ -260,18 +259,8 @@ def write_verdicts(
     by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for (_, _, values), row in zip(verdicts, params, strict=True):
         by_columns.setdefault(tuple(sorted(values)), []).append(row)
-    recordsets = _verdict_recordsets(engine, verdicts, by_columns, now)
     with engine.connect() as connection:  # closing without a commit rolls back
         insert_entries(connection, engine, cache_rows)
-        if recordsets is not None:  # PostgreSQL: one statement per column set, which says which rows it wrote
-            written_ids: set[int] = set()
-            for columns, rows in recordsets:
-                written_ids.update(int(row[0]) for row in connection.execute(_verdict_update_recordset(columns), rows))
-            results = [judgment_id in written_ids for judgment_id, _, _ in verdicts]
-            if stamp is not None and not all(results):
-                results = _stamped_by_us(connection, verdicts, results, stamp)
-            connection.commit()
-            return results
         # the common case: every claim still holds, and one executemany per column set writes the group
         if engine.dialect.supports_sane_multi_rowcount:
             written = sum(connection.execute(_verdict_update(cols), rows).rowcount for cols, rows in by_columns.items())
@@ -285,66 +274,14 @@ def write_verdicts(
             for (_, _, values), row in zip(verdicts, params, strict=True)
         ]
         if stamp is not None and not all(results):
-            results = _stamped_by_us(connection, verdicts, results, stamp)
+            table = _judgments()
+            missed = [judgment_id for (judgment_id, _, _), ok in zip(verdicts, results, strict=True) if not ok]
+            ours = set(
+                connection.scalars(select(table.c.id).where(table.c.id.in_(missed), table.c.updated_at == stamp))
+            )
+            results = [ok or judgment_id in ours for (judgment_id, _, _), ok in zip(verdicts, results, strict=True)]
         connection.commit()
         return results
-
-
-def _stamped_by_us(
-    connection: Any, verdicts: Sequence[tuple[int, str, dict[str, Any]]], results: list[bool], stamp: datetime
-) -> list[bool]:
-    """A row whose compare-and-set missed but which carries this group's stamp was written by an earlier try of the
-    group whose commit went through unseen (a cut connection): it is ours."""
-    table = _judgments()
-    missed = [judgment_id for (judgment_id, _, _), ok in zip(verdicts, results, strict=True) if not ok]
-    ours = set(connection.scalars(select(table.c.id).where(table.c.id.in_(missed), table.c.updated_at == stamp)))
-    return [ok or judgment_id in ours for (judgment_id, _, _), ok in zip(verdicts, results, strict=True)]
-
-
-def _verdict_recordsets(
-    engine: Engine,
-    verdicts: Sequence[tuple[int, str, dict[str, Any]]],
-    by_columns: dict[tuple[str, ...], list[dict[str, Any]]],
-    now: datetime,
-) -> list[tuple[tuple[str, ...], dict[str, str]]] | None:
-    """On PostgreSQL, each column set's verdicts as one JSON document for ``_verdict_update_recordset``
-    (judge_api.repository.recordset). None (the ``executemany`` path) on other databases, when a value has no JSON
-    form PostgreSQL takes, or for a judgment twice in one group."""
-    if engine.dialect.name != "postgresql" or len({judgment_id for judgment_id, _, _ in verdicts}) != len(verdicts):
-        return None
-    table = _judgments()
-    recordsets: list[tuple[tuple[str, ...], dict[str, str]]] = []
-    for columns, rows in by_columns.items():
-        documents = [
-            {"jid": row["jid"], "token": row["token"], "updated_at": now, **{c: row[f"v_{c}"] for c in columns}}
-            for row in rows
-        ]
-        encoded = recordset.document(table, (*columns, "updated_at"), documents)
-        if encoded is None:
-            return None
-        recordsets.append((columns, {"rows": encoded}))
-    return recordsets
-
-
-@functools.lru_cache(maxsize=64)
-def _verdict_update_recordset(columns: tuple[str, ...]) -> Any:
-    """The compare-and-set UPDATE of a group of verdicts writing ``columns``, its rows read from one JSON document:
-    the same SET and WHERE as ``_verdict_update``, and RETURNING the ids written."""
-    table = _judgments()
-    quote = recordset.quote
-    assignments = []
-    for column in (*columns, "updated_at"):
-        new_value = recordset.value(table, column)
-        if column in ACCUMULATED_COLUMNS:
-            new_value = f"COALESCE(j.{quote(column)}, 0) + COALESCE({new_value}, 0)"
-        assignments.append(f"{quote(column)} = {new_value}")
-    assignments.append("claim_token = NULL")
-    definitions = recordset.record(table, (*columns, "updated_at"), ("jid INTEGER", "token TEXT"))
-    return text(
-        f"UPDATE {quote(table.name)} AS j SET {', '.join(assignments)} "
-        f"FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS v({definitions}) "
-        "WHERE j.id = v.jid AND j.claim_token = v.token AND j.status = 'running' RETURNING j.id"
-    )
 
 
 @functools.lru_cache(maxsize=64)
