@@ -462,7 +462,7 @@ async def get_run(run_id: str, request: Request) -> Response:
     return Response(body, media_type="application/json")
 
 
-def _poll_run(request: Request, run_id: str) -> bytes:
+def _poll_run(request: Request, run_id: str) -> str:
     with session_factory()() as session:
         # reads in autocommit: no BEGIN and COMMIT round trips around the poll's two statements; the finished_at
         # a settled run gets is one UPDATE, committed as it runs
@@ -471,7 +471,7 @@ def _poll_run(request: Request, run_id: str) -> bytes:
         summary = repository.poll_run(session, run_id, principal.project_id)
         if summary is None:
             raise run_not_found(run_id)
-        return summary.__pydantic_serializer__.to_json(summary)
+        return summary.model_dump_json()
 
 
 @router.post("/v1/runs/{run_id}/retry")
