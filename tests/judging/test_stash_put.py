@@ -20,8 +20,9 @@ from .harness import proxied_stash
 REPLY = JudgeReply("Rating: [[70]]", "stop", 10, 5, 300.0, None, None)
 
 
-def connected_clients(own_redis: OwnRedis) -> int:
-    return int(redis.Redis.from_url(own_redis.url).info("clients")["connected_clients"])
+def client_ids(own_redis: OwnRedis) -> set[int]:
+    """The ids of the connections open now; Redis numbers connections in order, so newer ones have larger ids."""
+    return {int(client["id"]) for client in redis.Redis.from_url(own_redis.url).client_list()}
 
 
 def test_a_put_loads_the_script_when_the_server_does_not_know_it_and_then_uses_its_own_connection(
@@ -63,25 +64,32 @@ def test_a_put_with_redis_down_warns_and_does_not_raise(
 
 def test_each_thread_puts_on_a_connection_of_its_own(own_redis: OwnRedis) -> None:
     stash = RedisReplyStash(redis.Redis.from_url(own_redis.url))
-    before = connected_clients(own_redis)
-    barrier = threading.Barrier(4)
+    newest_before = max(client_ids(own_redis))
+    start, done = threading.Barrier(4), threading.Barrier(5)  # done: the main thread counts while they live
     errors: list[BaseException] = []
+    used: dict[int, object] = {}
 
     def put_many(thread: int) -> None:
         try:
-            barrier.wait(10)
+            start.wait(10)
             for n in range(50):
                 stash.put(f"t{thread}-{n}", REPLY, 1, 0.01, f"tok{thread}", thread * 100 + n)
+            used[thread] = stash._local.conn
         except BaseException as exc:  # re-raised below
             errors.append(exc)
+        finally:
+            done.wait(10)  # a thread's own connection closes with the thread: hold it open to be counted
 
     threads = [threading.Thread(target=put_many, args=(t,)) for t in range(4)]
     for thread in threads:
         thread.start()
+    done.wait(10)
+    opened = {cid for cid in client_ids(own_redis) if cid > newest_before}
     for thread in threads:
         thread.join(30)
     assert not errors
-    assert connected_clients(own_redis) - before >= 4  # one connection a thread (the pool's are not used)
+    assert len({id(conn) for conn in used.values() if conn is not None}) == 4  # never shared, none dropped
+    assert len(opened) >= 4 + 1  # the four threads' own, open at once, and the one that lists them
     for index in range(4):
         for n in range(50):
             taken = stash.take(f"t{index}-{n}", f"tok{index}", index * 100 + n)
