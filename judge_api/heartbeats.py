@@ -63,11 +63,16 @@ def forget(client: redis.Redis, name: str, instance: str = INSTANCE) -> None:
 def dead_instances(client: redis.Redis) -> dict[str, str]:
     """Instances (id -> worker name) registered by a beat whose heartbeat key has expired. The registrations are
     read before the keys, so a worker that beats for the first time in between is not taken for dead."""
-    known = {_text(k): _text(v) for k, v in client.hgetall(KNOWN).items()}
+    known = registered(client)
     if not known:
         return {}
-    living = {str(w.get("instance")) for w in alive(client)}
+    living = {str(w.get("instance")) for w in _beats(client, known)}
     return {instance: name for instance, name in known.items() if instance not in living}
+
+
+def registered(client: redis.Redis) -> dict[str, str]:
+    """Every instance that has beaten and not been buried (id -> worker name)."""
+    return {_text(k): _text(v) for k, v in client.hgetall(KNOWN).items()}
 
 
 # locks whose token begins with the holder's instance id: workers.singleflight's in-flight locks
@@ -112,13 +117,19 @@ def _text(value: bytes | str) -> str:
 
 def alive(client: redis.Redis) -> list[dict[str, Any]]:
     """The workers whose heartbeat has not expired, with their last beat's age in seconds."""
-    keys = list(client.scan_iter(match=PREFIX + "*", count=500))
-    if not keys:
+    return _beats(client, registered(client))
+
+
+def _beats(client: redis.Redis, known: dict[str, str]) -> list[dict[str, Any]]:
+    """The unexpired beats of the registered instances: their keys are named from the registry and read in one
+    MGET. (A SCAN for the key prefix walked the whole keyspace - every reply stash and its hour-long tombstone - on
+    every sweeper tick of every process.)"""
+    if not known:
         return []
     now = time.time()
     workers = []
-    for raw in client.mget(keys):
-        if raw is None:  # expired between the scan and the read
+    for raw in client.mget([_key(name, instance) for instance, name in known.items()]):
+        if raw is None:  # expired: a dead instance (or one that stopped between the two reads)
             continue
         entry = json.loads(raw)
         entry["age_s"] = round(max(0.0, now - float(entry.get("at", now))), 3)

@@ -220,6 +220,8 @@ class Sweeper(threading.Thread):
         """Release and re-send the claims of every worker whose heartbeat lapsed; once the queue has drained after
         a death, re-send what is still pending from before it (the messages the dead worker had taken and not
         claimed yet). Returns how many judgments were sent."""
+        if not heartbeats.dead_instances(self.client) and self.client.get(DEATH_KEY) is None:
+            return 0  # every tick of every process comes here: no death to act on, so no lock to take and give back
         lock = self.client.lock("dj:sweeper:workers", timeout=60, blocking=False)
         if not lock.acquire():
             return 0
