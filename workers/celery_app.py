@@ -127,6 +127,32 @@ def _reconnect_promptly() -> None:
 
 
 _reconnect_promptly()
+
+
+def _reuse_channel_client() -> None:
+    """kombu builds a new ``redis.Redis`` for each message's bookkeeping (the unacked entry when a message arrives,
+    its removal at the ack): every one copies redis-py's ~170 response callbacks, twice a task message (issue 26:
+    service CPU). One client a channel and pool does the same: a client is only its pool's front, and is safe to share
+    between threads. A new channel (a reconnect) or a new pool gets a client of its own."""
+    channel_class = kombu_redis.Channel
+    create = channel_class._create_client
+    if getattr(create, "_dj_reused", False):
+        return
+
+    def reused(self: Any, asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return create(self, asynchronous)
+        cached = self.__dict__.get("_dj_client")
+        pool = self.pool
+        if cached is None or cached.connection_pool is not pool:
+            cached = self.__dict__["_dj_client"] = create(self, False)
+        return cached
+
+    reused._dj_reused = True  # type: ignore[attr-defined]
+    channel_class._create_client = reused  # type: ignore[method-assign]
+
+
+_reuse_channel_client()
 # the HTTP clients under the SDKs log every request at INFO: one line per provider call is noise (the judgment row
 # records the call) and costs CPU on the hot path
 for _name in ("httpx", "httpx2", "httpcore"):
