@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -449,27 +449,35 @@ RUN_CASES = [
         )
         for path, loc, reason, body in [
             (p, loc, reason, body_with(set_(p, value)))
-            for p, loc, reason, value in [
-                (["order_seed"], ["order_seed"], "exceeded maximum size", 1e40),
-                (["order_seed"], ["order_seed"], "less than or equal to 4294967295", 2**33),
-                (["order_seed"], ["order_seed"], "greater than or equal to 0", -1),
-                (["budget_usd"], ["budget_usd"], "less than or equal to 1000000", 1e308),
-                (["options"], ["options", "seed"], "less than or equal to", {"seed": 2**40}),
-                (["options"], ["options", "seed"], "greater than or equal to 0", {"seed": -5}),
-                (
-                    ["options"],
-                    ["options", "sample_margin"],
-                    "less than or equal to",
-                    {"samples": "adaptive", "temperature": 0.7, "sample_margin": 1e300},
-                ),
-                (
-                    ["options"],
-                    ["options", "sample_boundaries", 0],
-                    "less than or equal to",
-                    {"samples": "adaptive", "temperature": 0.7, "sample_boundaries": [1e300]},
-                ),
-                (["items", 0, "dialogue", 0, "session"], ["items", 0, "dialogue", 0, "session"], "less than", 10**12),
-            ]
+            for p, loc, reason, value in cast(
+                list[tuple[list[Any], list[Any], str, Any]],
+                [
+                    (["order_seed"], ["order_seed"], "exceeded maximum size", 1e40),
+                    (["order_seed"], ["order_seed"], "less than or equal to 4294967295", 2**33),
+                    (["order_seed"], ["order_seed"], "greater than or equal to 0", -1),
+                    (["budget_usd"], ["budget_usd"], "less than or equal to 1000000", 1e308),
+                    (["options"], ["options", "seed"], "less than or equal to", {"seed": 2**40}),
+                    (["options"], ["options", "seed"], "greater than or equal to 0", {"seed": -5}),
+                    (
+                        ["options"],
+                        ["options", "sample_margin"],
+                        "less than or equal to",
+                        {"samples": "adaptive", "temperature": 0.7, "sample_margin": 1e300},
+                    ),
+                    (
+                        ["options"],
+                        ["options", "sample_boundaries", 0],
+                        "less than or equal to",
+                        {"samples": "adaptive", "temperature": 0.7, "sample_boundaries": [1e300]},
+                    ),
+                    (
+                        ["items", 0, "dialogue", 0, "session"],
+                        ["items", 0, "dialogue", 0, "session"],
+                        "less than",
+                        10**12,
+                    ),
+                ],
+            )
         ]
     ],
     *[

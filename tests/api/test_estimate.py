@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import pytest
 
 from judge_api.judges import parse_judge
@@ -108,7 +109,7 @@ def test_cli_submit_estimate_submits_nothing(api: Api, monkeypatch: pytest.Monke
 
     def client(url: str | None = None, key: str | None = None) -> ApiClient:
         wrapped = ApiClient("http://testserver")
-        wrapped._http = api.client  # the TestClient is an httpx.Client on the app
+        wrapped._http = cast(httpx.Client, api.client)  # the TestClient (an httpx2.Client) serves the app
         return wrapped
 
     monkeypatch.setattr(submit, "api_client", client)
@@ -129,11 +130,13 @@ def test_every_shipped_rubric_states_its_reply_length_and_the_notes_say_where_it
     shipped = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "rubrics").iterdir() if p.is_dir())
     assert shipped and all(registry.get(name).typical_reply_tokens for name in shipped)
     # a bare JSON score replies with a few tokens, an explanation with more, a fact-by-fact JSON with more still
-    assert registry.get("geval-consistency").typical_reply_tokens < 10
-    assert 40 < registry.get("memochat-consistency").typical_reply_tokens < 150
-    assert registry.get("fact-check").typical_reply_tokens > registry.get("memochat-consistency").typical_reply_tokens
+    assert cast(int, registry.get("geval-consistency").typical_reply_tokens) < 10
+    assert 40 < cast(int, registry.get("memochat-consistency").typical_reply_tokens) < 150
+    assert cast(int, registry.get("fact-check").typical_reply_tokens) > cast(
+        int, registry.get("memochat-consistency").typical_reply_tokens
+    )
     estimate = api.client.post("/v1/runs/estimate", json=long_body("openai:gpt-4o")).json()
-    stated = registry.get("memochat-consistency").typical_reply_tokens
+    stated = cast(int, registry.get("memochat-consistency").typical_reply_tokens)
     assert estimate["output_tokens"] == 12 * stated
     (note,) = [n for n in estimate["notes"] if n.startswith("memochat-consistency:")]
     assert f"{stated} output tokens a reply" in note and "typical_reply_tokens its rubric.yaml states" in note
@@ -173,7 +176,7 @@ def test_cli_estimate_prints_an_unknown_cost(api: Api, monkeypatch: pytest.Monke
 
     def client(url: str | None = None, key: str | None = None) -> ApiClient:
         wrapped = ApiClient("http://testserver")
-        wrapped._http = api.client
+        wrapped._http = cast(httpx.Client, api.client)
         return wrapped
 
     monkeypatch.setattr(submit, "api_client", client)

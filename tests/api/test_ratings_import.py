@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -62,7 +63,7 @@ def judged_run(api_factory: ApiFactory, sim: SimulatorProcess, monkeypatch: pyte
 
     def client(api_url: str | None, api_key: str | None) -> ApiClient:
         wrapped = ApiClient("http://testserver")
-        wrapped._http = api.client  # the TestClient is an httpx.Client on the app
+        wrapped._http = cast(httpx.Client, api.client)  # the TestClient (an httpx2.Client) serves the app
         return wrapped
 
     monkeypatch.setattr(importing, "api_client", client)

@@ -54,7 +54,7 @@ EXPECTED = {
 
 
 def planted_judgments() -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for system, item, gold, generated in PLANTED:
         row = {"item_id": item, "system_a": system, "rubric_id": "memory-audit", "aspect": "memory", "judge": JUDGE}
         if gold is None:

@@ -74,7 +74,8 @@ TASK_LINE = re.compile(r"Task dialogue_judge\.\w+\[([0-9a-f-]+)\] (received|succ
 
 def unfinished_tasks(service: LiveService) -> set[str]:
     """Tasks the worker received and has not finished (succeeded, raised or retried), from its log."""
-    received, ended = set(), set()
+    received: set[str] = set()
+    ended: set[str] = set()
     for log in service.home.glob("worker*.log"):
         for task_id, what in TASK_LINE.findall(log.read_text(errors="replace")):
             (received if what == "received" else ended).add(task_id)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from dialogue_judge.gate import GateConfig, run_gate
+from dialogue_judge.gate import GateConfig, GateResult, run_gate
 from dialogue_judge.gate.standalone import InProcessRunner
 from judge_api import repository
 from judge_api.schemas import RunCreate, VerdictIn, VerdictSource
@@ -23,11 +24,13 @@ N = 40
 def imported_run(runner: InProcessRunner, system: str, shift: float, seed: int, judge: str = "my-judge") -> str:
     """A run of ``system``'s responses with no judgment of its own and the imported scores of ``judge``."""
     rng = random.Random(seed)
-    items = [{**context(i), "candidates": {system: f"Rex is your beagle ({system} {i})."}} for i in range(N)]
+    items: list[dict[str, Any]] = [
+        {**context(i), "candidates": {system: f"Rex is your beagle ({system} {i})."}} for i in range(N)
+    ]
     request = RunCreate.model_validate(
         {"items": items, "rubrics": ["rsum-single"], "judges": ["openai:gpt-4o"], "aspects": ["consistency"]}
     )
-    verdicts = [
+    verdicts: list[tuple[list[str | int], VerdictIn]] = [
         (
             ["verdicts", i],
             VerdictIn(
@@ -58,7 +61,7 @@ def test_the_gate_compares_two_runs_on_an_imported_judges_scores(tmp_path: Path)
         same = imported_run(runner, "build-3", 0.0, seed=3)
         unrelated = imported_run(runner, "build-4", 0.0, seed=4, judge="other-judge")
 
-    def gate(candidate: str, judge: str = "my-judge", mode: str = "single") -> object:
+    def gate(candidate: str, judge: str = "my-judge", mode: str = "single") -> GateResult:
         return run_gate(
             GateConfig(
                 baseline=baseline,

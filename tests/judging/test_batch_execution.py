@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import func, select, update
@@ -15,7 +15,9 @@ from judge_api.db import session_scope
 from judge_api.judges import parse_judge
 from judge_api.models import ProviderBatch, ProviderBatchJudgment
 from judge_api.pricing import Usage, price_usage
-from workers.batch_clients import PROVIDER_LIMITS
+from judge_api.schemas import BatchCounts
+from workers.batch_clients import PROVIDER_LIMITS, BatchClient
+from workers.batches import BatchStage
 
 from .harness import Harness, dialogue_item
 
@@ -76,7 +78,11 @@ def test_a_batch_run_is_judged_through_one_provider_batch_with_no_realtime_call(
     counts = harness.engine.judge_many(ids[:2])  # one task message: the run's other judgments come along
     assert counts == {"batched": len(ids)}
     assert harness.summary(run_id).batches is not None
-    assert harness.summary(run_id).batches.model_dump() == {"open": 1, "done": 0, "requests": len(ids)}
+    assert cast(BatchCounts, harness.summary(run_id).batches).model_dump() == {
+        "open": 1,
+        "done": 0,
+        "requests": len(ids),
+    }
     assert {harness.engine.judge(i) for i in ids} == {"skipped"}  # inside an open batch: nobody claims it
     collect(harness, run_id)
     rows = harness.rows(run_id)
@@ -281,11 +287,14 @@ def test_two_pollers_collecting_one_batch_count_each_request_once(harness: Harne
     with session_scope() as session:
         (stored,) = session.scalars(select(ProviderBatch)).all()
         row = repo.BatchRow(**{name: getattr(stored, name) for name in repo.BatchRow.__dataclass_fields__})
-    stage = harness.engine.batch_stage()
+    stage = cast(BatchStage, harness.engine.batch_stage())
     deadline = time.monotonic() + 20
     while (
-        stage.client_factory(parse_judge(row.judge), stage.settings).retrieve(str(row.provider_batch_id)).ended is False
-    ):  # type: ignore[union-attr]
+        cast(BatchClient, stage.client_factory(parse_judge(row.judge), stage.settings))
+        .retrieve(str(row.provider_batch_id))
+        .ended
+        is False
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     pollers = [threading.Thread(target=stage.poll, args=(row,)) for _ in range(2)]

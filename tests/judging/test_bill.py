@@ -4,6 +4,8 @@ equals what the (simulated) provider bills, with the caching discount against li
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from judge_api.db import session_scope
@@ -112,4 +114,4 @@ def test_cache_aware_dispatch_marks_only_cacheable_prefixes(harness: Harness, pr
         assert sum(r.cache_write_tokens > 0 for r in rows) == 1
     assert all(r.cached_input_tokens == 0 and r.cache_write_tokens == 0 for r in harness.rows(short_run))
     # the prompts are the same bytes as without dispatch: the same judge-cache keys, the same verdicts
-    assert sorted(r.score for r in rows) == [40, 41, 42, 43]
+    assert sorted(cast(float, r.score) for r in rows) == [40, 41, 42, 43]

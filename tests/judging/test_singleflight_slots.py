@@ -101,8 +101,13 @@ def test_run_without_waiting_raises_key_held_and_reports_held_keys(
     lease = flight.acquire("k", lease_s=60)
     assert lease is not None
     computed: list[str] = []
+
+    def compute() -> str:
+        computed.append("paid")
+        return "reply"
+
     with pytest.raises(KeyHeld) as held:
-        flight.run("k", lambda: None, lambda: computed.append("paid") or "reply", lease_s=60, wait=False)
+        flight.run("k", lambda: None, compute, lease_s=60, wait=False)
     assert held.value.key == "k" and computed == []
     assert flight.held(["k", "other"]) == [True, False]
     # a cache entry found first is returned, held or not

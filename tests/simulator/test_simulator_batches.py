@@ -59,7 +59,12 @@ def test_openai_batch_lifecycle_output_and_error_files(sim: SimulatorProcess) ->
     batch = client.batches.create(
         input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"k": "v"}
     )
-    assert batch.status == "in_progress" and batch.request_counts.total == 3 and batch.metadata == {"k": "v"}
+    assert (
+        batch.status == "in_progress"
+        and batch.request_counts is not None
+        and batch.request_counts.total == 3
+        and batch.metadata == {"k": "v"}
+    )
     assert client.batches.retrieve(batch.id).status == "in_progress"  # the completion delay
     done = _wait(lambda: client.batches.retrieve(batch.id), lambda b: b.status not in ("in_progress",))
     assert done.status == "expired"  # a request ran out of the window: the batch expired, answers kept
@@ -116,7 +121,7 @@ def test_anthropic_message_batch_results_and_cancel(sim: SimulatorProcess) -> No
     assert (done.request_counts.succeeded, done.request_counts.errored, done.request_counts.expired) == (1, 1, 1)
     results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
     assert results["r1"].type == "succeeded" and results["r1"].message.content[0].text  # type: ignore[union-attr]
-    assert results["r2"].type == "errored" and results["r2"].error.error.type == "overloaded_error"  # type: ignore[union-attr]
+    assert results["r2"].type == "errored" and results["r2"].error.error.type == "overloaded_error"
     assert results["r3"].type == "expired"
     sim.set_script({"batch": {"completion_seconds": 5.0}})
     slow = client.messages.batches.create(requests=requests[:2])

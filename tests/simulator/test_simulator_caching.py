@@ -7,6 +7,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from anthropic.types import TextBlockParam
 
 from judge_simulator import SimulatorProcess
 
@@ -65,7 +66,7 @@ def _anthropic(sim: SimulatorProcess) -> anthropic.Anthropic:
 
 
 def _ask_anthropic(client: anthropic.Anthropic, prefix: str, rest: str, mark: bool, model: str) -> Any:
-    first: dict[str, Any] = {"type": "text", "text": prefix}
+    first: TextBlockParam = {"type": "text", "text": prefix}
     if mark:
         first["cache_control"] = {"type": "ephemeral"}
     return client.messages.create(

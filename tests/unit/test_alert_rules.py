@@ -10,6 +10,7 @@ from typing import Any
 
 from judge_api.alerts import Target, look_compare, look_floor, settled_prefix
 from judge_api.schemas_monitors import AlertRule
+from judge_api.stats.alerts import CompareEvidence
 
 TARGET = Target("rsum-single", "consistency", "openai:gpt-4o", "mean", 1.0, 100.0)
 NOW = datetime(2026, 11, 25, 12, 0)
@@ -44,6 +45,7 @@ def test_version_rule_pairs_the_candidate_after_the_start_with_all_of_the_baseli
     assert look.evidence.decision == "regression" and look.evidence.n == 100 and look.last_id == 200
     assert look.evidence.difference == 40.0
     later = look_compare(rule, TARGET, rows, 150, NOW)  # the candidate after id 150, the baseline from the start
+    assert isinstance(later.evidence, CompareEvidence)
     assert later.evidence.n_candidate == 25 and later.evidence.n_baseline == 100 and later.evidence.n == 25
     assert all(r["id"] > 150 and r["version"] == "v2" for r in later.used)
 
@@ -53,7 +55,7 @@ def test_time_rule_compares_the_current_utc_day_with_the_week_before_in_blocks()
         {"name": "t", "compare": {"by": "time", "candidate": "24h", "baseline": "7d"}, "aspect": "consistency"}
     )
     today = datetime(2026, 11, 25)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for day in range(1, 9):  # 8 days back: the oldest is outside the baseline window
         for k in range(14):
             rows.append(
@@ -65,6 +67,7 @@ def test_time_rule_compares_the_current_utc_day_with_the_week_before_in_blocks()
     assert look.slices["block"] == 7
     assert look.slices["candidate"]["from"] == "2026-11-25T00:00:00Z"
     assert look.slices["baseline"]["from"] == "2026-11-18T00:00:00Z"
+    assert isinstance(look.evidence, CompareEvidence)
     assert look.evidence.n_candidate == 3 and look.evidence.n_baseline == 7 * 14 and look.evidence.n == 3
     assert look.evidence.baseline_mean == 70.0 and look.evidence.difference == 50.0
     assert look.epoch == int((today - datetime(1970, 1, 1)).total_seconds() // 86400)

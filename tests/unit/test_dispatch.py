@@ -3,6 +3,8 @@ the Anthropic request split at the prefix with the text unchanged."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from judge_api.prefixes import CachePrefix, dispatch_order, plan_groups, shared_prefix
@@ -72,8 +74,8 @@ def test_anthropic_breakpoint_keeps_the_text(messages: list[dict[str, str]]) -> 
     plain_system, plain = anthropic_messages(JudgeRequest(messages))
     system, marked = anthropic_messages(JudgeRequest(messages, cache_prefix=prefix))
 
-    def text(value: object) -> str:
-        return value if isinstance(value, str) else "".join(b["text"] for b in value)  # type: ignore[union-attr]
+    def text(value: str | list[dict[str, Any]]) -> str:
+        return value if isinstance(value, str) else "".join(b["text"] for b in value)
 
     assert text(system) == text(plain_system)
     assert [text(m["content"]) for m in marked] == [text(m["content"]) for m in plain]

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from dialogue_judge.client import ApiClient
+from dialogue_judge.monitor_log import MonitorLogger
 
 
 def entry(i: int) -> dict[str, object]:
@@ -40,7 +41,7 @@ class Server:
         return httpx.Response(202, json={"accepted": len(batch), "sampled": 1, "duplicates": 0, "paused": False})
 
 
-def logger_for(server: Server, **options: object):  # type: ignore[no-untyped-def]
+def logger_for(server: Server, **options: object) -> MonitorLogger:
     client = ApiClient("http://api.test", api_key="k")
     return client.monitor("mon_1", transport=httpx.MockTransport(server), **options)
 
