@@ -5,6 +5,7 @@ default page is served at ``/`` whatever its url_path."""
 from __future__ import annotations
 
 import ast
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,13 @@ URLS = {
     "compare": "Compare runs",
     "monitors": "Monitors",
 }
+
+
+# the sidebar's text and its widgets' values (the run picker's is an input)
+SIDEBAR_JS = (
+    "() => { const el = document.querySelector('[data-testid=stSidebar]'); if (!el) return ''; "
+    "return el.innerText + ' ' + Array.from(el.querySelectorAll('input')).map(i => i.value).join(' '); }"
+)
 
 
 def declared_urls() -> set[str]:
@@ -82,6 +90,7 @@ def test_every_page_opens_from_its_url_with_the_run_selected(
 ) -> None:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium)")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     service = LiveService(redis_url, sqlite_url, tmp_path / "svc")
@@ -99,11 +108,11 @@ def test_every_page_opens_from_its_url_with_the_run_selected(
                 page.wait_for_timeout(500)
                 body = page.inner_text("body")
                 assert "Page not found" not in body, (path, body[:500])
-                sidebar = page.eval_on_selector(  # its text and its widgets' values (the run picker's is an input)
-                    "[data-testid=stSidebar]",
-                    "el => el.innerText + ' ' + Array.from(el.querySelectorAll('input')).map(i => i.value).join(' ')",
-                )
-                assert f"older · {older}" in sidebar, (path, sidebar[:500])  # the linked run, not the newest
+                expected = f"older · {older}"
+                with contextlib.suppress(PlaywrightTimeout):  # the run picker fills in after the page's first draw
+                    page.wait_for_function(f"() => ({SIDEBAR_JS})().includes({expected!r})", timeout=30_000)
+                sidebar = page.evaluate(SIDEBAR_JS)
+                assert expected in sidebar, (path, sidebar[:500])  # the linked run, not the newest
                 assert f"run={older}" in page.url, (path, page.url)  # the link stays shareable
                 assert page.url.rstrip("/").split("?")[0].endswith(f"/{path}".rstrip("/")), (path, page.url)
             browser.close()
