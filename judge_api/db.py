@@ -16,12 +16,15 @@ from judge_api.config import get_settings
 
 def make_engine(url: str) -> Engine:
     kwargs: dict[str, Any] = {"future": True}
-    if url.startswith("sqlite"):
+    sqlite = url.startswith("sqlite")
+    if sqlite:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 60}
     else:
         kwargs.update(pool_size=10, max_overflow=20, pool_recycle=1800)
     engine = create_engine(url, **kwargs)
-    if not url.startswith("sqlite"):
+    if sqlite:
+        event.listen(engine, "connect", _sqlite_pragmas)
+    else:
 
         @event.listens_for(engine, "checkout")
         def _alive_or_replaced(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
@@ -34,18 +37,16 @@ def make_engine(url: str) -> Engine:
             if not alive:
                 raise exc.InvalidatePoolError("a pooled connection failed its ping")
 
-    if url.startswith("sqlite"):
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=60000")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.close()
-
     return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=60000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
 
 
 def socket_quiet(dbapi_connection: Any) -> bool:
