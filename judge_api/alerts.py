@@ -42,7 +42,7 @@ from judge_api.models import Monitor, MonitorAlert, utcnow
 from judge_api.repository import alerts as store
 from judge_api.repository import webhooks as hooks
 from judge_api.rubrics import RubricRegistry, get_registry
-from judge_api.schemas_monitors import AlertRule
+from judge_api.schemas.monitors import AlertRule
 from judge_api.stats import alerts as stats
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from judge_api.models import Monitor
 from judge_api.repository import alerts as store
 from judge_api.repository.monitors import get_monitor
 from judge_api.schemas import Page
-from judge_api.schemas_monitors import MonitorAlertOut
+from judge_api.schemas.monitors import MonitorAlertOut
 
 router = APIRouter(tags=["alerts"])
 

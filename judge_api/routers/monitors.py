@@ -37,7 +37,7 @@ from judge_api.repository import monitors as store
 from judge_api.routers.runs import check_callback, ensure_project_row
 from judge_api.rubrics import get_registry
 from judge_api.schemas import Item, JudgeOptions, Page, PanelOptions, RunCreate
-from judge_api.schemas_monitors import (
+from judge_api.schemas.monitors import (
     MonitorCreate,
     MonitorOut,
     MonitorResponseIn,

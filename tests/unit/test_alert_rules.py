@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from judge_api.alerts import Target, look_compare, look_floor, settled_prefix
-from judge_api.schemas_monitors import AlertRule
+from judge_api.schemas.monitors import AlertRule
 from judge_api.stats.alerts import CompareEvidence
 
 TARGET = Target("rsum-single", "consistency", "openai:gpt-4o", "mean", 1.0, 100.0)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dialogue_judge.cli import app, monitor
-from judge_api.schemas_monitors import Series, SeriesRow
+from judge_api.schemas.monitors import Series, SeriesRow
 from judge_api.stats.series import series_of_verdicts
 
 

@@ -1,5 +1,5 @@
 """Request and response models of monitors (docs/monitoring.md): a monitor, its alert rules and callback, the
-responses posted to it and its series. Kept apart from ``schemas.py`` (the runs' models), which they build on."""
+responses posted to it and its series. Kept apart from the runs' models, which they build on."""
 
 from __future__ import annotations
 
