@@ -649,3 +649,17 @@ def test_a_planted_sql_writer_is_caught() -> None:
     before = sql_writers(sources)
     sources["judge_api.routers.planted"] = ("def f():\n    from sqlalchemy import select\n", False)
     assert sql_writers(sources) - before == {"judge_api.routers.planted"}
+
+
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_of_the_service_is_over_800_lines() -> None:
+    """A module past 800 lines is split by what it holds (as ``judge_api/schemas/`` is, by resource)."""
+    long = {
+        str(path.relative_to(REPO_ROOT)): n
+        for package in OWN_PACKAGES
+        for path in (REPO_ROOT / package).rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
