@@ -209,6 +209,12 @@ class Sweeper(threading.Thread):
         self.stop_event = threading.Event()
         self._redis_run_id: str | None = None
         self._retention_at = -monitor_retention.RETENTION_EVERY_S
+        # webhooks go out in their own thread: a slow receiver must not hold up this loop's dead-worker checks
+        self.webhook_sender = webhooks.Sender(settings, self.stop_event)
+
+    def start(self) -> None:
+        super().start()
+        self.webhook_sender.start()
 
     def _redis_restarted(self) -> bool:
         run_id = str(self.client.info("server").get("run_id"))
@@ -301,8 +307,3 @@ class Sweeper(threading.Thread):
             except Exception as exc:  # Redis or the database is down: try again next tick, not next round
                 log.warning("sweep failed: %s", exc)
                 next_sweep = time.monotonic()
-            try:
-                # outside the lock, in every process: events are stored once by key, deliveries claimed one by one
-                webhooks.sweep(self.settings)
-            except Exception as exc:
-                log.warning("webhook sweep failed: %s", exc)

@@ -26,22 +26,23 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
-import socket
+import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from itertools import repeat
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from judge_api import outbound
 from judge_api.config import Settings, url_under_prefixes
 from judge_api.db import session_scope
 from judge_api.models import WebhookDelivery, utcnow
+from judge_api.outbound import Resolver
 from judge_api.repository import webhooks as store
 
 log = logging.getLogger(__name__)
@@ -57,49 +58,54 @@ SEND_BATCH = 50
 SEND_THREADS = 8
 USER_AGENT = "dialogue-judge-webhooks/1"
 
-Resolver = Callable[[str], list[str]]
+MAX_RESPONSE_BYTES = 64 * 1024  # read of a response at most (its status line and headers; the body is not used)
+LEASE_MARGIN_S = 30.0  # a claim outlives its attempt's deadline by this much (recording it, a slow database)
 
 
 # -- URLs ---------------------------------------------------------------------------------------------------------
 
 
-def resolve_host(host: str) -> list[str]:
-    """Every address ``host`` resolves to (an IP literal is itself)."""
+class CallbackRefused(Exception):
+    """The service may not POST to this URL (the message says why)."""
+
+
+def callback_addresses(url: str, settings: Settings, resolve: Resolver | None = None) -> list[str]:
+    """The addresses to connect to for ``url``: its host resolved once, and with auth on (outside
+    ``DJ_CALLBACK_URL_ALLOWLIST``) every one of them public; raises :class:`CallbackRefused` saying why not."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CallbackRefused(f"{url!r} is not an http(s) URL with a host")
     try:
-        return [str(ipaddress.ip_address(host))]
-    except ValueError:
-        pass
-    infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    return sorted({str(info[4][0]) for info in infos})
+        addresses = (resolve or outbound.resolve_host)(parts.hostname)
+    except (OSError, UnicodeError) as exc:
+        raise CallbackRefused(f"the host {parts.hostname!r} does not resolve ({exc.__class__.__name__})") from None
+    if not settings.auth_enabled:
+        return addresses
+    if settings.callback_url_allowlist.strip() and url_under_prefixes(url, settings.callback_url_allowlist):
+        return addresses
+    private = [a for a in addresses if not outbound.is_public(a)]
+    if private or not addresses:
+        raise CallbackRefused(
+            f"the host {parts.hostname!r} is a private, loopback or reserved address ({', '.join(private)}); with "
+            "auth on (DJ_AUTH) callbacks go to public hosts or to URLs under DJ_CALLBACK_URL_ALLOWLIST"
+        )
+    return addresses
 
 
-def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
-
-
-def callback_url_refusal(url: str, settings: Settings, resolve: Resolver = resolve_host) -> str | None:
+def callback_url_refusal(url: str, settings: Settings, resolve: Resolver | None = None) -> str | None:
     """Why the service may not POST to ``url`` (None: it may). With auth off anything http(s); with auth on a URL
     under ``DJ_CALLBACK_URL_ALLOWLIST`` or on a host whose every address is public."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"{url!r} is not an http(s) URL with a host"
-    if not settings.auth_enabled:
-        return None
-    if settings.callback_url_allowlist.strip() and url_under_prefixes(url, settings.callback_url_allowlist):
-        return None
+    if not settings.auth_enabled or (
+        settings.callback_url_allowlist.strip() and url_under_prefixes(url, settings.callback_url_allowlist)
+    ):
+        return None  # where it resolves is looked up at each attempt (it may not resolve from here yet)
     try:
-        addresses = resolve(parts.hostname)
-    except (OSError, UnicodeError) as exc:
-        return f"the host {parts.hostname!r} does not resolve ({exc.__class__.__name__})"
-    private = [a for a in addresses if not _public(a)]
-    if private or not addresses:
-        return (
-            f"the host {parts.hostname!r} is a private, loopback or reserved address ({', '.join(private)}); with "
-            "auth on (DJ_AUTH) callbacks go to public hosts or to URLs under DJ_CALLBACK_URL_ALLOWLIST"
-        )
+        callback_addresses(url, settings, resolve)
+    except CallbackRefused as exc:
+        return str(exc)
     return None
 
 
@@ -153,16 +159,30 @@ def next_attempt(settings: Settings, created_at: datetime, attempt: int, now: da
 # -- sending ------------------------------------------------------------------------------------------------------
 
 
-def send_one(settings: Settings, client: httpx.Client, delivery: WebhookDelivery) -> str:
-    """One attempt at a claimed delivery, logged and settled; returns its outcome."""
+def post(url: str, body: bytes, headers: dict[str, str], addresses: list[str], deadline: float) -> int:
+    """POST ``body`` to ``url`` connecting only to ``addresses`` (the checked ones), all of it ending by
+    ``deadline`` (``time.monotonic()``); returns the status code. Raises httpx.HTTPError."""
+    host = urlsplit(url).hostname or ""
+    backend = outbound.PinnedBackend(host, addresses, deadline, max_read_bytes=MAX_RESPONSE_BYTES)
+    with (
+        httpx.Client(transport=outbound.PinnedTransport(backend), follow_redirects=False, trust_env=False) as client,
+        client.stream("POST", url, content=body, headers=headers) as response,
+    ):
+        return response.status_code  # the body is not read: its size and pace do not matter
+
+
+def send_one(settings: Settings, delivery: WebhookDelivery, deadline: float) -> str:
+    """One attempt at a claimed delivery, ending by ``deadline`` (inside the claim's lease), logged and settled;
+    returns its outcome."""
     attempt = delivery.attempts + 1
     started = utcnow()
     clock = time.perf_counter()
     status_code: int | None = None
     error: str | None = None
-    refusal = callback_url_refusal(delivery.url, settings)
-    if refusal is not None:
-        outcome, error = "refused", refusal
+    try:
+        addresses = callback_addresses(delivery.url, settings)
+    except CallbackRefused as refusal:
+        outcome, error = "refused", str(refusal)
     else:
         timestamp = int(time.time())
         body = render(delivery, attempt, timestamp)
@@ -175,8 +195,7 @@ def send_one(settings: Settings, client: httpx.Client, delivery: WebhookDelivery
             DELIVERY_HEADER: delivery.id,
         }
         try:
-            response = client.post(delivery.url, content=body, headers=headers)
-            status_code = response.status_code
+            status_code = post(delivery.url, body, headers, addresses, deadline)
             if 200 <= status_code < 300:
                 outcome = "delivered"
             else:
@@ -207,22 +226,48 @@ def send_one(settings: Settings, client: httpx.Client, delivery: WebhookDelivery
     return outcome
 
 
+def lease_s(settings: Settings) -> float:
+    """How long a claim holds a delivery: its attempt's deadline (DJ_WEBHOOK_TIMEOUT) and a margin to record it."""
+    return settings.webhook_timeout_s + LEASE_MARGIN_S
+
+
 def deliver_due(settings: Settings, limit: int = SEND_BATCH) -> dict[str, int]:
-    """Send every claimed due delivery (a few at a time); returns outcome counts."""
-    lease = settings.webhook_timeout_s * 3 + 30
-    with session_scope() as session:
-        claimed = store.claim_due(session, utcnow(), lease, limit)
+    """Send due deliveries, up to ``limit``, ``SEND_THREADS`` at a time; returns outcome counts.
+
+    Each round claims only as many as it sends at once, so every claimed delivery starts at once and its attempt
+    ends by its deadline (DJ_WEBHOOK_TIMEOUT from the claim), well inside the claim's lease: no other process can
+    claim it while this attempt still runs, and a delivery is never sent twice at the same time."""
     counts: dict[str, int] = {}
-    if not claimed:
-        return counts
-    timeout = httpx.Timeout(settings.webhook_timeout_s)
-    with (
-        httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client,
-        ThreadPoolExecutor(min(SEND_THREADS, len(claimed)), thread_name_prefix="dj-webhook") as pool,
-    ):
-        for outcome in pool.map(lambda d: send_one(settings, client, d), claimed):
-            counts[outcome] = counts.get(outcome, 0) + 1
+    sent = 0
+    with ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="dj-webhook") as pool:
+        while sent < limit:
+            with session_scope() as session:
+                claimed = store.claim_due(session, utcnow(), lease_s(settings), min(SEND_THREADS, limit - sent))
+            if not claimed:
+                break
+            deadline = time.monotonic() + settings.webhook_timeout_s
+            for outcome in pool.map(send_one, repeat(settings), claimed, repeat(deadline)):
+                counts[outcome] = counts.get(outcome, 0) + 1
+            sent += len(claimed)
     return counts
+
+
+class Sender(threading.Thread):
+    """Sends due webhooks every ``DJ_SWEEP_INTERVAL``, in its own thread: a slow receiver then delays only other
+    deliveries, never the sweeper's loop that finds dead workers and re-sends lost work."""
+
+    def __init__(self, settings: Settings, stop_event: threading.Event) -> None:
+        super().__init__(name="dj-webhooks", daemon=True)
+        self.settings = settings
+        self.stop_event = stop_event
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.settings.sweep_interval_s):
+            try:
+                # in every process: events are stored once by key, deliveries claimed one by one
+                sweep(self.settings)
+            except Exception as exc:  # the database is away: the next round tries again
+                log.warning("webhook sweep failed: %s", exc)
 
 
 # -- events -------------------------------------------------------------------------------------------------------
