@@ -60,6 +60,9 @@ _SKIP: dict[str, set[str]] = {
     "rubric_snapshot": set(),
     "cache_entry": set(),
 }
+# a bundle is read with a read-only key: the callback secret stays in the service (anyone holding it could forge the
+# run's signed callbacks); an imported run keeps its callback URL and sends no callback
+_NEVER_EXPORTED: dict[str, set[str]] = {"run": {"callback_secret"}}
 _MODELS: dict[str, type[Base]] = {
     "run": Run,
     "item": RunItem,
@@ -181,7 +184,7 @@ def _row(kind: str, obj: Any) -> dict[str, Any]:
     table = _table(kind)
     out: dict[str, Any] = {}
     for column in table.columns:
-        if column.key in _SKIP[kind]:
+        if column.key in _SKIP[kind] or column.key in _NEVER_EXPORTED.get(kind, ()):
             continue
         value = getattr(obj, column.key)
         out[column.key] = value.isoformat() if isinstance(value, datetime) else value

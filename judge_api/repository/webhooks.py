@@ -62,9 +62,11 @@ def add_delivery(
 
 
 def runs_awaiting_finish(session: Session, limit: int = 200) -> list[Run]:
-    """Runs with a callback URL whose ``run.finished`` event is not stored yet (finished or not)."""
+    """Runs with a callback (URL and secret) whose ``run.finished`` event is not stored yet (finished or not)."""
     sent = exists().where(WebhookDelivery.run_id == Run.id, WebhookDelivery.event == "run.finished")
-    query = select(Run).where(Run.callback_url.is_not(None), ~sent).order_by(Run.created_at).limit(limit)
+    # a run imported from a bundle has its callback URL and no secret (bundles never carry it): nothing to sign with
+    signed = Run.callback_url.is_not(None) & Run.callback_secret.is_not(None)
+    query = select(Run).where(signed, ~sent).order_by(Run.created_at).limit(limit)
     return list(session.scalars(query))
 
 
