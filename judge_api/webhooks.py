@@ -3,8 +3,10 @@
 
 The path of an event: it is stored once (``webhook_deliveries``, unique by its event key: a run's
 ``run.finished:<run id>``, an alert's ``alert.opened:<alert id>``) in the transaction that decides it, or by the
-sweeper's pass over finished runs; then :func:`deliver_due`, called by the sweeper of every API and worker process,
-claims due deliveries (compare-and-set, so one process sends a delivery at a time) and POSTs them. A 2xx settles a
+webhook pass over finished runs; then :func:`deliver_due`, called by the :class:`Sender` thread of every API and
+worker process (never by the sweeper's loop: a slow receiver must not delay dead-worker checks), claims due
+deliveries (compare-and-set, so one process sends a delivery at a time) and POSTs them, each attempt ending by one
+deadline (``DJ_WEBHOOK_TIMEOUT``) inside its claim's lease. A 2xx settles a
 delivery for good; anything else (another status, a timeout, a refused connection, a URL no longer allowed) is
 logged as an attempt and retried with back-off doubling from ``DJ_WEBHOOK_BACKOFF`` up to ``DJ_WEBHOOK_BACKOFF_MAX``
 until ``DJ_WEBHOOK_RETRY_FOR`` (24 h) after the event, then the delivery is given up (``failed``).
@@ -19,7 +21,9 @@ arrives in time (a delivery whose 2xx was lost on the way back is sent again).
 
 With auth on, a callback URL must be under a ``DJ_CALLBACK_URL_ALLOWLIST`` prefix or name a host whose every address
 is public: a submitter must not make the service POST to its own network (SSRF). The check runs when the URL is
-given (422 naming the field) and again before every attempt (DNS may have changed); redirects are not followed.
+given (422 naming the field) and again at every attempt (DNS may have changed), and the attempt connects to the
+addresses it checked (:mod:`judge_api.outbound`: no second resolution, so no DNS rebinding); redirects are not
+followed.
 """
 
 from __future__ import annotations
