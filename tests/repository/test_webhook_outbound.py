@@ -1,19 +1,22 @@
 """Webhook attempts cannot be turned inward or stall the service (issue 36): a name that answers a public address
 to the check and 127.0.0.1 to the connect (DNS rebinding) reaches nothing on loopback, because the attempt connects
-to the address it checked; a receiver that drips its headers cannot hold an attempt past DJ_WEBHOOK_TIMEOUT; and
-deliveries stalled that way do not slow the sweeper's dead-worker checks."""
+to the address it checked (TLS named after the URL's host); a receiver that drips its headers cannot hold an
+attempt past DJ_WEBHOOK_TIMEOUT; and deliveries stalled that way do not slow the sweeper's dead-worker checks."""
 
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from typing import Any
 
+import httpcore
+import httpx
 import pytest
 
+from judge_api import outbound, webhooks
 from judge_api import sweeper as sweeper_module
-from judge_api import webhooks
 from judge_api.config import Settings
 from judge_api.db import session_scope
 from judge_api.repository import ensure_project
@@ -158,3 +161,37 @@ def test_stalled_deliveries_do_not_slow_the_dead_worker_checks(monkeypatch: pyte
     sweeper.stop_event.set()
     sweeper.join(2)
     assert len(checks) >= 6, checks  # a look every 0.2 s (~9 in 2 s), not one per stalled delivery round
+
+
+class RecordingBackend(httpcore.NetworkBackend):
+    """Records where it is asked to connect and the TLS server name; the handshake then fails (no server here)."""
+
+    def __init__(self) -> None:
+        self.connected: list[tuple[str, int]] = []
+        self.server_names: list[str | None] = []
+        backend = self
+
+        class Stream(httpcore.NetworkStream):
+            def start_tls(
+                self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+            ) -> httpcore.NetworkStream:
+                backend.server_names.append(server_hostname)
+                raise httpcore.ConnectError("no TLS server in this test")
+
+            def close(self) -> None:
+                pass
+
+        self.stream = Stream()
+
+    def connect_tcp(self, host: str, port: int, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        self.connected.append((host, port))
+        return self.stream
+
+
+def test_tls_goes_to_the_checked_address_with_the_urls_server_name() -> None:
+    inner = RecordingBackend()
+    backend = outbound.PinnedBackend("hooks.example.org", [PUBLIC], time.monotonic() + 5, inner=inner)
+    with httpx.Client(transport=outbound.PinnedTransport(backend)) as client, pytest.raises(httpx.ConnectError):
+        client.post("https://hooks.example.org/dj", content=b"{}")
+    assert inner.connected == [(PUBLIC, 443)]
+    assert inner.server_names == ["hooks.example.org"]  # SNI and the certificate check: the name, not the address
