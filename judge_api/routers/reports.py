@@ -22,10 +22,11 @@ from judge_api.reference_metrics import LEXICAL_METRICS, REFERENCE_JUDGE
 from judge_api.reference_tokens import tokenisation_section
 from judge_api.stats import frames as F
 from judge_api.stats.bootstrap import REPORT_N_BOOT
-from judge_api.stats.report import build_report
+from judge_api.stats.report import build_report, calibrated_report
 
 router = APIRouter(tags=["reports"])
 
+CI_LEVEL = Query(0.95, gt=0.5, lt=1.0, description="the confidence level of every interval, e.g. 0.9 or 0.99")
 HUMAN_PREFIX = Query(
     None, max_length=100, description="only human raters whose id starts with this (MT-Bench: 'expert_')"
 )
@@ -44,6 +45,7 @@ def report(
     run_id: str,
     n_boot: int = Query(REPORT_N_BOOT, ge=0, le=20000),
     seed: int = Query(0, ge=0, le=MAX_SEED),
+    ci: float = CI_LEVEL,
     human_prefix: str | None = HUMAN_PREFIX,
     panel_judge: list[str] | None = PANEL_JUDGES,
     panel_aggregate: Literal["mean", "median"] | None = PANEL_AGGREGATE,
@@ -59,6 +61,7 @@ def report(
         ratings if len(ratings) else None,
         n_boot=n_boot,
         seed=seed,
+        ci=ci,
         human_prefix=human_prefix,
         panel=panel_settings(run.config, panel_judge, panel_aggregate, panel_quorum),
         fact_labels=repository.fact_labels_frame(session, run_id),
@@ -103,3 +106,24 @@ def agreement(
         panel=panel_settings(run.config),
     )
     return {"run_id": run_id, "n_ratings": len(ratings), "agreement": result.get("agreement")}
+
+
+@router.get("/v1/runs/{run_id}/calibrated")
+def calibrated(
+    run_id: str,
+    ci: float = CI_LEVEL,
+    human_prefix: str | None = HUMAN_PREFIX,
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    """The judge's numbers on the humans' scale (PPI++): the report's ``calibrated`` section at level ``ci``."""
+    run = run_or_404(session, run_id, principal)
+    ratings = repository.ratings_frame(session, run_id)
+    section = calibrated_report(
+        repository.judgments_frame(session, run_id),
+        ratings if len(ratings) else None,
+        ci=ci,
+        human_prefix=human_prefix,
+        panel=panel_settings(run.config),
+    )
+    return {"run_id": run_id, "n_ratings": len(ratings), "calibrated": section}

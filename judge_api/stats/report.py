@@ -35,6 +35,7 @@ from judge_api.stats import frames as F
 from judge_api.stats.agreement import preference_agreement, score_agreement, score_alpha
 from judge_api.stats.bias import BiasThresholds, bias_report
 from judge_api.stats.bootstrap import REPORT_N_BOOT
+from judge_api.stats.calibrated import calibrated_section
 from judge_api.stats.consistency import self_consistency_section
 from judge_api.stats.facts import facts_section
 from judge_api.stats.memory import memory_audit_section
@@ -63,6 +64,7 @@ SECTIONS = (
     "preferences",
     "ranking",
     "agreement",
+    "calibrated",
     "bias",
     "cost",
     "self_consistency",
@@ -245,12 +247,7 @@ def build_report(
     stored = F.validate_judgments(judgments)
     settings = panel_config(panel)
     imported = F.imported_judges(stored)
-    # the default panel is the judges the run called: imported verdicts join it only when named
-    chosen = settings["judges"]
-    if chosen is None:
-        chosen = [j for j in F.distinct(stored[F.JUDGE]) if j not in imported]
-    members = panel_members(stored, chosen) if settings["enabled"] else []
-    df, panel_rows = with_panel(stored, members, settings["aggregate"], settings["quorum"])
+    members, df, panel_rows = _with_panel(stored, settings, imported)
     combined = combine_orders(df, validated=True)
     items = item_scores(df, validated=True)
     real = stored[~stored[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()]
@@ -275,6 +272,7 @@ def build_report(
         "preferences": preference_summary(df, ci=ci, combined=combined),
         "ranking": bradley_terry(df, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
         "agreement": None,
+        "calibrated": None,
         "bias": bias_report(
             real,
             thresholds=thresholds,
@@ -317,10 +315,44 @@ def build_report(
                 n_bins=n_bins,
             ),
         }
+        human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
+        report["calibrated"] = calibrated_section(df, human, items=items, combined=combined, ci=ci)
     out = F.jsonable(report)
     assert isinstance(out, dict)
     _mark_imported(out, imported)
     return out
+
+
+def _with_panel(
+    stored: pd.DataFrame, settings: Mapping[str, Any], imported: Mapping[str, Any]
+) -> tuple[list[str], pd.DataFrame, pd.DataFrame]:
+    """The panel's members, the frame with the panel's rows added, and those rows."""
+    # the default panel is the judges the run called: imported verdicts join it only when named
+    chosen = settings["judges"]
+    if chosen is None:
+        chosen = [j for j in F.distinct(stored[F.JUDGE]) if j not in imported]
+    members = panel_members(stored, chosen) if settings["enabled"] else []
+    df, panel_rows = with_panel(stored, members, settings["aggregate"], settings["quorum"])
+    return members, df, panel_rows
+
+
+def calibrated_report(
+    judgments: pd.DataFrame,
+    ratings: pd.DataFrame | None,
+    *,
+    ci: float = 0.95,
+    human_prefix: str | None = None,
+    panel: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """The report's ``calibrated`` section alone (``stats.calibrated``), as ``build_report`` would give it."""
+    if ratings is None:
+        return None
+    stored = F.validate_judgments(judgments)
+    _, df, _ = _with_panel(stored, panel_config(panel), F.imported_judges(stored))
+    r = F.validate_ratings(ratings)
+    human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
+    items = item_scores(df, validated=True)
+    return calibrated_section(df, human, items=items, combined=combine_orders(df, validated=True), ci=ci)
 
 
 def _mark_imported(report: dict[str, Any], imported: Mapping[str, Any]) -> None:

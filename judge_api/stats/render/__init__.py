@@ -4,8 +4,9 @@
 They read a report as ``judge_api.stats.report.build_report`` returns it (or as the API serves it, with an optional
 ``run.economy`` block), put the reference-metric tokenisation warning above every table, and show each part as a
 titled table (an empty part says so). Modules: ``cells`` (one figure as text), ``tables`` (every table of a report,
-in order), ``judges`` (the panel and the agreement with humans), ``optional_sections`` (fact-check, memory audit,
-adaptive planning, reference tokens), ``formats`` (Markdown and plain text). Computing stays in ``stats.report``:
+in order), ``calibrated`` (judge-only, human-only and calibrated intervals), ``judges`` (the panel and the
+agreement with humans), ``optional_sections`` (fact-check, memory audit, adaptive planning, reference tokens),
+``formats`` (Markdown and plain text). Computing stays in ``stats.report``:
 the arrows run from here to there only.
 """
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from judge_api.stats import frames as F
+from judge_api.stats.render.calibrated import calibrated_tables
 from judge_api.stats.render.cells import fmt, fmt_ci
 from judge_api.stats.render.judges import agreement_tables, panel_judge_label, panel_tables, who
 from judge_api.stats.render.optional_sections import (
@@ -241,6 +242,7 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
             ],
         )
     )
+    out += calibrated_tables(report, ci_label)
     out += facts_tables(report.get("facts"), ci_label)
     out += memory_audit_tables(report.get("memory_audit"), ci_label)
     sampled = report.get("self_consistency") or []

@@ -1,0 +1,121 @@
+"""Prediction-powered inference of a mean (PPI++, power-tuned).
+
+Angelopoulos, Duchi & Zrnic, *PPI++: efficient prediction-powered inference* (2023): ``n`` items carry a human label
+``y`` and the judge's prediction ``yhat``; ``N`` more items carry only the judge's prediction ``yhat_unlabeled``. The
+estimate of the human mean is
+
+    theta = lam * mean(yhat_unlabeled) + mean(y - lam * yhat)
+
+with ``lam`` chosen from the data to minimise the variance and clipped to ``[0, 1]``, and a normal interval whose
+variance adds the two independent parts. At ``lam = 0`` it is the human-only mean; the judge can only help: its bias
+cancels in ``yhat_unlabeled - yhat``, whatever the judge's errors, as long as the labeled items are a uniform random
+sample of all the items.
+
+The arithmetic follows ``ppi_py.ppi_mean_pointestimate`` / ``ppi_mean_ci`` (ppi-python 0.2.3) exactly: ``lam`` from
+the covariance with ``1/n`` and the judge's pooled variance with ``1/(n+N-1)``, standard deviations with ``1/n``,
+and a z interval; ``tests/stats/test_ppi.py`` checks equality to 1e-9 against it. Where ppi-python would divide by
+zero (a judge that gives every item the same score, or no unlabeled item) ``lam`` is 0: the judge carries no
+information there, and the estimate is the humans' own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+
+
+@dataclass(frozen=True)
+class MeanInterval:
+    estimate: float
+    ci_low: float
+    ci_high: float
+    se: float
+
+
+@dataclass(frozen=True)
+class PPIEstimate:
+    """The calibrated mean, the human-only mean from the same labels, and what the judge was worth."""
+
+    calibrated: MeanInterval
+    human_only: MeanInterval
+    lam: float
+    n_labeled: int
+    n_unlabeled: int
+
+    @property
+    def effective_labels(self) -> float | None:
+        """How many human labels alone would give the calibrated interval's width: n x var(human) / var(PPI)."""
+        if self.calibrated.se <= 0.0:
+            return None
+        return self.n_labeled * (self.human_only.se / self.calibrated.se) ** 2
+
+
+def _z(ci: float) -> float:
+    if not 0.0 < ci < 1.0:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    return float(norm.ppf(1.0 - (1.0 - ci) / 2.0))
+
+
+def _as_vector(values: object, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype="float64").reshape(-1)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} holds a missing or infinite value")
+    return arr
+
+
+def power_tuned_lambda(y: np.ndarray, yhat: np.ndarray, yhat_unlabeled: np.ndarray) -> float:
+    """The variance-minimising ``lam`` of PPI++ for a mean, clipped to [0, 1]."""
+    n, big_n = y.size, yhat_unlabeled.size
+    if n < 2 or big_n == 0:
+        return 0.0
+    pooled = np.concatenate([yhat, yhat_unlabeled])
+    pooled_var = float(np.var(pooled, ddof=1))
+    if not pooled_var > 0.0:
+        return 0.0
+    covariance = float(np.mean((y - y.mean()) * (yhat - yhat.mean())))
+    lam = covariance / ((1.0 + n / big_n) * pooled_var)
+    return float(np.clip(lam, 0.0, 1.0))
+
+
+def ppi_mean(
+    y: object, yhat: object, yhat_unlabeled: object, *, ci: float = 0.95, lam: float | None = None
+) -> PPIEstimate:
+    """PPI++ estimate and ``ci`` interval of the mean of ``y`` (see the module docstring)."""
+    yv = _as_vector(y, "y")
+    yhat_v = _as_vector(yhat, "yhat")
+    unl = _as_vector(yhat_unlabeled, "yhat_unlabeled")
+    if yv.size != yhat_v.size:
+        raise ValueError(f"y and yhat differ in length ({yv.size} and {yhat_v.size})")
+    if yv.size == 0:
+        raise ValueError("no labeled item")
+    z = _z(ci)
+    n, big_n = yv.size, unl.size
+    human_se = float(np.std(yv)) / math.sqrt(n)
+    human_mean = float(np.mean(yv))
+    human = MeanInterval(human_mean, human_mean - z * human_se, human_mean + z * human_se, human_se)
+    tuned = power_tuned_lambda(yv, yhat_v, unl) if lam is None else float(lam)
+    if big_n == 0:
+        tuned = 0.0
+    rectifier = yv - tuned * yhat_v
+    imputed_mean = float(np.mean(tuned * unl)) if big_n else 0.0
+    estimate = imputed_mean + float(np.mean(rectifier))
+    imputed_var = float(np.var(tuned * unl)) / big_n if big_n else 0.0
+    se = math.sqrt(imputed_var + float(np.var(rectifier)) / n)
+    calibrated = MeanInterval(estimate, estimate - z * se, estimate + z * se, se)
+    return PPIEstimate(calibrated=calibrated, human_only=human, lam=tuned, n_labeled=n, n_unlabeled=big_n)
+
+
+def affine_to_scale(values: np.ndarray, source: tuple[float, float], target: tuple[float, float]) -> np.ndarray:
+    """Map scores on ``source`` (lo, hi) linearly onto ``target`` (lo, hi): the fixed map the two stated scales give.
+
+    PPI++ clips ``lam`` to [0, 1], so a judge on a narrower scale than the humans' would be under-used; on the
+    humans' scale the estimate is unchanged by the judge's units.
+    """
+    s_lo, s_hi = source
+    t_lo, t_hi = target
+    if not s_hi > s_lo:
+        raise ValueError(f"the source scale [{s_lo}, {s_hi}] is empty")
+    return t_lo + (np.asarray(values, dtype="float64") - s_lo) * (t_hi - t_lo) / (s_hi - s_lo)

@@ -1,0 +1,104 @@
+"""GET /v1/runs/{id}/calibrated and the report's calibrated section, through the API with the simulator as judge.
+
+The simulator scores each candidate by its ``<<q=..>>`` marker; v1's markers sit 45 points above what people think
+of its replies, so the judge's own means rank v1 first while the humans rank v3 > v2 > v1. Twenty of the forty items
+get human ratings on the seed paper's 0-2 scale; the calibrated ranking must follow the humans.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from judge_api.db import session_scope
+from judge_api.repository import claims
+from judge_simulator.process import SimulatorProcess
+from workers.runtime import build_engine
+
+from .conftest import Api, ApiFactory
+
+N_ITEMS, N_LABELED = 40, 20
+HUMAN_CENTRE = {"v1": 0.6, "v2": 1.0, "v3": 1.4}
+OVERRATED = {"v1": 45, "v2": 0, "v3": 0}
+
+
+@pytest.fixture
+def overrated_run(api_factory: ApiFactory, sim: SimulatorProcess) -> tuple[Api, str, dict[str, np.ndarray]]:
+    api = api_factory(auth=False, DJ_JUDGE_URL_ALLOWLIST=sim.base_url)
+    sim.reset(restore_script=True)
+    rng = np.random.default_rng(4)
+    truth = {s: np.round(np.clip(rng.normal(c, 0.3, N_ITEMS), 0.0, 2.0), 1) for s, c in HUMAN_CENTRE.items()}
+    quality = {s: np.clip(np.round(1 + 49.5 * truth[s] + OVERRATED[s]), 1, 100).astype(int) for s in truth}
+    body = {
+        "items": [
+            {
+                "id": f"it{i}",
+                "dialogue": [{"speaker": "user", "text": "Remember my sister Ann?"}],
+                "candidates": {s: f"reply {s} {i} <<q={quality[s][i]}>>" for s in truth},
+            }
+            for i in range(N_ITEMS)
+        ],
+        "rubrics": ["rsum-single"],
+        "judges": [f"openai-compatible:sim@{sim.base_url}"],
+        "aspects": ["consistency"],
+    }
+    run_id = api.submit(None, body)["id"]
+    engine = build_engine(standalone=True)
+    with session_scope() as session:
+        ids = claims.pending_judgment_ids(session, run_id)
+    assert {engine.judge(i) for i in ids} == {"done"}
+    return api, run_id, truth
+
+
+def _rate(api: Api, run_id: str, truth: dict[str, np.ndarray], items: range) -> None:
+    ratings = [
+        {
+            "item_id": f"it{i}",
+            "system": s,
+            "aspect": "consistency",
+            "rater": "ann",
+            "value": float(truth[s][i]),
+            "scale_min": 0,
+            "scale_max": 2,
+        }
+        for i in items
+        for s in truth
+    ]
+    response = api.client.post(f"/v1/runs/{run_id}/human-ratings", json={"ratings": ratings})
+    assert response.status_code == 201, response.text
+
+
+def test_calibrated_ranking_follows_the_humans(overrated_run: tuple[Api, str, dict[str, np.ndarray]]) -> None:
+    api, run_id, truth = overrated_run
+    before = api.client.get(f"/v1/runs/{run_id}/calibrated")
+    assert before.status_code == 200 and before.json()["calibrated"] is None  # no ratings: nothing to calibrate
+    _rate(api, run_id, truth, range(N_LABELED))
+    report = api.client.get(f"/v1/runs/{run_id}/report", params={"n_boot": 50}).json()
+    judge_means = {r["system"]: r["mean"] for r in report["scores"]}
+    assert max(judge_means, key=judge_means.__getitem__) == "v1"
+    section = api.client.get(f"/v1/runs/{run_id}/calibrated").json()["calibrated"]
+    assert section == report["calibrated"]
+    assert [r["system"] for r in section["ranking"]] == ["v3", "v2", "v1"]
+    for row in section["scores"]:
+        true_mean = float(truth[row["system"]].mean())
+        assert row["ci_low"] <= true_mean <= row["ci_high"]
+        assert row["n_labeled"] == N_LABELED and row["n_judged"] == N_ITEMS
+    narrow = api.client.get(f"/v1/runs/{run_id}/calibrated", params={"ci": 0.6}).json()["calibrated"]
+    for wide_row, narrow_row in zip(section["scores"], narrow["scores"], strict=True):
+        assert narrow_row["ci_high"] - narrow_row["ci_low"] < wide_row["ci_high"] - wide_row["ci_low"]
+
+
+def test_too_few_labels_is_a_null_row_with_a_note(overrated_run: tuple[Api, str, dict[str, np.ndarray]]) -> None:
+    api, run_id, truth = overrated_run
+    _rate(api, run_id, truth, range(3))
+    section = api.client.get(f"/v1/runs/{run_id}/calibrated").json()["calibrated"]
+    assert {r["estimate"] for r in section["scores"]} == {None}
+    assert all("(7 more)" in r["note"] for r in section["scores"])
+
+
+@pytest.mark.parametrize("ci", ["0", "1", "0.3", "abc"])
+def test_a_bad_level_is_a_422_naming_ci(api: Api, ci: str) -> None:
+    run_id = api.submit()["id"]
+    response = api.client.get(f"/v1/runs/{run_id}/calibrated", params={"ci": ci})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"][-1] == "ci"
