@@ -1,53 +1,49 @@
-"""PPI++ mean: equal to the reference implementation (ppi-python) on fixed inputs, and its documented properties."""
+"""PPI++ mean: equal to the reference implementation (ppi-python) on fixed inputs, and its documented properties.
+
+``data/ppi_reference.json`` holds ppi-python 0.2.3's figures on the inputs of ``ppi_cases.py``, written by
+``make_ppi_reference.py`` (ppi-python is not a dependency: it ships a top-level ``tests`` package that shadows this
+project's).
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
+from ppi_cases import CASES, FIXED_LAMBDAS, case_inputs
 
 from judge_api.stats.ppi import affine_to_scale, power_tuned_lambda, ppi_mean
 
-ppi_py = pytest.importorskip("ppi_py", reason="ppi-python is the test oracle (dev extra)")
+REFERENCE = json.loads((Path(__file__).with_name("data") / "ppi_reference.json").read_text())
 
 
 def _biased_judge(seed: int, n: int, big_n: int, bias: float, noise: float) -> tuple[np.ndarray, ...]:
-    rng = np.random.default_rng(seed)
-    truth = rng.normal(1.0, 0.5, n + big_n)
-    judge = truth + bias + rng.normal(0.0, noise, n + big_n)
-    return truth[:n], judge[:n], judge[n:]
+    return case_inputs({"seed": seed, "n": n, "big_n": big_n, "bias": bias, "noise": noise})
 
 
-CASES = [
-    # seed, n, N, bias, noise, ci
-    (0, 50, 400, 0.3, 0.2, 0.95),
-    (1, 20, 1000, -0.5, 0.6, 0.90),
-    (2, 100, 100, 0.0, 1.5, 0.99),
-    (3, 12, 30, 2.0, 0.05, 0.95),
-]
+def test_the_reference_covers_every_case() -> None:
+    assert [{k: c[k] for k in CASES[0]} for c in REFERENCE["cases"]] == CASES
 
 
-@pytest.mark.parametrize(("seed", "n", "big_n", "bias", "noise", "ci"), CASES)
-def test_equal_to_ppi_python_with_power_tuning(
-    seed: int, n: int, big_n: int, bias: float, noise: float, ci: float
-) -> None:
-    y, yhat, unl = _biased_judge(seed, n, big_n, bias, noise)
-    ours = ppi_mean(y, yhat, unl, ci=ci)
-    point = float(np.asarray(ppi_py.ppi_mean_pointestimate(y, yhat, unl)).reshape(-1)[0])
-    low, high = (float(np.asarray(v).reshape(-1)[0]) for v in ppi_py.ppi_mean_ci(y, yhat, unl, alpha=1 - ci))
-    assert ours.calibrated.estimate == pytest.approx(point, abs=1e-9)
-    assert ours.calibrated.ci_low == pytest.approx(low, abs=1e-9)
-    assert ours.calibrated.ci_high == pytest.approx(high, abs=1e-9)
-    c_low, c_high = (float(np.asarray(v).reshape(-1)[0]) for v in ppi_py.classical_mean_ci(y, alpha=1 - ci))
-    assert ours.human_only.ci_low == pytest.approx(c_low, abs=1e-9)
-    assert ours.human_only.ci_high == pytest.approx(c_high, abs=1e-9)
+@pytest.mark.parametrize("case", REFERENCE["cases"], ids=lambda c: f"seed{c['seed']}")
+def test_equal_to_ppi_python_with_power_tuning(case: dict[str, Any]) -> None:
+    y, yhat, unl = case_inputs(case)
+    ours = ppi_mean(y, yhat, unl, ci=case["ci"])
+    assert ours.calibrated.estimate == pytest.approx(case["estimate"], abs=1e-9)
+    assert [ours.calibrated.ci_low, ours.calibrated.ci_high] == pytest.approx(case["ppi_ci"], abs=1e-9)
+    assert [ours.human_only.ci_low, ours.human_only.ci_high] == pytest.approx(case["classical_ci"], abs=1e-9)
 
 
-@pytest.mark.parametrize("lam", [0.0, 0.4, 1.0])
-def test_fixed_lambda_equals_ppi_python(lam: float) -> None:
-    y, yhat, unl = _biased_judge(7, 40, 300, 0.2, 0.3)
-    ours = ppi_mean(y, yhat, unl, ci=0.95, lam=lam)
-    low, high = (float(np.asarray(v).reshape(-1)[0]) for v in ppi_py.ppi_mean_ci(y, yhat, unl, alpha=0.05, lam=lam))
-    assert (ours.calibrated.ci_low, ours.calibrated.ci_high) == pytest.approx((low, high), abs=1e-9)
+@pytest.mark.parametrize("case", REFERENCE["cases"], ids=lambda c: f"seed{c['seed']}")
+@pytest.mark.parametrize("lam", FIXED_LAMBDAS)
+def test_fixed_lambda_equals_ppi_python(case: dict[str, Any], lam: float) -> None:
+    y, yhat, unl = case_inputs(case)
+    ours = ppi_mean(y, yhat, unl, ci=case["ci"], lam=lam)
+    expected = case["fixed_lambda_ci"][str(lam)]
+    assert [ours.calibrated.ci_low, ours.calibrated.ci_high] == pytest.approx(expected, abs=1e-9)
 
 
 def test_an_affine_change_of_the_judges_units_changes_nothing() -> None:
