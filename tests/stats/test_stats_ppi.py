@@ -31,7 +31,7 @@ def test_the_reference_covers_every_case() -> None:
 @pytest.mark.parametrize("case", REFERENCE["cases"], ids=lambda c: f"seed{c['seed']}")
 def test_equal_to_ppi_python_with_power_tuning(case: dict[str, Any]) -> None:
     y, yhat, unl = case_inputs(case)
-    ours = ppi_mean(y, yhat, unl, ci=case["ci"])
+    ours = ppi_mean(y, yhat, unl, ci=case["ci"], small_sample=False)
     assert ours.calibrated.estimate == pytest.approx(case["estimate"], abs=1e-9)
     assert [ours.calibrated.ci_low, ours.calibrated.ci_high] == pytest.approx(case["ppi_ci"], abs=1e-9)
     assert [ours.human_only.ci_low, ours.human_only.ci_high] == pytest.approx(case["classical_ci"], abs=1e-9)
@@ -41,7 +41,7 @@ def test_equal_to_ppi_python_with_power_tuning(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize("lam", FIXED_LAMBDAS)
 def test_fixed_lambda_equals_ppi_python(case: dict[str, Any], lam: float) -> None:
     y, yhat, unl = case_inputs(case)
-    ours = ppi_mean(y, yhat, unl, ci=case["ci"], lam=lam)
+    ours = ppi_mean(y, yhat, unl, ci=case["ci"], lam=lam, small_sample=False)
     expected = case["fixed_lambda_ci"][str(lam)]
     assert [ours.calibrated.ci_low, ours.calibrated.ci_high] == pytest.approx(expected, abs=1e-9)
 
@@ -107,3 +107,14 @@ def test_affine_map_between_stated_scales() -> None:
     assert mapped.tolist() == pytest.approx([0.0, 1.0, 2.0])
     with pytest.raises(ValueError, match="empty"):
         affine_to_scale(np.array([1.0]), (5.0, 5.0), (0.0, 2.0))
+
+
+def test_the_small_sample_correction_keeps_the_estimate_and_widens_the_interval() -> None:
+    y, yhat, unl = _biased_judge(3, 12, 30, 2.0, 0.05)
+    papers = ppi_mean(y, yhat, unl, small_sample=False)
+    ours = ppi_mean(y, yhat, unl)
+    assert ours.calibrated.estimate == papers.calibrated.estimate and ours.lam == papers.lam
+    assert ours.calibrated.ci_low < papers.calibrated.ci_low and ours.calibrated.ci_high > papers.calibrated.ci_high
+    human = np.asarray(y)
+    half = 2.200985160082949 * float(np.std(human, ddof=1)) / np.sqrt(human.size)  # t(0.975, 11)
+    assert ours.human_only.ci_high - ours.human_only.estimate == pytest.approx(half, abs=1e-9)
