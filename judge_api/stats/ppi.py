@@ -14,9 +14,9 @@ sample of all the items.
 With ``small_sample=False`` the arithmetic follows ``ppi_py.ppi_mean_pointestimate`` / ``ppi_mean_ci`` (ppi-python
 0.2.3) exactly: ``lam`` from the covariance with ``1/n`` and the judge's pooled variance with ``1/(n+N-1)``, standard
 deviations with ``1/n``, and a z interval; ``tests/stats/test_stats_ppi.py`` checks equality to 1e-9 against it. The
-default adds the small-sample correction ``ppi_mean`` describes (same estimate, same ``lam``, a wider interval). Where ppi-python would divide by
-zero (a judge that gives every item the same score, or no unlabeled item) ``lam`` is 0: the judge carries no
-information there, and the estimate is the humans' own.
+default adds the small-sample correction ``ppi_mean`` describes (same estimate, same ``lam``, a wider interval).
+Where ppi-python would divide by zero (a judge that gives every item the same score, or no unlabeled item) ``lam``
+is 0: the judge carries no information there, and the estimate is the humans' own.
 """
 
 from __future__ import annotations
