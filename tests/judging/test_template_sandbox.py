@@ -36,6 +36,9 @@ def escapes(target: Path) -> list[str]:
         "{{ options.update({'temperature': 2}) }}",
         "{{ options.__setitem__('temperature', 2) }}",
         "{% set _ = options.pop('temperature', None) %}x",
+        "{{ 'a' * 10**10 }}",  # not code, but a worker's memory
+        "{{ [1] * 10**10 }}",
+        "{{ 10 ** 10000000 }}",
     ]
 
 
@@ -48,7 +51,7 @@ def planted(source: str) -> Rubric:
     )
 
 
-@pytest.mark.parametrize("index", range(9))
+@pytest.mark.parametrize("index", range(12))
 def test_a_template_escape_is_refused_and_runs_nothing(tmp_path: Path, index: int) -> None:
     target = tmp_path / "owned"
     rubric = planted(escapes(target)[index])
@@ -61,8 +64,11 @@ def test_a_template_escape_is_refused_and_runs_nothing(tmp_path: Path, index: in
 
 
 def test_a_template_that_only_reads_its_inputs_still_renders() -> None:
-    rubric = planted("{{ aspect_label }} | {{ response }} | {{ options.get('temperature', 0) }} | {{ lipsum(1)[:0] }}")
-    assert render(rubric, ITEM, "consistency", "Rex.").messages[0]["content"].startswith("Consistency | Rex. |")
+    rubric = planted(
+        "{{ aspect_label }} | {{ response }} | {{ options.get('temperature', 0) }} | {{ lipsum(1)[:0] }}"
+        "{{ '-' * 3 }}{{ 2 ** 3 }}"
+    )
+    assert render(rubric, ITEM, "consistency", "Rex.").messages[0]["content"].endswith("---8")
 
 
 def test_two_rubrics_claiming_one_id_and_version_never_share_a_compiled_template() -> None:
