@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -130,8 +131,13 @@ class Settings(BaseSettings):
 
 
 def url_under_prefixes(url: str, allowlist: str) -> bool:
-    """Is ``url`` one of the comma-separated prefixes of ``allowlist`` or under one (at a ``/``)?"""
+    """Is ``url`` one of the comma-separated prefixes of ``allowlist`` or under one (at a ``/``)? A URL whose path
+    has a ``.`` or ``..`` segment (also percent-encoded) or a backslash is under none: the HTTP client would resolve
+    ``/v1/../admin`` to ``/admin``, out of the prefix."""
     prefixes = [p.strip().rstrip("/") for p in allowlist.split(",") if p.strip()]
+    path = unquote(urlsplit(url).path)
+    if "\\" in path or any(segment in (".", "..") for segment in path.split("/")):
+        return False
     url = url.rstrip("/")
     return any(url == p or url.startswith(p + "/") for p in prefixes)
 

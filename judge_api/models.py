@@ -261,12 +261,14 @@ class CacheEntry(Base):
 
 
 class RubricSnapshot(Base):
-    """A rubric exactly as a run was planned with it (config and template text), by id and version: a run in
-    flight finishes with the prompts it started with when the rubric folder is edited, and an old judgment's
-    prompt can still be shown."""
+    """A rubric exactly as a run was planned with it (config and template text), by project, id and version: a run
+    in flight finishes with the prompts it started with when the rubric folder is edited, and an old judgment's
+    prompt can still be shown. Kept per project: a snapshot one project stores (an imported bundle's too) is never
+    another project's prompt (issue 42, finding 4)."""
 
     __tablename__ = "rubric_snapshots"
 
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     rubric_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     version: Mapped[str] = mapped_column(String(32), primary_key=True)
     content: Mapped[dict[str, Any]] = mapped_column(JSON)

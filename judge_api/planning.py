@@ -20,6 +20,7 @@ from judge_api.adaptive.planner import Pair, PlannerConfig, plan_step
 from judge_api.adaptive.replay import pair_items_of
 from judge_api.config import get_settings
 from judge_api.judges import parse_judge
+from judge_api.reach import judge_refusal
 from judge_api.reference_metrics import (
     LEXICAL_METRICS,
     REFERENCE_JUDGE,
@@ -204,12 +205,9 @@ def _check_judges(request: RunCreate) -> list[str]:
             spec = parse_judge(judge)
         except ValueError as exc:
             raise PlanError(f"judges[{index}]", str(exc)) from None
-        if spec.base_url is not None and not settings.judge_url_allowed(spec.base_url):
-            raise PlanError(
-                f"judges[{index}]",
-                f"base URL {spec.base_url!r} is not in DJ_JUDGE_URL_ALLOWLIST (openai-compatible judges must be "
-                "allow-listed by the operator when auth is on)",
-            )
+        refusal = judge_refusal(spec, settings)  # the workers apply the same rule before they ask it
+        if refusal is not None:
+            raise PlanError(f"judges[{index}]", refusal)
     return [parse_judge(j).key for j in request.judges if j != REFERENCE_JUDGE]
 
 

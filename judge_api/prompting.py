@@ -20,18 +20,48 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import jinja2
+import jinja2.runtime
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from judge_api.facts import extraction_sources, fact_sheet
 from judge_api.rubrics import TEMPLATE_INPUTS, Rubric
 from judge_api.textnorm import normalise
 
-_env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+MAX_TEMPLATE_VALUE = 1_000_000  # characters or items a template's ``*`` may make, digits its ``**`` may
+
+
+class RubricSandbox(ImmutableSandboxedEnvironment):
+    """Jinja2's immutable sandbox, whose ``*`` and ``**`` refuse results that would exhaust a worker's memory
+    (``'a' * 10**10``): the sandbox itself stops code, not size."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                sized = isinstance(seq, str | list | tuple) and isinstance(times, int)
+                if sized and len(seq) * times > MAX_TEMPLATE_VALUE:
+                    raise SecurityError(f"a template may not make a value over {MAX_TEMPLATE_VALUE:,} long")
+        powers = operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1
+        if powers and right * math.log10(abs(left)) > 1000:
+            raise SecurityError("a template may not make a number over 1,000 digits")
+        return super().call_binop(context, operator, left, right)
+
+
+# Every rubric template renders in the immutable sandbox, whatever its source (the folders, a snapshot stored with a
+# run, an imported bundle): a template can read its inputs, never reach Python internals (``lipsum.__globals__``,
+# ``''.__class__.__mro__``) or change an input in place (``options.update(...)``); those raise
+# ``jinja2.exceptions.SecurityError`` and the judgment fails with that error (docs/security.md).
+_env = RubricSandbox(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
 _template_cache: dict[str, jinja2.Template] = {}
+_TEMPLATE_CACHE_SIZE = 1024
 
 _MARKERS = re.compile(r"\[\s*(The (?:Start|End) of [^\]]*)\]", re.IGNORECASE)
 _FENCE_TAG = re.compile(r"<(?=\s*/?\s*untrusted)", re.IGNORECASE)
@@ -200,20 +230,39 @@ def build_variables(
     return variables
 
 
-def _template(rubric: Rubric, source_key: str, source: str) -> jinja2.Template:
-    key = f"{rubric.id}:{rubric.version}:{source_key}"
+class TemplateRefused(ValueError):
+    """A rubric template that cannot be rendered: a syntax error, a missing input, or the sandbox refusing it."""
+
+
+def _template(source: str) -> jinja2.Template:
+    # by the source's hash, never by rubric id and version: two stored rubrics claiming one id and version (another
+    # project's snapshot) must never share a compiled template
+    key = hashlib.sha256(source.encode()).hexdigest()
     template = _template_cache.get(key)
     if template is None:
         template = _env.from_string(source)
+        if len(_template_cache) >= _TEMPLATE_CACHE_SIZE:
+            _template_cache.clear()
         _template_cache[key] = template
     return template
 
 
 def render(rubric: Rubric, item: dict[str, Any], aspect: str, first: str, second: str | None = None) -> RenderedPrompt:
+    """The rubric's messages for one judgment; raises TemplateRefused (naming the rubric and the template) when a
+    template cannot be rendered, in particular when the sandbox refuses what it does."""
     variables = build_variables(rubric, item, aspect, first, second)
     messages = []
-    for index, message in enumerate(rubric.messages):
+    for message in rubric.messages:
+        if message.template and message.template not in rubric.templates:
+            raise TemplateRefused(f"rubric {rubric.id!r} version {rubric.version} has no template {message.template!r}")
         source = rubric.templates[message.template] if message.template else (message.text or "")
-        content = _template(rubric, f"{index}:{message.template or 'inline'}", source).render(**variables)
+        try:
+            content = _template(source).render(**variables)
+        except jinja2.TemplateError as exc:
+            where = message.template or "inline text"
+            raise TemplateRefused(
+                f"rubric {rubric.id!r} version {rubric.version} template {where!r} cannot be rendered: "
+                f"{type(exc).__name__}: {exc}"[:2000]
+            ) from None
         messages.append({"role": message.role, "content": content})
     return RenderedPrompt(messages, variables)

@@ -27,6 +27,7 @@ from judge_api.config import Settings
 from judge_api.judges import JudgeSpec, parse_judge
 from judge_api.models import Run, utcnow
 from judge_api.pricing import bill, load_prices
+from judge_api.reach import judge_refusal
 from judge_api.reference_metrics import is_reference_judge
 from judge_api.repository import cache, claims
 from judge_api.repository.claims import JudgmentTask
@@ -38,7 +39,7 @@ from workers.injection import scan_item
 from workers.judgecache import cache_key, cache_mode, cache_row, cache_scope, cached_reply
 from workers.keywait import HeldKeyWaiter
 from workers.leases import LeaseKeeper
-from workers.prompting import parse_context, render
+from workers.prompting import TemplateRefused, parse_context, render
 from workers.ratelimit import RateLimiter
 from workers.reference import reference_values
 from workers.retries import call_with_retries
@@ -69,7 +70,7 @@ class Asker:
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
     _writer: VerdictWriter | None = field(default=None, repr=False)
     _leases: LeaseKeeper | None = field(default=None, repr=False)
-    _snapshots: dict[tuple[str, str], Rubric] = field(default_factory=dict, repr=False)
+    _snapshots: dict[tuple[str, str, str], Rubric] = field(default_factory=dict, repr=False)
     stash: ReplyStash | None = None  # paid replies kept until their verdicts are stored (workers.stash)
     holder: str = ""  # this process's instance id in its claim tokens (judge_api.heartbeats.INSTANCE)
     _gate: DatabaseGate | None = field(default=None, repr=False)
@@ -171,10 +172,13 @@ class Asker:
             return reference_values(judgment, self.settings)
         item = judgment.item
         try:
-            rubric = self._rubric(judgment.rubric_id, judgment.rubric_version)
+            rubric = self._rubric(judgment.project_id, judgment.rubric_id, judgment.rubric_version)
         except RubricError as exc:
             return {"status": "failed", "error": str(exc)}
         spec = parse_judge(judgment.judge)
+        refusal = judge_refusal(spec, self.settings)  # a row stored by any path: checked again before anything runs
+        if refusal is not None:
+            return {"status": "failed", "error": f"judge refused by the worker: {refusal}"}
         systems = [judgment.system_a] + ([judgment.system_b] if judgment.system_b else [])
         candidates = item["candidates"]
         if judgment.order == "ba":
@@ -182,7 +186,10 @@ class Asker:
         else:
             first = candidates[judgment.system_a]
             second = candidates[judgment.system_b] if judgment.system_b else None
-        prompt = render(rubric, item, judgment.aspect, first, second)
+        try:
+            prompt = render(rubric, item, judgment.aspect, first, second)
+        except TemplateRefused as exc:  # the sandbox refused the template, or it cannot render: never asked
+            return {"status": "failed", "error": str(exc)}
         flags = scan_item(item, systems)
         request = JudgeRequest(
             messages=prompt.messages, **request_options(rubric, judgment.judge_params, judgment.sample_index)
@@ -255,20 +262,21 @@ class Asker:
             "raw_output": raw,
         }
 
-    def _rubric(self, rubric_id: str, version: str) -> Rubric:
+    def _rubric(self, project_id: str, rubric_id: str, version: str) -> Rubric:
         """The rubric version the judgment was planned with: from the folders when they still hold it (re-read
         once when it is unknown or changed: a rubric added or edited after this worker started), else the snapshot
-        stored with the run, so a run in flight keeps its prompts when the rubric is edited."""
+        the run's project stored, so a run in flight keeps its prompts when the rubric is edited. A stored row
+        claiming a version the folders hold is never used: the folders' text is."""
         if rubric_id in self.registry and self.registry.get(rubric_id).version == version:
             return self.registry.get(rubric_id)
-        snapshot = self._snapshots.get((rubric_id, version))
+        snapshot = self._snapshots.get((project_id, rubric_id, version))
         if snapshot is not None:
             return snapshot
         self.registry = RubricRegistry(self.settings.rubric_dirs())
         if rubric_id in self.registry and self.registry.get(rubric_id).version == version:
             return self.registry.get(rubric_id)
         with self.sessions() as session:
-            snapshot = repository.rubric_snapshot(session, rubric_id, version)
+            snapshot = repository.rubric_snapshot(session, project_id, rubric_id, version)
         if snapshot is None:
             try:
                 now = f"the folders have version {self.registry.get(rubric_id).version}"
@@ -278,7 +286,7 @@ class Asker:
                 f"rubric {rubric_id!r} version {version} is not stored and the folders no longer hold it ({now}); "
                 "re-submit the run"
             )
-        self._snapshots[(rubric_id, version)] = snapshot
+        self._snapshots[(project_id, rubric_id, version)] = snapshot
         return snapshot
 
     def _reply(

@@ -43,6 +43,7 @@ import openai
 from judge_api.config import Settings
 from judge_api.judges import JudgeSpec
 from judge_api.prefixes import CachePrefix
+from judge_api.reach import judge_refusal
 from judge_api.secrets import provider_secret, scrub_str
 from workers.httppost import JsonPoster, PostError, usable_for
 from workers.scoring import numeric_positions
@@ -205,10 +206,9 @@ class OpenAIJudgeClient:
             base_url, api_key = settings.local_judge_url, "local"
         else:
             base_url = spec.base_url
-            if base_url is None or not settings.judge_url_allowed(base_url):
-                raise JudgeCallError(
-                    "configuration", f"judge base URL {base_url!r} is not in DJ_JUDGE_URL_ALLOWLIST", False
-                )
+            refusal = judge_refusal(spec, settings) if base_url is not None else "no base URL given"
+            if refusal is not None:
+                raise JudgeCallError("configuration", f"judge refused: {refusal}", False)
             api_key = provider_secret("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
         if not api_key:
             raise JudgeCallError("configuration", "OPENAI_API_KEY is not set", False)

@@ -2,6 +2,7 @@
 
 from judge_api.prompting import (
     RenderedPrompt,
+    TemplateRefused,
     build_variables,
     fence,
     format_facts,
@@ -16,6 +17,7 @@ from judge_api.prompting import (
 
 __all__ = [
     "RenderedPrompt",
+    "TemplateRefused",
     "build_variables",
     "fence",
     "format_facts",

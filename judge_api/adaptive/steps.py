@@ -93,7 +93,7 @@ def _advance(session: Session, run_id: str, touched: Sequence[int] | None, idle_
     state = dict(run.plan_state or {})
     new: list[PlannedJudgment] = []
     if options.samples == "adaptive" and run.budget_exhausted_at is None:
-        new = _more_samples(session, rows, options, _pairwise_room(session, run))
+        new = _more_samples(session, run.project_id, rows, options, _pairwise_room(session, run))
         if everything:
             state["samples"] = _sample_usage(rows, options)
     if new:
@@ -147,7 +147,7 @@ def _keys(rows: pd.DataFrame) -> Iterable[tuple[tuple[Any, ...], pd.DataFrame]]:
 
 
 def _more_samples(
-    session: Session, rows: pd.DataFrame, options: JudgeOptions, pairwise_room: int | None
+    session: Session, project_id: str, rows: pd.DataFrame, options: JudgeOptions, pairwise_room: int | None
 ) -> list[PlannedJudgment]:
     rules: dict[tuple[str, str], SamplingRule | None] = {}
     out: list[PlannedJudgment] = []
@@ -158,7 +158,7 @@ def _more_samples(
         first = group.iloc[0]
         version = (str(first["rubric_id"]), str(first["rubric_version"]))
         if version not in rules:
-            rubric = plans.planned_rubric(session, *version)
+            rubric = plans.planned_rubric(session, project_id, *version)
             rules[version] = _sampling_rule(rubric, options, first["judge_params"]) if rubric else None
         rule = rules[version]
         if rule is None:

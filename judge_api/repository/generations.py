@@ -217,7 +217,7 @@ def release_item(session: Session, item_pk: int, registry: RubricRegistry) -> li
     have = set(session.scalars(select(Judgment.dedup_key).where(Judgment.item_pk == item_pk)))
     planned = [p for p in planned if p.dedup_key(run.id) not in have]
     if planned:
-        store_rubric_snapshots(session, run_rubrics(request, registry))
+        store_rubric_snapshots(session, run.project_id, run_rubrics(request, registry))
         judge_params = request.options.model_dump(mode="json")
         if request.outcome_map:
             judge_params["outcome_map"] = dict(request.outcome_map)

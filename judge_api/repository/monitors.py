@@ -194,7 +194,7 @@ def store_responses(
         return Stored(len(new_ids), 0, [])
     batch = plan([r.payload for r in sampled])
     planned, judge_params = batch.planned, batch.judge_params
-    store_rubric_snapshots(session, batch.rubrics)
+    store_rubric_snapshots(session, monitor.project_id, batch.rubrics)
     item_rows = [{"run_id": monitor.run_id, "item_key": r.response_id, "payload": r.payload} for r in sampled]
     pks = {
         str(key): int(pk)

@@ -81,12 +81,13 @@ def candidates(session: Session, run_id: str) -> dict[str, dict[str, str]]:
     return {key: dict(payload.get("candidates") or {}) for key, payload in rows}
 
 
-def planned_rubric(session: Session, rubric_id: str, version: str) -> Rubric | None:
-    """The rubric version the run was planned with: from the folders when they still hold it, else its snapshot."""
+def planned_rubric(session: Session, project_id: str, rubric_id: str, version: str) -> Rubric | None:
+    """The rubric version the run was planned with: from the folders when they still hold it, else the project's
+    snapshot of it."""
     registry = get_registry()
     if rubric_id in registry and registry.get(rubric_id).version == version:
         return registry.get(rubric_id)
-    return rubric_snapshot(session, rubric_id, version)
+    return rubric_snapshot(session, project_id, rubric_id, version)
 
 
 def insert_planned(session: Session, run: Run, planned: Sequence[PlannedJudgment]) -> list[int]:

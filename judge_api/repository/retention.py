@@ -57,7 +57,7 @@ _SKIP: dict[str, set[str]] = {
     "generation": {"id", "run_id", "item_pk", "claim_token", "claimed_at", "enqueued_at"},
     "judgment": {"id", "run_id", "item_pk", "claim_token", "claimed_at", "enqueued_at"},
     "rating": {"id", "run_id"},
-    "rubric_snapshot": set(),
+    "rubric_snapshot": {"project_id"},  # snapshots are the importing project's own (issue 42, finding 4)
     "cache_entry": set(),
 }
 # a bundle is read with a read-only key: the callback secret stays in the service (anyone holding it could forge the
@@ -93,22 +93,22 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
             .distinct()
         )
     )
-    own_rubrics = list(
-        session.execute(
-            select(Judgment.rubric_id, Judgment.rubric_version)
-            .where(Judgment.run_id == run_id)
-            .where(
-                ~exists().where(
-                    and_(
-                        other.c.rubric_id == Judgment.rubric_id,
-                        other.c.rubric_version == Judgment.rubric_version,
-                        other.c.run_id != run_id,
-                    )
-                )
+    project_id = session.scalar(select(Run.project_id).where(Run.id == run_id))
+    versions = session.execute(
+        select(Judgment.rubric_id, Judgment.rubric_version).where(Judgment.run_id == run_id).distinct()
+    ).all()
+    # snapshots are per project: one is the run's own when no other run of its project was planned with it
+    own_rubrics = [
+        (rubric_id, version)
+        for rubric_id, version in versions
+        if not session.scalar(
+            select(
+                exists()
+                .where(Judgment.rubric_id == rubric_id, Judgment.rubric_version == version, Judgment.run_id != run_id)
+                .where(Judgment.run_id == Run.id, Run.project_id == project_id)
             )
-            .distinct()
         )
-    )
+    ]
     removed: dict[str, int] = {"cache_entries": 0, "rubric_snapshots": 0}
     for start in range(0, len(own_keys), _CHUNK):
         chunk = own_keys[start : start + _CHUNK]
@@ -116,7 +116,11 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
     for rubric_id, version in own_rubrics:
         removed["rubric_snapshots"] += _rowcount(
             session.execute(
-                delete(RubricSnapshot).where(RubricSnapshot.rubric_id == rubric_id, RubricSnapshot.version == version)
+                delete(RubricSnapshot).where(
+                    RubricSnapshot.project_id == project_id,
+                    RubricSnapshot.rubric_id == rubric_id,
+                    RubricSnapshot.version == version,
+                )
             )
         )
     removed["judgments"] = _rowcount(session.execute(delete(Judgment).where(Judgment.run_id == run_id)))
@@ -163,7 +167,7 @@ def export_run(session: Session, run_id: str) -> Iterator[str]:
         select(Judgment.rubric_id, Judgment.rubric_version).where(Judgment.run_id == run_id).distinct()
     ).all()
     for rubric_id, version in sorted(versions):
-        snapshot = session.get(RubricSnapshot, (rubric_id, version))
+        snapshot = session.get(RubricSnapshot, (run.project_id, rubric_id, version))
         if snapshot is not None:
             yield _line({"record": "rubric_snapshot", **_row("rubric_snapshot", snapshot)})
     keys = sorted(
@@ -348,7 +352,8 @@ def import_run(session: Session, bundle: Bundle, project_id: str, *, cache_entri
     ratings = bundle.rows.get("rating", [])
     if ratings:
         session.execute(insert(HumanRating), [{**r, "run_id": run_id} for r in ratings])
-    _insert_missing(session, RubricSnapshot, bundle.rows.get("rubric_snapshot", []), ("rubric_id", "version"))
+    snapshots = [{**s, "project_id": project_id} for s in bundle.rows.get("rubric_snapshot", [])]
+    _insert_missing(session, RubricSnapshot, snapshots, ("project_id", "rubric_id", "version"))
     entries = bundle.rows.get("cache_entry", []) if cache_entries else []
     _insert_missing(session, CacheEntry, entries, ("key",))
     return {

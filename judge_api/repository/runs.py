@@ -66,7 +66,7 @@ def create_run(
     if unsnapshotted:
         raise ValueError(f"create_run: no rubric given for the planned {unsnapshotted}")
     ensure_project(session, project_id)
-    store_rubric_snapshots(session, rubrics)
+    store_rubric_snapshots(session, project_id, rubrics)
     run = Run(
         id=new_run_id(),
         project_id=project_id,

@@ -40,22 +40,24 @@ def list_rubrics(_: Principal = Depends(require("read"))) -> list[RubricOut]:
 @router.get("/v1/rubrics/{rubric_id}/versions", response_model=list[RubricVersionOut])
 def rubric_versions(
     rubric_id: str = RUBRIC_ID_PATH,
-    _: Principal = Depends(require("read")),
+    principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
 ) -> list[RubricVersionOut]:
-    """Every version of a rubric: the stored ones (runs were planned with them, oldest first) and the folders'
-    current one."""
+    """Every version of a rubric: the ones the caller's project stored (its runs were planned with them, oldest
+    first) and the folders' current one. The folders' current version is always shown with the folders' content: a
+    stored row claiming that id and version never stands in for it."""
     registry = get_registry()
     current = registry.get(rubric_id) if rubric_id in registry else None
     versions = [
         RubricVersionOut(
             id=rubric_id,
             version=snapshot.version,
-            current=current is not None and current.version == snapshot.version,
+            current=is_current,
             stored_at=snapshot.created_at,
-            content=snapshot.content,
+            content=repository.rubric_content(current) if is_current and current is not None else snapshot.content,
         )
-        for snapshot in repository.rubric_versions(session, rubric_id)
+        for snapshot in repository.rubric_versions(session, principal.project_id, rubric_id)
+        for is_current in [current is not None and current.version == snapshot.version]
     ]
     if current is not None and not any(v.current for v in versions):
         versions.append(

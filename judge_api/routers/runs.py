@@ -41,6 +41,7 @@ from judge_api.guards import check_storable
 from judge_api.models import utcnow
 from judge_api.planning import PlanError, plan_run, run_rubrics, with_placeholders
 from judge_api.pricing import load_prices, unpriced_budget_refusal
+from judge_api.reach import responder_refusal
 from judge_api.repository import batches, generations, retention
 from judge_api.responders import parse_responder
 from judge_api.rubrics import get_registry
@@ -296,21 +297,9 @@ def check_systems(request: RunCreate, settings: Settings) -> None:
     strategies: StrategyRegistry | None = None
     for name, text in (request.systems or {}).items():
         spec = parse_responder(text)  # validated by the schema already
-        if spec.kind == "python":
-            if settings.auth_enabled:
-                raise field_error(
-                    ["systems", name],
-                    f"{text!r}: python responders run in-process on the workers and are refused when auth is on "
-                    "(DJ_AUTH); serve the system over HTTP ('http:<url>') or generate with 'dialogue-judge generate'",
-                )
-            continue
-        url = spec.url if spec.kind == "http" else spec.model.base_url if spec.model is not None else None
-        if url is not None and not settings.judge_url_allowed(url):
-            raise field_error(
-                ["systems", name],
-                f"URL {url!r} is not in DJ_JUDGE_URL_ALLOWLIST (the workers call only allow-listed URLs for "
-                "systems, as for judges, when auth is on)",
-            )
+        refusal = responder_refusal(spec, settings)  # the workers apply the same rule before they call it
+        if refusal is not None:
+            raise field_error(["systems", name], refusal)
         if spec.kind == "chat" and spec.strategy is not None:
             strategies = strategies or get_strategies()
             try:

@@ -23,6 +23,14 @@ from workers.clients import JudgeCallError, OpenAIJudgeClient
         ("http://vllm.internal:8000", True, "http://vllm.internal:8000.evil.com/v1", False),
         ("http://vllm.internal:8000/v1", False, "http://attacker.example/v1", False),
         ("http://a:1/v1, http://b:2/v1", True, "http://b:2/v1", True),
+        # issue 42: a dot segment would take the request out of the prefix (httpx sends /v1/../admin as /admin)
+        ("http://vllm.internal:8000/v1", True, "http://vllm.internal:8000/v1/../admin", False),
+        ("http://vllm.internal:8000/v1", True, "http://vllm.internal:8000/v1/%2e%2e/admin", False),
+        ("http://vllm.internal:8000/v1", True, "http://vllm.internal:8000/v1/%2E./admin", False),
+        ("http://vllm.internal:8000/v1", True, "http://vllm.internal:8000/v1/./chat", False),
+        ("http://vllm.internal:8000/v1", True, "http://vllm.internal:8000/v1/..%5cadmin", False),
+        ("http://vllm.internal:8000/v1", True, "http://vllm.internal:8000/v1/%2e%2e%2fadmin", False),
+        ("http://vllm.internal:8000/v1", True, "http://vllm.internal:8000/v1/chat..x", True),
     ],
 )
 def test_allowlist_rule(allowlist: str, auth: bool, url: str, allowed: bool) -> None:

@@ -53,7 +53,7 @@ def test_metrics_are_computed_without_a_provider_call(harness: Harness) -> None:
 
     with session_scope() as session:
         frame = repository.judgments_frame(session, run_id)
-        versions = repository.rubric_versions(session, "reference-metrics")
+        versions = repository.rubric_versions(session, "default", "reference-metrics")
     assert [v.version for v in versions] == ["parlai-nltk-1"]  # the definitions are stored with the run
     report = build_report(frame, n_boot=50)
     table = report["paper_table"]

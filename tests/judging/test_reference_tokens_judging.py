@@ -68,7 +68,7 @@ def test_auto_scores_cjk_items_with_characters_and_english_with_parlais_tokens(
         expected = lexical_metrics(text, ENGLISH_REFERENCE, tokenize="whitespace")
         assert {m: rows["en", system, m].score for m in expected} == expected
     with session_scope() as session:
-        versions = [v.version for v in repository.rubric_versions(session, "reference-metrics")]
+        versions = [v.version for v in repository.rubric_versions(session, "default", "reference-metrics")]
     assert sorted(versions) == [WHITESPACE, CHAR]  # both definitions stored with the run
 
     report = _report(api, run_id)

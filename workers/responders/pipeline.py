@@ -15,10 +15,12 @@ from typing import Any
 
 import jinja2
 
+from judge_api.prompting import RubricSandbox
 from judge_api.strategies import Strategy
 from workers.responders.parsers import PARSERS, memory_text
 
-_env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+# sandboxed like the rubrics' templates (judge_api.prompting): a template reads its inputs and nothing else
+_env = RubricSandbox(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
 
 # (messages, max_tokens) -> the chat model's reply text
 Ask = Callable[[list[dict[str, str]], int], str]

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api.config import Settings
+from judge_api.reach import responder_refusal
 from judge_api.repository import generations
 from judge_api.responders import ResponderSpecError, parse_responder
 from judge_api.rubrics import get_registry
@@ -59,8 +60,13 @@ def _answer(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     try:
+        spec = parse_responder(task.responder)
+        # checked again here, whatever path stored the row (an imported bundle too): refused, never called
+        refusal = responder_refusal(spec, settings)
+        if refusal is not None:
+            return {"status": "failed", "error": f"responder refused by the worker: {refusal}"}
         responder: Responder = build_responder(
-            parse_responder(task.responder), settings, get_strategies(), limiter=limiter, cache=_cache, paid=paid
+            spec, settings, get_strategies(), limiter=limiter, cache=_cache, paid=paid
         )
     except ResponderSpecError as exc:
         return {"status": "failed", "error": str(exc)}
