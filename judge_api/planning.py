@@ -195,21 +195,29 @@ def round_robin_calls(pair_items: Mapping[Pair, Sequence[str]], candidates: Mapp
     )
 
 
+def judge_refusal(judge: str) -> str | None:
+    """Why this service's workers may not call ``judge`` (None: they may): a judge string that names no judge, or an
+    openai-compatible base URL DJ_JUDGE_URL_ALLOWLIST does not allow. The one check of a judge, for a submitted run
+    and for an imported bundle's rows alike (judge_api/admission.py)."""
+    if judge == REFERENCE_JUDGE:  # reference metrics only (RunCreate checks it stands alone)
+        return None
+    try:
+        spec = parse_judge(judge)
+    except ValueError as exc:
+        return str(exc)
+    if spec.base_url is not None and not get_settings().judge_url_allowed(spec.base_url):
+        return (
+            f"base URL {spec.base_url!r} is not in DJ_JUDGE_URL_ALLOWLIST (openai-compatible judges must be "
+            "allow-listed by the operator when auth is on)"
+        )
+    return None
+
+
 def _check_judges(request: RunCreate) -> list[str]:
-    settings = get_settings()
     for index, judge in enumerate(request.judges):
-        if judge == REFERENCE_JUDGE:  # reference metrics only (RunCreate checks it stands alone)
-            continue
-        try:
-            spec = parse_judge(judge)
-        except ValueError as exc:
-            raise PlanError(f"judges[{index}]", str(exc)) from None
-        if spec.base_url is not None and not settings.judge_url_allowed(spec.base_url):
-            raise PlanError(
-                f"judges[{index}]",
-                f"base URL {spec.base_url!r} is not in DJ_JUDGE_URL_ALLOWLIST (openai-compatible judges must be "
-                "allow-listed by the operator when auth is on)",
-            )
+        refusal = judge_refusal(judge)
+        if refusal is not None:
+            raise PlanError(f"judges[{index}]", refusal)
     return [parse_judge(j).key for j in request.judges if j != REFERENCE_JUDGE]
 
 
