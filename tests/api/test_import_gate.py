@@ -124,7 +124,8 @@ def test_another_projects_run_id_answers_as_a_fresh_id(api_factory: ApiFactory) 
     # the victim's run is untouched and still only the victim's
     assert api.client.get(f"/v1/runs/{victim_run}", headers=api.as_key("beta")).status_code == 404
     with session_scope() as session:
-        assert session.get(Run, victim_run).project_id == "alpha"
+        victim = session.get(Run, victim_run)
+        assert victim is not None and victim.project_id == "alpha"
         assert session.scalar(select(Judgment.id).where(Judgment.run_id == victim_run).limit(1)) is not None
 
 
