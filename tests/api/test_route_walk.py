@@ -32,14 +32,15 @@ LOOPBACK_RESPONDER = "http:http://127.0.0.1:6379/internal/admin"
 ALLOWED_RESPONDER = "http:http://127.0.0.1:9/v1/respond"  # under the test allowlist: a run with systems
 UNKNOWN_RUBRIC = "no-such-rubric"
 
-VALUES = (
-    "unknown rubric",
-    "judge URL outside the allowlist",
-    "judge URL on loopback",
-    "python responder (auth on)",
-    "http responder to loopback",
-    "over the limits",
-)
+# each forbidden value, and words one of which the refusal names (so it is refused for the value, not by chance)
+VALUES: dict[str, tuple[str, ...]] = {
+    "unknown rubric": (UNKNOWN_RUBRIC,),
+    "judge URL outside the allowlist": ("DJ_JUDGE_URL_ALLOWLIST",),
+    "judge URL on loopback": ("DJ_JUDGE_URL_ALLOWLIST",),
+    "python responder (auth on)": ("python responders",),
+    "http responder to loopback": ("DJ_JUDGE_URL_ALLOWLIST",),
+    "over the limits": ("DJ_MAX_ITEMS", "DJ_MAX_JUDGMENTS", "more than 20 judgments", "at most 200000"),
+}
 
 
 @dataclass
@@ -127,7 +128,18 @@ def verdicts(judge: str = "paper-gpt4", judges: int = 1) -> Plant:
 
 
 def ratings(n: int) -> Plant:
-    rows = [{"item_id": "item-0", "system": "a", "aspect": "overall", "rater": f"r{i}", "value": 3} for i in range(n)]
+    rows = [
+        {
+            "item_id": "item-0",
+            "system": "a",
+            "aspect": "overall",
+            "rater": f"r{i}",
+            "value": 3,
+            "scale_min": 1,
+            "scale_max": 5,
+        }
+        for i in range(n)
+    ]
     return lambda w: w.post(f"/v1/runs/{w.run_id}/human-ratings", json={"ratings": rows})
 
 
@@ -159,7 +171,10 @@ WALK: dict[tuple[str, str], dict[str, list[Plant] | Cannot]] = {
         "judge URL on loopback": [submit(judges=[LOOPBACK_JUDGE])],
         "python responder (auth on)": [submit_systems(PYTHON_RESPONDER)],
         "http responder to loopback": [submit_systems(LOOPBACK_RESPONDER)],
-        "over the limits": [submit(n_items=MAX_ITEMS + 1), submit(n_items=MAX_ITEMS, options={"samples": 5})],
+        "over the limits": [
+            submit(n_items=MAX_ITEMS + 1),
+            submit(n_items=MAX_ITEMS, options={"samples": 5, "temperature": 0.7}),
+        ],
     },
     ("POST", "/v1/runs/jsonl"): {
         "unknown rubric": [jsonl(rubric=[UNKNOWN_RUBRIC])],
@@ -236,6 +251,18 @@ WALK: dict[tuple[str, str], dict[str, list[Plant] | Cannot]] = {
     },
 }
 
+# each route's request without a forbidden value: accepted (2xx), so the refusals above are the values'
+CONTROLS: dict[tuple[str, str], Plant] = {
+    ("POST", "/v1/runs"): submit(),
+    ("POST", "/v1/runs/jsonl"): jsonl(),
+    ("POST", "/v1/runs/import"): lambda w: w.post("/v1/runs/import", content=encoded(w.bundle)),
+    ("POST", "/v1/runs/{run_id}/verdicts"): verdicts(),
+    ("POST", "/v1/runs/{run_id}/human-ratings"): ratings(1),
+    ("POST", "/v1/monitors"): create_monitor(),
+    ("PATCH", "/v1/monitors/{monitor_id}"): patch_monitor(rubrics=["rsum-single"]),
+    ("POST", "/v1/monitors/{monitor_id}/responses"): post_responses(1),
+}
+
 # POST/PUT/PATCH routes that bring no values into rows, and why
 NO_VALUES_IN: dict[tuple[str, str], str] = {
     ("POST", "/v1/runs/estimate"): "plans the body through the same checks and stores nothing",
@@ -274,9 +301,13 @@ def world(api_factory: ApiFactory) -> World:
     bundle = bundle_of(api, "alpha", run_body())
     systems_bundle = bundle_of(api, "alpha", run_body(items=[item(0, systems=())], systems={"x": ALLOWED_RESPONDER}))
     assert any(line["record"] == "generation" for line in systems_bundle)
+    for exported in (bundle, systems_bundle):  # the bundles' runs are gone: importing them is otherwise fine
+        deleted = api.client.delete(f"/v1/runs/{exported[0]['run']['id']}", headers=api.as_key("alpha"))
+        assert deleted.status_code == 200, deleted.text
+    run_id = api.submit("alpha", run_body())["id"]  # 2 items x 2 given candidates: 4 judgments
     created = api.client.post("/v1/monitors", json=monitor_body(), headers=api.as_key("alpha"))
     assert created.status_code == 201, created.text
-    return World(api, bundle[0]["run"]["id"], created.json()["id"], bundle, systems_bundle)
+    return World(api, run_id, created.json()["id"], bundle, systems_bundle)
 
 
 @pytest.mark.parametrize("route", list(WALK), ids=[f"{m} {p}" for m, p in WALK])
@@ -300,7 +331,10 @@ def test_every_forbidden_value_through_every_route_is_refused_and_nothing_is_sto
             assert answer.status_code != 404, f"{where}: {answer.text[:300]}"  # refused for the value, not the path
             detail = answer.json().get("detail")
             assert detail, f"{where}: the refusal names no field and reason"
+            assert any(word in json.dumps(detail) for word in VALUES[value]), f"{where}: refused for {detail}"
             assert stored(w.api.database_url) == before, f"{where}: something was stored"
+    control = CONTROLS[route](w)
+    assert 200 <= control.status_code < 300, f"{route} without a forbidden value: {control.text[:300]}"
 
 
 def test_the_walk_covers_every_route_that_takes_a_body(api_factory: ApiFactory) -> None:
@@ -308,7 +342,7 @@ def test_the_walk_covers_every_route_that_takes_a_body(api_factory: ApiFactory) 
 
     api_factory(auth=False)  # the environment create_app reads
     writing = {(m, p) for m, p in served_routes(create_app()) if m in ("POST", "PUT", "PATCH")}
-    assert not set(WALK) & set(NO_VALUES_IN)
+    assert not set(WALK) & set(NO_VALUES_IN) and set(CONTROLS) == set(WALK)
     assert writing == set(WALK) | set(NO_VALUES_IN), (
         f"not in the walk: {sorted(writing - set(WALK) - set(NO_VALUES_IN))}; "
         f"gone from the app: {sorted(set(WALK) | set(NO_VALUES_IN) - writing)}"
