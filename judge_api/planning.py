@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from judge_api import reach
 from judge_api.adaptive.planner import Pair, PlannerConfig, plan_step
 from judge_api.adaptive.replay import pair_items_of
 from judge_api.config import get_settings
 from judge_api.judges import parse_judge
-from judge_api.reach import judge_refusal
 from judge_api.reference_metrics import (
     LEXICAL_METRICS,
     REFERENCE_JUDGE,
@@ -196,16 +196,22 @@ def round_robin_calls(pair_items: Mapping[Pair, Sequence[str]], candidates: Mapp
     )
 
 
+def judge_refusal(judge: str) -> str | None:
+    """Why this service's workers may not call ``judge`` (None: they may): a judge string that names no judge, or
+    ``reach.judge_refusal``'s rule (the workers apply it again before they ask). The one check of a judge string, for
+    a submitted run and for an imported bundle's rows alike (judge_api/admission.py)."""
+    if judge == REFERENCE_JUDGE:  # reference metrics only (RunCreate checks it stands alone)
+        return None
+    try:
+        spec = parse_judge(judge)
+    except ValueError as exc:
+        return str(exc)
+    return reach.judge_refusal(spec, get_settings())
+
+
 def _check_judges(request: RunCreate) -> list[str]:
-    settings = get_settings()
     for index, judge in enumerate(request.judges):
-        if judge == REFERENCE_JUDGE:  # reference metrics only (RunCreate checks it stands alone)
-            continue
-        try:
-            spec = parse_judge(judge)
-        except ValueError as exc:
-            raise PlanError(f"judges[{index}]", str(exc)) from None
-        refusal = judge_refusal(spec, settings)  # the workers apply the same rule before they ask it
+        refusal = judge_refusal(judge)
         if refusal is not None:
             raise PlanError(f"judges[{index}]", refusal)
     return [parse_judge(j).key for j in request.judges if j != REFERENCE_JUDGE]

@@ -92,7 +92,8 @@ def runs_import(
     api: str = typer.Option(None),
     api_key: str = typer.Option(None),
 ) -> None:
-    """Store an exported run in this deployment (same run id; unfinished judgments are judged here)."""
+    """Store an exported run in this deployment as a new run of your project (a new run id; unfinished judgments are
+    judged here)."""
     if not bundle.is_file():
         raise fail(f"{bundle}: no such file")
     try:
@@ -101,7 +102,10 @@ def runs_import(
         )
     except ApiError as exc:
         raise fail(exc.message) from None
-    emit(f"{result['run_id']} imported: {result['items']} items, {result['judgments']} judgments")
+    emit(
+        f"{result['run_id']} imported from {result.get('source_run_id', '?')}: {result['items']} items, "
+        f"{result['judgments']} judgments"
+    )
 
 
 def retry(

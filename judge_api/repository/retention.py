@@ -10,6 +10,7 @@ own rows).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,9 @@ from judge_api.models import (
     Run,
     RunItem,
 )
+from judge_api.planning import PlannedJudgment
 from judge_api.repository.projects import ensure_project
+from judge_api.repository.runs import new_run_id
 
 BUNDLE_KIND = "dialogue-judge-run"
 BUNDLE_VERSION = 1
@@ -149,8 +152,13 @@ def _rowcount(result: Any) -> int:
 # -- export ------------------------------------------------------------------------------------------------------
 
 
-def export_run(session: Session, run_id: str) -> Iterator[str]:
-    """The run as bundle lines (each ends with a newline), read in chunks."""
+def export_run(session: Session, run_id: str, *, shared_cache: bool = False) -> Iterator[str]:
+    """The run as bundle lines (each ends with a newline), read in chunks.
+
+    Judge-cache entries come from the run's own project only: unless one cache serves every project
+    (``shared_cache``), an entry whose key a judgment of another project's run carries too is left out. Keys are
+    scoped by project, so only a key planted by an import made before imports re-keyed them can be carried by two
+    projects, and then neither learns the other's reply."""
     run = session.get(Run, run_id)
     if run is None:
         raise KeyError(run_id)
@@ -170,13 +178,16 @@ def export_run(session: Session, run_id: str) -> Iterator[str]:
         snapshot = session.get(RubricSnapshot, (run.project_id, rubric_id, version))
         if snapshot is not None:
             yield _line({"record": "rubric_snapshot", **_row("rubric_snapshot", snapshot)})
-    keys = sorted(
-        key
-        for key in session.scalars(
-            select(Judgment.cache_key).where(Judgment.run_id == run_id, Judgment.cache_key.is_not(None)).distinct()
+    key_query = select(Judgment.cache_key).where(Judgment.run_id == run_id, Judgment.cache_key.is_not(None))
+    if not shared_cache:
+        other_judgment = Judgment.__table__.alias("other_judgment")
+        other_run = Run.__table__.alias("other_run")
+        key_query = key_query.where(
+            ~exists()
+            .select_from(other_judgment.join(other_run, other_judgment.c.run_id == other_run.c.id))
+            .where(other_judgment.c.cache_key == Judgment.cache_key, other_run.c.project_id != run.project_id)
         )
-        if key is not None
-    )
+    keys = sorted(key for key in session.scalars(key_query.distinct()) if key is not None)
     for start in range(0, len(keys), _CHUNK):
         for entry in session.scalars(
             select(CacheEntry).where(CacheEntry.key.in_(keys[start : start + _CHUNK])).order_by(CacheEntry.key)
@@ -215,14 +226,15 @@ class BundleError(ValueError):
         self.message = message
 
 
-class RunExists(BundleError):
-    pass
-
-
 @dataclass
 class Bundle:
     run: dict[str, Any]
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    lines: dict[str, list[int]] = field(default_factory=dict)  # each row's line number, for the errors
+
+    def where(self, kind: str, index: int) -> str:
+        """``line 7: judgment``: where the bundle's ``index``-th row of ``kind`` is."""
+        return f"line {self.lines[kind][index]}: {kind}"
 
 
 def parse_bundle(lines: Iterable[str]) -> Bundle:
@@ -253,8 +265,16 @@ def parse_bundle(lines: Iterable[str]) -> Bundle:
                 f"{where}: record", f"unknown record {kind!r} (expected one of {sorted(set(_MODELS) - {'run'})})"
             )
         bundle.rows.setdefault(kind, []).append(_checked(kind, obj, f"{where}: {kind}"))
+        bundle.lines.setdefault(kind, []).append(number)
     if bundle is None:
         raise BundleError("line 1", "the bundle is empty")
+    keys = [i["item_key"] for i in bundle.rows.get("item", [])]
+    if len(set(keys)) != len(keys):
+        raise BundleError("item.item_key", "an item key appears twice")
+    for kind in ("judgment", "generation"):
+        unknown = sorted({r["item_key"] for r in bundle.rows.get(kind, [])} - set(keys))
+        if unknown:
+            raise BundleError(f"{kind}.item_key", f"{kind}s of items the bundle does not carry: {unknown[:5]}")
     return bundle
 
 
@@ -302,29 +322,29 @@ def _value(kind: Any, value: Any, where: str) -> Any:
     return value
 
 
-def import_run(session: Session, bundle: Bundle, project_id: str, *, cache_entries: bool = True) -> dict[str, Any]:
-    """Store a parsed bundle as a run of ``project_id`` in the caller's transaction. The run keeps its id (RunExists
-    when this deployment has it already); judgments a worker was holding in the exporting deployment come back
-    pending, to be judged here.
+def import_run(
+    session: Session, bundle: Bundle, project_id: str, cache_scope: str | None, *, cache_entries: bool = True
+) -> dict[str, Any]:
+    """Store a parsed bundle (already admitted: judge_api/admission.py) as a new run of ``project_id`` in the
+    caller's transaction; judgments a worker was holding in the exporting deployment come back pending, to be judged
+    here.
 
-    ``cache_entries``: store the bundle's judge-cache entries (those this deployment lacks). Only where one cache
-    serves every project: a cache key is a content address anyone can compute, so with a per-project cache an
-    imported entry could plant a reply in another project's cache (the importer's own runs pay their calls again)."""
-    run_id = str(bundle.run["id"])
-    if session.get(Run, run_id) is not None:
-        raise RunExists("run.id", f"run {run_id!r} exists in this deployment already; delete it first")
+    The run gets an id of its own, whatever the bundle's (``source_run_id``): an import answers the same whether or
+    not a run with the bundle's id exists anywhere here, in this project or another, so it tells nobody that
+    another project's run exists; importing a bundle twice makes two runs.
+
+    Judge-cache keys are content addresses anyone can compute, so a bundle's are never trusted: each judgment's key
+    and the cache entry it names are stored under a key of the importing project (``scoped_cache_key``), which no
+    other project's judgment can carry and no worker computes for another project. With ``cache_entries`` False
+    (a per-project cache) the bundle's entries are not stored at all: the importer's runs pay their calls again."""
+    run_id = new_run_id()
     items = bundle.rows.get("item", [])
     judgments = bundle.rows.get("judgment", [])
     generated = bundle.rows.get("generation", [])
-    keys = [i["item_key"] for i in items]
-    if len(set(keys)) != len(keys):
-        raise BundleError("item.item_key", "an item key appears twice")
-    for kind, rows_of in (("judgment", judgments), ("generation", generated)):
-        unknown = sorted({r["item_key"] for r in rows_of} - set(keys))
-        if unknown:
-            raise BundleError(f"{kind}.item_key", f"{kind}s of items the bundle does not carry: {unknown[:5]}")
+    rekeyed = {k: scoped_cache_key(k, cache_scope) for k in {j.get("cache_key") for j in judgments} if k is not None}
     ensure_project(session, project_id)
-    session.add(Run(**bundle.run, project_id=project_id))
+    counts = {"n_items": len(items), "n_judgments": len(judgments)}  # what is stored, whatever the header says
+    session.add(Run(**{**bundle.run, "id": run_id, **counts}, project_id=project_id))
     session.flush()
     for start in range(0, len(items), _CHUNK):
         session.execute(insert(RunItem), [{**i, "run_id": run_id} for i in items[start : start + _CHUNK]])
@@ -342,8 +362,18 @@ def import_run(session: Session, bundle: Bundle, project_id: str, *, cache_entri
     for start in range(0, len(generation_rows), _CHUNK):
         session.execute(insert(Generation), generation_rows[start : start + _CHUNK])
     rows = []
-    for j in judgments:
-        row = {**j, "run_id": run_id, "item_pk": pks[j["item_key"]]}
+    dedup_keys: dict[str, int] = {}
+    for index, j in enumerate(judgments):
+        row = {**j, "run_id": run_id, "item_pk": pks[j["item_key"]], "dedup_key": _dedup_key(run_id, j)}
+        if row["dedup_key"] in dedup_keys:
+            raise BundleError(
+                f"{bundle.where('judgment', index)}",
+                f"the same judgment as {bundle.where('judgment', dedup_keys[row['dedup_key']])} (item, systems, "
+                "order, rubric, aspect, judge and sample)",
+            )
+        dedup_keys[row["dedup_key"]] = index
+        if row.get("cache_key") is not None:
+            row["cache_key"] = rekeyed[row["cache_key"]]
         if row.get("status") == "running":
             row["status"] = "pending"
         rows.append(row)
@@ -354,17 +384,47 @@ def import_run(session: Session, bundle: Bundle, project_id: str, *, cache_entri
         session.execute(insert(HumanRating), [{**r, "run_id": run_id} for r in ratings])
     snapshots = [{**s, "project_id": project_id} for s in bundle.rows.get("rubric_snapshot", [])]
     _insert_missing(session, RubricSnapshot, snapshots, ("project_id", "rubric_id", "version"))
-    entries = bundle.rows.get("cache_entry", []) if cache_entries else []
+    entries = [
+        {**e, "key": rekeyed[e["key"]]}
+        for e in (bundle.rows.get("cache_entry", []) if cache_entries else [])
+        if e["key"] in rekeyed  # an entry no judgment of the bundle names is nobody's reply: left out
+    ]
     _insert_missing(session, CacheEntry, entries, ("key",))
     return {
         "cache_entries": len(entries),
         "run_id": run_id,
+        "source_run_id": str(bundle.run["id"]),
         "items": len(items),
         "judgments": len(judgments),
         "generations": len(generated),
         "human_ratings": len(ratings),
         "pending": sum(1 for r in rows if r.get("status") == "pending"),
     }
+
+
+def scoped_cache_key(bundle_key: str, scope: str | None) -> str:
+    """The key an imported judge-cache entry is stored under: the bundle's key where one cache serves every project
+    (``scope`` None: the shared cache, or the default project's unscoped keys), else a key of the importing project
+    derived from it."""
+    if scope is None:
+        return bundle_key
+    return hashlib.sha256(json.dumps({"imported": bundle_key, "project": scope}, sort_keys=True).encode()).hexdigest()
+
+
+def _dedup_key(run_id: str, judgment: dict[str, Any]) -> str:
+    """The judgment's dedup key in the new run (the key names its run: the bundle's names the run it came from)."""
+    return PlannedJudgment(
+        item_id=judgment["item_key"],
+        mode=judgment["mode"],
+        system_a=judgment["system_a"],
+        system_b=judgment.get("system_b"),
+        order=judgment.get("order"),
+        rubric_id=judgment["rubric_id"],
+        rubric_version=judgment["rubric_version"],
+        aspect=judgment["aspect"],
+        judge=judgment["judge"],
+        sample_index=int(judgment.get("sample_index") or 0),
+    ).dedup_key(run_id)
 
 
 def _insert_missing(session: Session, model: type[Base], rows: list[dict[str, Any]], key: tuple[str, ...]) -> None:

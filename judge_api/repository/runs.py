@@ -128,7 +128,7 @@ def retry_failed(session: Session, run_id: str, unparseable: bool = False) -> in
     judgments, unless the run has it 'off'): the cached reply is the unparseable one, and the new reply replaces it."""
     result = session.execute(
         update(Judgment)
-        .where(Judgment.run_id == run_id, Judgment.status.in_(("failed", "cancelled")))
+        .where(Judgment.run_id == run_id, Judgment.status.in_(("failed", "cancelled")), Judgment.source.is_(None))
         .values(status="pending", error=None, attempts=0, enqueued_at=None, updated_at=utcnow())
     )
     count = int(result.rowcount)  # type: ignore[attr-defined]
@@ -136,7 +136,10 @@ def retry_failed(session: Session, run_id: str, unparseable: bool = False) -> in
     if unparseable:
         rows = session.execute(
             select(Judgment.id, Judgment.judge_params).where(
-                Judgment.run_id == run_id, Judgment.status == "unparseable"
+                # an imported verdict (its file's SHA-256 in source) is never sent to a judge, retried or not
+                Judgment.run_id == run_id,
+                Judgment.status == "unparseable",
+                Judgment.source.is_(None),
             )
         ).all()
         now = utcnow()

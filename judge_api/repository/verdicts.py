@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from judge_api.judges import JudgeSpecError, parse_judge
 from judge_api.models import Judgment, Run, fresh_judgment_fields, utcnow
-from judge_api.planning import PlannedJudgment
+from judge_api.planning import PlannedJudgment, judge_refusal
 from judge_api.reference_metrics import REFERENCE_JUDGE
 from judge_api.repository.runs import get_items, item_pks_for
 from judge_api.rubrics import get_registry
@@ -65,9 +65,11 @@ def import_verdicts(
     *,
     rubric: str = "imported",
     scale: tuple[float, float] | None = None,
+    max_judgments: int | None = None,
 ) -> tuple[int, int, list[str]]:
     """Store ``verdicts`` (each with the ``loc`` its errors name) in the caller's transaction; returns (created,
-    unchanged, judges). ``source.sha256`` must be set; ``scale`` applies to scores whose row gives none."""
+    unchanged, judges). ``source.sha256`` must be set; ``scale`` applies to scores whose row gives none;
+    ``max_judgments`` (DJ_MAX_JUDGMENTS): what the run may hold with them, as a submitted run."""
     assert source.sha256, "import_verdicts needs the source's sha256"
     candidates = {p["id"]: p.get("candidates") or {} for p in get_items(session, run.id)}
     registry = get_registry()
@@ -89,6 +91,9 @@ def import_verdicts(
                 )
         if v.judge in RESERVED_JUDGES:
             raise VerdictImportError(422, [*loc, "judge"], f"{v.judge!r} is a pseudo-judge of the report")
+        refusal = _callable_judge_refusal(v.judge)
+        if refusal is not None:
+            raise VerdictImportError(422, [*loc, "judge"], refusal)
         if _canonical(v.judge) in run_judges:
             raise VerdictImportError(
                 409,
@@ -178,12 +183,31 @@ def import_verdicts(
                 "scale_max": row_scale[1] if row_scale else None,
             }
         )
+    if max_judgments is not None and run.n_judgments + len(rows) > max_judgments:
+        raise VerdictImportError(
+            422,
+            ["verdicts"],
+            f"run {run.id} holds {run.n_judgments} judgments: {len(rows)} more verdicts exceed the limit of "
+            f"{max_judgments} per run (DJ_MAX_JUDGMENTS)",
+        )
     for start in range(0, len(rows), 5000):
         session.execute(insert(Judgment), rows[start : start + 5000])
     if rows:
         session.execute(update(Run).where(Run.id == run.id).values(n_judgments=Run.n_judgments + len(rows)))
     judges = sorted({v.judge for _, v in verdicts})
     return len(rows), unchanged, judges
+
+
+def _callable_judge_refusal(name: str) -> str | None:
+    """An imported verdict's judge is a name, never called; a name that is also a judge string the workers would
+    call must pass the judge check a run's judges pass (planning.judge_refusal), so no row anywhere names a judge
+    the allowlist refuses."""
+    try:
+        parse_judge(name)
+    except ValueError:
+        return None  # a label ("gpt-4 (paper)"), not a judge string
+    refusal = judge_refusal(name)
+    return None if refusal is None else f"{name!r} is a judge string this service refuses: {refusal}"
 
 
 def imported_judges(session: Session, run_id: str) -> dict[str, list[str]]:

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from judge_api import queue
+from judge_api.admission import check_callback
 from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import get_engine, session_scope
@@ -34,7 +35,7 @@ from judge_api.models import Monitor, utcnow
 from judge_api.planning import PlanError, plan_run, run_config, run_rubrics
 from judge_api.pricing import load_prices, unpriced_budget_refusal
 from judge_api.repository import monitors as store
-from judge_api.routers.runs import check_callback, ensure_project_row
+from judge_api.routers.runs import ensure_project_row
 from judge_api.rubrics import get_registry
 from judge_api.schemas import Item, JudgeOptions, Page, PanelOptions, RunCreate
 from judge_api.schemas.monitors import (

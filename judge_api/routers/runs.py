@@ -22,7 +22,15 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from judge_api import idempotency, repository, sweeper, tracing, webhooks
+from judge_api import idempotency, repository, sweeper, tracing
+from judge_api.admission import (
+    admit_run,
+    check_budget,
+    check_run_limits,
+    check_systems,
+    plan_error,
+    submission_slot,
+)
 from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import get_engine, session_factory, session_scope
@@ -37,16 +45,11 @@ from judge_api.deps import (
     submit_limit,
 )
 from judge_api.errors import field_error
-from judge_api.guards import check_storable
 from judge_api.models import utcnow
-from judge_api.planning import PlanError, plan_run, run_rubrics, with_placeholders
-from judge_api.pricing import load_prices, unpriced_budget_refusal
-from judge_api.reach import responder_refusal
+from judge_api.planning import PlanError, run_rubrics, with_placeholders
 from judge_api.repository import batches, generations, retention
-from judge_api.responders import parse_responder
 from judge_api.rubrics import get_registry
 from judge_api.schemas import Page, RetryRequest, RunCreate, RunCreated, RunEstimate, RunSummary
-from judge_api.strategies import StrategyError, StrategyRegistry, get_strategies
 from judge_api.submit_limit import SubmitRateLimit
 
 router = APIRouter(tags=["runs"])
@@ -69,59 +72,6 @@ def ensure_project_row(project_id: str) -> None:
     except sa_exc.IntegrityError:
         pass  # created by a concurrent request: exactly what we wanted
     _known_projects.add(known)
-
-
-def check_run_limits(request: RunCreate, settings: Settings) -> None:
-    """422 naming the field when a run is larger than the server accepts (DJ_MAX_ITEMS, DJ_MAX_TURNS,
-    DJ_MAX_CHARS_PER_TURN), or an item has nothing to judge: no candidate and no run ``systems``, or a given
-    candidate named like one of the systems."""
-    if len(request.items) > settings.max_items_per_run:
-        raise field_error(
-            ["items"],
-            f"{len(request.items)} items exceed the limit of {settings.max_items_per_run} per run (DJ_MAX_ITEMS)",
-        )
-    systems = request.systems or {}
-    for index, item in enumerate(request.items):
-        if not item.candidates and not systems:
-            raise field_error(
-                ["items", index, "candidates"],
-                "an item needs at least one candidate response (or give the run 'systems' that generate them)",
-            )
-        for name in item.candidates:
-            if name in systems:
-                raise field_error(
-                    ["items", index, "candidates", name],
-                    f"{name!r} is also one of the run's systems (its response is generated): rename the system or "
-                    "drop the given candidate",
-                )
-        if len(item.dialogue) > settings.max_turns_per_item:
-            raise field_error(
-                ["items", index, "dialogue"],
-                f"{len(item.dialogue)} turns exceed the limit of {settings.max_turns_per_item}",
-            )
-        for turn_index, turn in enumerate(item.dialogue):
-            if len(turn.text) > settings.max_chars_per_turn:
-                raise field_error(
-                    ["items", index, "dialogue", turn_index, "text"],
-                    f"turn of {len(turn.text)} characters exceeds the limit of "
-                    f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
-                )
-        for system, response in item.candidates.items():
-            if len(response) > settings.max_chars_per_turn:
-                raise field_error(
-                    ["items", index, "candidates", system],
-                    f"response of {len(response)} characters exceeds the limit of "
-                    f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
-                )
-        if item.persona is not None:
-            for side in ("user", "bot"):
-                for line_index, line in enumerate(getattr(item.persona, side)):
-                    if len(line) > settings.max_chars_per_turn:
-                        raise field_error(
-                            ["items", index, "persona", side, line_index],
-                            f"persona line of {len(line)} characters exceeds the limit of "
-                            f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
-                        )
 
 
 IDEMPOTENCY_KEY = Header(
@@ -212,17 +162,15 @@ def _create(
     replayed = submission.replay(session, response)  # a repeat is answered before the rate limit: it costs nothing
     if replayed is not None:
         return replayed
-    who = principal.key_id or "anonymous"
-    reservation = rate_limit.reserve(who, settings.runs_per_minute)
-    try:
-        with tracing.span("run.submit", project_id=principal.project_id) as current:
-            created, stored = _create_reserved(request, principal, background, session, settings, submission, response)
-            tracing.set_attribute(current, "run_id", created.id)
-    except BaseException:
-        rate_limit.release(who, reservation)  # a rejected or failed submission does not count
-        raise
+    # a refused or failed submission gives its slot back
+    with (
+        submission_slot(rate_limit, principal, settings) as slot,
+        tracing.span("run.submit", project_id=principal.project_id) as current,
+    ):
+        created, stored = _create_reserved(request, principal, background, session, settings, submission, response)
+        tracing.set_attribute(current, "run_id", created.id)
     if not stored:
-        rate_limit.release(who, reservation)  # another request with this key stored the run
+        slot.give_back()  # another request with this key stored the run
     return created
 
 
@@ -236,21 +184,11 @@ def _create_reserved(
     response: Response,
 ) -> tuple[RunCreated, bool]:
     """The created run and True, or (with an Idempotency-Key another request stored first) its run and False."""
-    check_run_limits(request, settings)
-    check_storable(request)
-    check_systems(request, settings)
-    check_callback(request.callback_url, settings)
-    check_budget(request, settings)
     registry = get_registry()
+    planned = admit_run(request, settings, registry)
     # a run with systems is validated and counted with a placeholder response of every system; its judgments are
     # planned item by item once the responses are generated (repository.generations.release_item)
     to_plan = with_placeholders(request) if request.systems else request
-    try:
-        planned = plan_run(to_plan, registry, settings.max_judgments_per_run)
-    except PlanError as exc:
-        parts = exc.field.replace("]", "").split("[")
-        loc: list[str | int] = [int(p) if p.isdigit() else p for p in parts]
-        raise field_error(loc, exc.message) from None
     ensure_project_row(principal.project_id)
     try:
         rubrics = run_rubrics(to_plan, registry)
@@ -289,46 +227,6 @@ def created_of(run_id: str, n_items: int, n_judgments: int, config: dict[str, An
     )
 
 
-def check_systems(request: RunCreate, settings: Settings) -> None:
-    """422 naming ``systems.<name>`` when a system cannot be run by this service's workers: an unknown memory
-    strategy, a chat model or http responder whose URL DJ_JUDGE_URL_ALLOWLIST does not allow (as judge URLs: none
-    once auth is on without an allowlist), or a ``python:`` responder while auth is on (an API user must not make the
-    workers import a module of their choosing)."""
-    strategies: StrategyRegistry | None = None
-    for name, text in (request.systems or {}).items():
-        spec = parse_responder(text)  # validated by the schema already
-        refusal = responder_refusal(spec, settings)  # the workers apply the same rule before they call it
-        if refusal is not None:
-            raise field_error(["systems", name], refusal)
-        if spec.kind == "chat" and spec.strategy is not None:
-            strategies = strategies or get_strategies()
-            try:
-                strategies.get(spec.strategy)
-            except StrategyError as exc:
-                raise field_error(["systems", name], str(exc)) from None
-
-
-def check_budget(request: RunCreate, settings: Settings) -> None:
-    """422 naming ``budget_usd`` when the run has a budget and a judge whose model the price table does not list:
-    its calls would be counted at $0 and the budget would never stop them (judge_api.pricing)."""
-    if request.budget_usd is None:
-        return
-    prices = load_prices(str(settings.prices_file) if settings.prices_file else None)
-    refusal = unpriced_budget_refusal(request.judges, prices, "budget_usd")
-    if refusal is not None:
-        raise field_error(["budget_usd"], refusal)
-
-
-def check_callback(url: str | None, settings: Settings) -> None:
-    """422 naming ``callback_url`` when the service may not POST there (with auth on: a private host not under
-    DJ_CALLBACK_URL_ALLOWLIST; judge_api/webhooks.py)."""
-    if url is None:
-        return
-    refusal = webhooks.callback_url_refusal(url, settings)
-    if refusal is not None:
-        raise field_error(["callback_url"], refusal)
-
-
 @router.post("/v1/runs", status_code=202, response_model=RunCreated)
 def create_run(
     request: RunCreate,
@@ -361,9 +259,7 @@ def estimate_run(
     try:
         figures = estimate(request, get_registry(), settings, get_engine(), principal.project_id)
     except PlanError as exc:
-        parts = exc.field.replace("]", "").split("[")
-        loc: list[str | int] = [int(p) if p.isdigit() else p for p in parts]
-        raise field_error(loc, exc.message) from None
+        raise plan_error(exc) from None
     return RunEstimate.model_validate(figures)
 
 

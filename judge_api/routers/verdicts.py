@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from judge_api import repository
 from judge_api.auth import Principal
+from judge_api.config import get_settings
 from judge_api.deps import get_session, require, run_or_404
 from judge_api.errors import field_error
 from judge_api.guards import check_storable
@@ -228,7 +229,9 @@ def _import(
         ignored = file.ignored_columns
         fmt = file.format
     try:
-        created, unchanged, judges = repository.import_verdicts(session, run, rows, source, rubric=rubric, scale=scale)
+        created, unchanged, judges = repository.import_verdicts(
+            session, run, rows, source, rubric=rubric, scale=scale, max_judgments=get_settings().max_judgments_per_run
+        )
         session.commit()
     except repository.VerdictImportError as exc:
         session.rollback()

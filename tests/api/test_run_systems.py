@@ -251,6 +251,8 @@ def test_a_bundle_carries_the_generations(api_factory: ApiFactory) -> None:
     imported = api.client.post("/v1/runs/import", content=exported.content)
     assert imported.status_code == 201, imported.text
     assert imported.json()["generations"] == 4
+    assert imported.json()["source_run_id"] == run_id
+    run_id = imported.json()["run_id"]  # an import is a new run (issue 42, finding 11)
     assert _generation_rows(run_id) == before and len(before) == 4
     again = api.client.get(f"/v1/runs/{run_id}").json()
     assert again["generation"] == summary["generation"]

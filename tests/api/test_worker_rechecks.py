@@ -88,9 +88,11 @@ def exported_lines(api: Api, body: dict[str, Any]) -> tuple[str, list[dict[str, 
     return run_id, [json.loads(line) for line in exported.text.splitlines()]
 
 
-def store_without_gate(records: list[dict[str, Any]]) -> None:
+def store_without_gate(records: list[dict[str, Any]]) -> str:
+    """Store the rows as the bundle gives them, as if there were no import gate; the run id the import issued."""
     with session_scope() as session:
-        retention.import_run(session, retention.parse_bundle(json.dumps(r) for r in records), "attacker")
+        bundle = retention.parse_bundle(json.dumps(r) for r in records)
+        return str(retention.import_run(session, bundle, "attacker", None)["run_id"])
 
 
 def generate_pending(run_id: str) -> list[str]:
@@ -116,13 +118,13 @@ def systems_run(responder: str) -> dict[str, Any]:
 
 def test_an_imported_python_responder_never_runs_with_auth_on(secured_api: Api, tmp_path: Path) -> None:
     target = tmp_path / "owned"
-    run_id, records = exported_lines(secured_api, systems_run(f"http:{ALLOWED}/respond"))
+    _, records = exported_lines(secured_api, systems_run(f"http:{ALLOWED}/respond"))
     for record in records:
         if record["record"] == "generation":
             record.update(responder="python:subprocess:run", status="pending")
         if record["record"] == "item":  # subprocess.run(item) runs the item's keys: sh -c "touch FILE" meta
             record["payload"] = {"sh": 1, "-c": 1, f"touch {target}": 1}
-    store_without_gate(records)
+    run_id = store_without_gate(records)
     assert generate_pending(run_id) == ["failed"]
     assert not target.exists()
     [row] = generation_rows(run_id)
@@ -133,11 +135,11 @@ def test_an_imported_python_responder_never_runs_with_auth_on(secured_api: Api, 
 
 def test_an_imported_http_responder_to_loopback_is_never_called(secured_api: Api, listener: Listener) -> None:
     url = f"http://127.0.0.1:{listener.port}/internal/admin"
-    run_id, records = exported_lines(secured_api, systems_run(f"http:{ALLOWED}/respond"))
+    _, records = exported_lines(secured_api, systems_run(f"http:{ALLOWED}/respond"))
     for record in records:
         if record["record"] == "generation":
             record.update(responder=f"http:{url}", status="pending")
-    store_without_gate(records)
+    run_id = store_without_gate(records)
     assert generate_pending(run_id) == ["failed"]
     assert listener.requests == []
     [row] = generation_rows(run_id)
@@ -148,11 +150,11 @@ def test_an_imported_http_responder_to_loopback_is_never_called(secured_api: Api
 
 def test_an_imported_judgment_with_an_unlisted_judge_url_is_never_asked(secured_api: Api, listener: Listener) -> None:
     judge = f"openai-compatible:m@http://127.0.0.1:{listener.port}/v1"
-    run_id, records = exported_lines(secured_api, run_body(n_items=1))
+    _, records = exported_lines(secured_api, run_body(n_items=1))
     for record in records:
         if record["record"] == "judgment":
             record.update(judge=judge, status="pending")
-    store_without_gate(records)
+    run_id = store_without_gate(records)
     engine = build_engine(standalone=True)
     with session_scope() as session:
         ids = list(session.scalars(select(Judgment.id).where(Judgment.run_id == run_id)))

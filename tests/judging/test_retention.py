@@ -171,8 +171,11 @@ def test_export_then_import_gives_an_identical_report(api: TestClient, two_runs:
     assert cache_keys() == keys_of(first)  # B's own entries (item 3) went with it
     imported = api.post("/v1/runs/import", content=exported.content)
     assert imported.status_code == 201, imported.text
-    assert imported.json() == {
-        "run_id": second,
+    answer = imported.json()
+    restored = answer.pop("run_id")
+    assert restored != second  # an import is a new run of the caller's project (issue 42, finding 11)
+    assert answer == {
+        "source_run_id": second,
         "items": 3,
         "judgments": 6,
         "generations": 0,  # a run without systems
@@ -180,20 +183,23 @@ def test_export_then_import_gives_an_identical_report(api: TestClient, two_runs:
         "pending": 0,
         "cache_entries": 6,  # auth off: one cache for the deployment (tests/api/test_cache_isolation.py: with auth)
     }
-    assert api.get(f"/v1/runs/{second}/report", params={"n_boot": 200}).json() == report
-    again = api.get(f"/v1/runs/{second}/judgments", params={"limit": 100}).json()["items"]
-    strip = ("id",)
+    again_report = api.get(f"/v1/runs/{restored}/report", params={"n_boot": 200}).json()
+    assert again_report["run"]["id"] == restored and again_report["counts"]["runs"] == [restored]
+    # the same report but for the run's id
+    assert json.loads(json.dumps(again_report).replace(restored, second)) == report
+    again = api.get(f"/v1/runs/{restored}/judgments", params={"limit": 100}).json()["items"]
+    strip = ("id", "run_id")
     assert [{k: v for k, v in j.items() if k not in strip} for j in again] == [
         {k: v for k, v in j.items() if k not in strip} for j in judgments
     ]
-    assert keys_of(second) <= cache_keys()  # the cache came along
+    assert keys_of(restored) <= cache_keys()  # the cache came along
 
-    # the same bundle again: the run exists (409 naming run.id), nothing stored
+    # the same bundle again: another new run, nothing of the first import touched
     before = table_counts()
-    conflict = api.post("/v1/runs/import", content=exported.content)
-    assert conflict.status_code == 409
-    assert conflict.json()["detail"][0]["loc"] == ["body", "run.id"]
-    assert table_counts() == before
+    twice = api.post("/v1/runs/import", content=exported.content)
+    assert twice.status_code == 201, twice.text
+    assert twice.json()["run_id"] not in (second, restored) and twice.json()["source_run_id"] == second
+    assert table_counts()["judgments"] == before["judgments"] + 6
 
 
 @pytest.mark.parametrize(

@@ -126,9 +126,9 @@ def test_an_imported_snapshot_with_a_template_escape_fails_its_judgment_and_runs
 
     target = tmp_path / "owned"
     harness.build()
-    run_id, lines = _bundle_with_planted_rubric(harness, escapes(target)[0])
+    _, lines = _bundle_with_planted_rubric(harness, escapes(target)[0])
     with session_scope() as session:
-        retention.import_run(session, retention.parse_bundle(lines), "default")
+        run_id = str(retention.import_run(session, retention.parse_bundle(lines), "default", None)["run_id"])
     harness.sim.reset()
     statuses = harness.judge_all(run_id)
     rows = harness.rows(run_id)

@@ -382,6 +382,7 @@ def test_a_run_bundle_keeps_its_imported_verdicts_marked(api: Api, mt_run: str) 
     assert api.client.delete(f"/v1/runs/{mt_run}").status_code == 200
     restored = api.client.post("/v1/runs/import", content=exported.content)
     assert restored.status_code == 201, restored.text
+    mt_run = restored.json()["run_id"]  # an import is a new run (issue 42, finding 11)
     after = api.client.get(f"/v1/runs/{mt_run}/report", params={"n_boot": 20}).json()
     assert after["counts"]["imported"] == before["counts"]["imported"] and after["counts"]["imported"]
     assert after["scores"] == before["scores"]  # the imported scale (1-100) came back with the scores
