@@ -211,7 +211,7 @@ class Asker:
         tally = CallTally()
         try:
             reply = self._reply(
-                judgment, spec, request, key, tally, paid, fast=paid.known_miss, park=loaded.park_when_held
+                judgment, spec, request, key, tally, paid, fast=paid.known_miss, park=loaded.park_when_held, first=True
             )
         except JudgeCallError as exc:
             return {**base, **tally.values(spec, self.settings), "status": "failed", "error": str(exc)}
@@ -299,10 +299,12 @@ class Asker:
         paid: Paid,
         fast: bool = False,
         park: bool = False,
+        first: bool = False,
     ) -> JudgeReply | None:
         """The reply to ``request``: from the cache, the stash or a paid call under the key's single-flight lock.
         ``park``: a key another request holds raises ``KeyHeld`` (the caller is on a call slot and waits off it)
-        rather than waiting here; only a judgment's first request parks, before anything is paid or taken."""
+        rather than waiting here; only a judgment's first request parks, before anything is paid or taken. ``first``:
+        ``key`` is the judgment's own cache key (not a re-ask's)."""
         mode = cache_mode(run)
         if mode != "use":
             return self._uncached_reply(run, spec, request, key, tally, paid, refresh=mode == "refresh")
@@ -340,7 +342,8 @@ class Asker:
                     return None
                 stashed = self._paid_call(spec, request, key, tally, paid)
                 tally.add(stashed, from_cache=False)
-            cache.store_cache_rows(self.db, [cache_row(key, spec, stashed)])
+            # not stored when the judgment is gone (its run deleted): the reply is stored nowhere (issue 43)
+            claims.store_judgment_cache_rows(self.db, run.id, [cache_row(key, spec, stashed)], key if first else None)
             return stashed
 
         reply, computed = self.flight.run(key, lookup, compute, lease_s=self.settings.claim_lease_s, wait=not park)
@@ -377,15 +380,26 @@ class Asker:
         between the reply and the stash pays for it again), with the calls it took and what it cost. The price
         table is read before the call, so nothing but the stash write stands between the reply and its stash."""
         stash = self.stash
+
+        def claim_holds() -> None:  # a judgment whose run was deleted, or whose claim was lost, starts no call
+            if not claims.claim_holds(self.db, paid.judgment_id, paid.token):
+                raise JudgeCallError(
+                    "gone",
+                    f"judgment {paid.judgment_id} is gone (its run was deleted) or no longer claimed: not sent",
+                    retryable=False,
+                    reached_provider=False,
+                )
+
+        check = claim_holds if paid.token else None
         if stash is None:
-            return self._call_with_retries(spec, request, tally)
+            return self._call_with_retries(spec, request, tally, before_send=check)
         price = load_prices(str(self.settings.prices_file) if self.settings.prices_file else None).for_spec(spec)
         before = tally.provider_calls
 
         def stash_now(reply: JudgeReply) -> None:  # the call that brought it is not counted yet: + 1
             stash.put(key, reply, tally.provider_calls - before + 1, bill(price, reply_usage(reply)), *paid.claim)
 
-        reply = self._call_with_retries(spec, request, tally, stash_now)
+        reply = self._call_with_retries(spec, request, tally, stash_now, check)
         paid.stash_keys.append(key)
         return reply
 
@@ -426,8 +440,9 @@ class Asker:
         request: JudgeRequest,
         tally: CallTally,
         on_reply: Callable[[JudgeReply], None] | None = None,
+        before_send: Callable[[], None] | None = None,
     ) -> JudgeReply:
         client = self.client_factory(spec, self.settings)
         return call_with_retries(
-            client, spec.key, request, self.settings, self.limiter, tally, self.sleep, self.rng, on_reply
+            client, spec.key, request, self.settings, self.limiter, tally, self.sleep, self.rng, on_reply, before_send
         )

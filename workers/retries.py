@@ -43,12 +43,14 @@ def call_with_retries(
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
     on_reply: Callable[[JudgeReply], None] | None = None,
+    before_send: Callable[[], None] | None = None,
 ) -> JudgeReply:
     """One provider reply with the judge path's machinery: the rate limit of ``key`` (``DJ_RATE_LIMITS``), bounded
     retries with back-off and ``Retry-After`` (``DJ_MAX_ATTEMPTS``), a 429 pausing ``key`` for every worker, and the
     metrics and log context of each attempt. Judgments and the responders of systems under test both call it.
     ``on_reply`` gets the reply the moment the client returns it, before it is counted or anything else runs (the
-    reply stash)."""
+    reply stash). ``before_send`` runs before each attempt is sent, after the rate limit let it go; it raises
+    (``JudgeCallError``, not retried) when the call must not start: its judgment or generation is gone (issue 43)."""
     rng = rng or random.Random()
     limit = limit_for(key, settings)
     estimate = sum(len(m["content"]) for m in request.messages) // 4 + request.max_tokens
@@ -57,6 +59,8 @@ def call_with_retries(
         attempt += 1
         tally.attempts += 1
         limiter.acquire(key, limit, estimate)
+        if before_send is not None:
+            before_send()
         try:
             with (
                 metrics.provider_call(key),

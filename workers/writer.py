@@ -2,8 +2,9 @@
 in its own transaction costs a connection checkout, a ping, the statements and a commit per judgment. The writer
 thread takes what has finished, sleeps ``DJ_WRITE_LINGER_MS`` while other judgments of this process are still being
 asked (never when nothing else is under way, so a lone judgment is written at once), takes what arrived meanwhile
-(at most ``DJ_WRITE_GROUP``) and writes the group in one transaction: the cache entries the group paid for, then the
-verdicts, each a compare-and-set on its claim token. Then it releases the group's single-flight locks in one call.
+(at most ``DJ_WRITE_GROUP``) and writes the group in one transaction: the verdicts, each a compare-and-set on its
+claim token, then the cache entries the group paid for (none of a judgment that is gone: its run was deleted).
+Then it releases the group's single-flight locks in one call.
 
 The write is a stage of its own: a provider-call slot hands its verdict over (:meth:`VerdictWriter.submit`) and
 takes the next call at once, so the linger and the commit never hold provider concurrency. The Celery task that
@@ -190,8 +191,8 @@ class VerdictWriter:
                     return claims.write_verdicts(
                         self.engine,
                         [(item.judgment_id, item.token, item.values) for item in group],
-                        [row for item in group for row in item.cache_rows],
-                        stamp,
+                        stamp=stamp,
+                        paid_rows=[item.cache_rows for item in group],
                     )
             except (OperationalError, InterfaceError) as exc:
                 if not database_unreachable(exc):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import Connection, Engine, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api.models import (
@@ -241,12 +241,17 @@ def write_verdicts(
     verdicts: Sequence[tuple[int, str, dict[str, Any]]],
     cache_rows: Sequence[dict[str, Any]] = (),
     stamp: datetime | None = None,
+    paid_rows: Sequence[Sequence[dict[str, Any]]] | None = None,
 ) -> list[bool]:
     """Store claimed judgments' verdicts, and the cache entries of the replies they paid for, in one transaction.
 
     ``verdicts`` are (judgment id, claim token, column values). Each verdict is a compare-and-set on its claim
-    token: False for a claim that was lost (nothing written for that row). The cache entries are written either
-    way (content-addressed: an entry that exists is kept).
+    token: False for a claim that was lost (nothing written for that row). ``cache_rows`` are written either way
+    (content-addressed: an entry that exists is kept). ``paid_rows`` (one list per verdict) are the entries each
+    verdict's claim paid for: written with a verdict that is written, or whose row another claim holds now (its
+    lease lapsed: the reply spares that claim a second call), never for a judgment that is gone (its run deleted,
+    issue 43). The rows are written (and the gone ones read ``FOR SHARE``) before the entries, so a run's deletion,
+    which locks its judgments first (``retention.delete_run``), either finds the entries or keeps them out.
 
     ``stamp`` (the rows' ``updated_at``) is the same on every try of a group: when a connection was cut while a
     commit was under way, the retry cannot tell from the compare-and-set whether that commit went through, and
@@ -259,12 +264,14 @@ def write_verdicts(
     by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for (_, _, values), row in zip(verdicts, params, strict=True):
         by_columns.setdefault(tuple(sorted(values)), []).append(row)
+    owned = list(paid_rows) if paid_rows is not None else [() for _ in verdicts]
     with engine.connect() as connection:  # closing without a commit rolls back
         insert_entries(connection, engine, cache_rows)
         # the common case: every claim still holds, and one executemany per column set writes the group
         if engine.dialect.supports_sane_multi_rowcount:
             written = sum(connection.execute(_verdict_update(cols), rows).rowcount for cols, rows in by_columns.items())
             if written == len(params):
+                insert_entries(connection, engine, [row for rows in owned for row in rows])
                 connection.commit()
                 return [True] * len(params)
             connection.rollback()  # a claim was lost: write row by row to learn which
@@ -273,15 +280,68 @@ def write_verdicts(
             connection.execute(_verdict_update(tuple(sorted(values))), row).rowcount == 1
             for (_, _, values), row in zip(verdicts, params, strict=True)
         ]
-        if stamp is not None and not all(results):
-            table = _judgments()
-            missed = [judgment_id for (judgment_id, _, _), ok in zip(verdicts, results, strict=True) if not ok]
+        table = _judgments()
+        missed = [judgment_id for (judgment_id, _, _), ok in zip(verdicts, results, strict=True) if not ok]
+        if stamp is not None and missed:
             ours = set(
                 connection.scalars(select(table.c.id).where(table.c.id.in_(missed), table.c.updated_at == stamp))
             )
             results = [ok or judgment_id in ours for (judgment_id, _, _), ok in zip(verdicts, results, strict=True)]
+        lost = [judgment_id for (judgment_id, _, _), ok in zip(verdicts, results, strict=True) if not ok]
+        lost_rows = [rows for (judgment_id, _, _), rows in zip(verdicts, owned, strict=True) if judgment_id in lost]
+        alive = set(_existing_rows(connection, lost)) if any(lost_rows) else set()
+        insert_entries(
+            connection,
+            engine,
+            [
+                row
+                for (judgment_id, _, _), ok, rows in zip(verdicts, results, owned, strict=True)
+                if ok or judgment_id in alive
+                for row in rows
+            ],
+        )
         connection.commit()
         return results
+
+
+def _existing_rows(connection: Connection, judgment_ids: Sequence[int]) -> list[int]:
+    """Which of these judgments exist, read ``FOR SHARE`` (PostgreSQL): a deletion under way is waited for."""
+    table = _judgments()
+    return list(connection.scalars(select(table.c.id).where(table.c.id.in_(judgment_ids)).with_for_update(read=True)))
+
+
+def claim_holds(engine: Engine, judgment_id: int, token: str) -> bool:
+    """The judgment exists and this claim still holds it: checked before each provider call, so a judgment whose
+    run was deleted (or whose claim another worker took over) starts no call (issue 43)."""
+    table = _judgments()
+    with engine.connect() as connection:
+        found = connection.execute(
+            select(table.c.id).where(
+                table.c.id == judgment_id, table.c.claim_token == token, table.c.status == "running"
+            )
+        ).first()
+    return found is not None
+
+
+def store_judgment_cache_rows(
+    engine: Engine, judgment_id: int, cache_rows: Sequence[dict[str, Any]], own_key: str | None
+) -> bool:
+    """Write the cache entries a judgment's claim paid for outside its verdict's write (a key's single-flight holder
+    fills the cache before others look it up), only while the judgment exists: False (nothing written) when it is
+    gone, its run deleted. ``own_key``: the judgment's own cache key (its first request), recorded on the row in the
+    same transaction, so deleting the run finds the entry even before the verdict is written (issue 43)."""
+    table = _judgments()
+    with engine.begin() as connection:
+        if own_key is not None:
+            exists = (
+                connection.execute(update(table).where(table.c.id == judgment_id).values(cache_key=own_key)).rowcount
+                == 1
+            )
+        else:
+            exists = bool(_existing_rows(connection, [judgment_id]))
+        if exists:
+            insert_entries(connection, engine, cache_rows)
+    return exists
 
 
 @functools.lru_cache(maxsize=64)

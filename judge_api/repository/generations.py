@@ -159,6 +159,18 @@ def renew_claim(session: Session, generation_id: int, token: str) -> bool:
     return result.rowcount == 1  # type: ignore[attr-defined]
 
 
+def claim_holds(session: Session, generation_id: int, token: str) -> bool:
+    """The generation exists and this claim still holds it: checked before each call its responder makes, so a
+    generation whose run was deleted starts no call (issue 43)."""
+    found = session.scalar(
+        select(Generation.id).where(
+            Generation.id == generation_id, Generation.claim_token == token, Generation.status == "running"
+        )
+    )
+    session.rollback()
+    return found is not None
+
+
 def write_generation(session: Session, generation_id: int, token: str, values: dict[str, Any]) -> bool:
     """Store a settled generation (``status`` done with ``response``, or failed with ``error``) if this claim still
     holds it; False when another worker took it over (its lease lapsed)."""

@@ -86,7 +86,13 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
     or nothing).
 
     Messages of the run still in the queue then point at rows that are gone: a worker skips them. A judgment a
-    worker is asking right now loses its claim (the compare-and-set finds no row) and writes nothing."""
+    worker has claimed starts no call once its row is gone (``claims.claim_holds``, checked before each call); one
+    in flight loses its claim (the compare-and-set finds no row) and stores nothing, its judge-cache entry
+    included (issue 43). The run's judgments and generations are locked first (``FOR UPDATE``, PostgreSQL): a
+    verdict or cache entry being written at this moment is waited for and its cache key found, or it finds the row
+    gone and writes nothing."""
+    session.execute(select(Judgment.id).where(Judgment.run_id == run_id).with_for_update())
+    session.execute(select(Generation.id).where(Generation.run_id == run_id).with_for_update())
     other = Judgment.__table__.alias("other")
     own_keys = list(
         session.scalars(

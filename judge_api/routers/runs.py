@@ -402,7 +402,8 @@ def delete_run(
     run_id: str, principal: Principal = Depends(require("submit")), session: Session = Depends(get_session)
 ) -> dict[str, Any]:
     """Delete the run with its items, judgments, ratings and what only it used (rubric snapshots, cache entries),
-    all or nothing. Queued messages of the run are skipped by the workers. Scope: submit (the owning project's
+    all or nothing. The run's work stops at once: queued messages are skipped, claimed judgments not yet sent start
+    no call, and a call in flight stores its reply nowhere (docs/operations.md). Scope: submit (the owning project's
     keys) or admin. A batch run with open provider batches is refused (409): cancel it first, so the provider
     stops what would otherwise still be billed."""
     run = run_or_404(session, run_id, principal)

@@ -268,3 +268,27 @@ def test_deleting_a_run_frees_its_idempotency_key(harness: Harness, api: TestCli
     assert int(scalar("SELECT COUNT(*) FROM idempotency_keys")) == 0
     again = api.post("/v1/runs", json=request(harness, [0]), headers=headers)
     assert again.status_code == 202 and again.json()["id"] != run_id
+
+
+def test_a_deleted_runs_id_imported_again_is_judged_and_the_old_claims_stay_gone(
+    harness: Harness, api: TestClient
+) -> None:
+    """Issue 43: what stops a deleted run's work is its judgments' rows and claims, not its id: a worker that had
+    claimed the old judgments starts no call for them, and the run imported again under the same id (its bundle
+    exported before the delete) is judged in full, its cache entries stored."""
+    from judge_api.repository import claims
+
+    run_id = harness.create(**request(harness, [0, 1]))
+    old_ids = harness.pending(run_id)
+    token, claimed = claims.claim_many(get_engine(), old_ids, lease_s=600)
+    assert claimed == set(old_ids)
+    bundle = api.get(f"/v1/runs/{run_id}/export").content
+    assert api.delete(f"/v1/runs/{run_id}").status_code == 200
+    assert not any(claims.claim_holds(get_engine(), jid, token) for jid in old_ids)
+    imported = api.post("/v1/runs/import", content=bundle)
+    assert imported.status_code == 201, imported.text
+    assert imported.json()["run_id"] == run_id and imported.json()["pending"] == 4
+    before = harness.calls()
+    assert sorted(harness.judge_all(run_id)) == ["done"] * 4
+    assert harness.calls() - before == 4
+    assert keys_of(run_id) <= cache_keys() and len(keys_of(run_id)) == 4

@@ -143,9 +143,9 @@ def test_the_writer_writes_a_lone_verdict_at_once_and_groups_concurrent_ones(
     groups: list[int] = []
     real = claims.write_verdicts
 
-    def counting(engine: Any, verdicts: Any, cache_rows: Any = (), stamp: Any = None) -> list[bool]:
+    def counting(engine: Any, verdicts: Any, *args: Any, **kwargs: Any) -> list[bool]:
         groups.append(len(verdicts))
-        return real(engine, verdicts, cache_rows, stamp)
+        return real(engine, verdicts, *args, **kwargs)
 
     monkeypatch.setattr(claims, "write_verdicts", counting)
     flight = CountingFlight()
@@ -370,3 +370,51 @@ def test_which_database_errors_are_waited_out(orig: str, unreachable: bool) -> N
     from workers.writer import database_unreachable
 
     assert database_unreachable(OperationalError("SELECT 1", {}, Exception(orig))) is unreachable
+
+
+def test_a_deleted_runs_paid_reply_is_stored_nowhere_and_a_lapsed_claims_is_kept(db_harness: Harness) -> None:
+    """Issue 43: a verdict whose judgment is gone (its run deleted mid-call) writes no cache entry and gives its stash
+    up; one whose claim another worker took over (a lapsed lease) still leaves its entry, sparing that worker a call;
+    the group's live verdicts are written with theirs."""
+    from judge_api.repository import retention
+    from workers.clients import JudgeReply
+    from workers.stash import LocalReplyStash
+
+    gone_ids = make_run(db_harness, 2)
+    live_ids = make_run(db_harness, 2)
+    engine = get_engine()
+    token, _ = claims.claim_many(engine, gone_ids + live_ids, lease_s=600)
+    with session_scope() as session:
+        retention.delete_run(session, run_of(gone_ids[0]))
+    with session_scope() as session:
+        session.execute(update(Judgment).where(Judgment.id == live_ids[1]).values(claim_token="theirs"))
+    stash = LocalReplyStash()
+    for key, jid in (("gone-0", gone_ids[0]), ("gone-1", gone_ids[1])):
+        stash.put(key, JudgeReply("[[70]]", "stop", 10, 5, 1.0), 1, 0.0, token, jid)
+    writer = VerdictWriter(engine, LocalSingleFlight(), linger_s=0.0, max_group=64, stash=stash)
+    writes = [
+        VerdictWrite(gone_ids[0], token, done(70.0), [cache_row("gone-0")], stash_keys=["gone-0"]),
+        VerdictWrite(gone_ids[1], token, done(71.0), [cache_row("gone-1")], stash_keys=["gone-1"]),
+        VerdictWrite(live_ids[0], token, done(72.0), [cache_row("live")]),
+        VerdictWrite(live_ids[1], token, done(73.0), [cache_row("lapsed")]),
+    ]
+    for write in writes:
+        writer.submit(write)
+    assert [write.written.result(timeout=30) for write in writes] == [False, False, True, False]
+    with session_scope() as session:
+        keys = set(session.scalars(select(CacheEntry.key)))
+    assert keys == {"live", "lapsed"}
+    assert stash.present(["gone-0", "gone-1"]) == set()
+
+
+def test_claim_holds_only_for_the_live_claim_of_an_existing_judgment(db_harness: Harness) -> None:
+    from judge_api.repository import retention
+
+    ids = make_run(db_harness, 2)
+    engine = get_engine()
+    token, _ = claims.claim_many(engine, ids, lease_s=600)
+    assert claims.claim_holds(engine, ids[0], token)
+    assert not claims.claim_holds(engine, ids[0], "another")
+    with session_scope() as session:
+        retention.delete_run(session, run_of(ids[0]))
+    assert not claims.claim_holds(engine, ids[0], token)

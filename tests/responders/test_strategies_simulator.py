@@ -262,3 +262,28 @@ def test_a_dialogue_without_a_user_turn_to_answer_is_refused_without_a_call(sim:
     result = responder.respond({**ITEM, "dialogue": ITEM["dialogue"][:-1]})
     assert result.error == "strategy: the item's dialogue must end with the user's turn to answer"
     assert sent(sim) == []
+
+
+def test_a_generation_that_is_gone_starts_no_further_call(sim: SimulatorProcess) -> None:
+    """Issue 43: a stored generation's claim is checked before each call; once its run is deleted (the check answers
+    no), the strategy's remaining calls are not sent and the generation ends failed, naming why."""
+    from workers.responders.callers import PaidReplies
+    from workers.stash import LocalReplyStash
+
+    sim.set_script({"rules": []})
+    checks: list[bool] = []
+
+    def holds() -> bool:  # the run is deleted once the first call has been answered
+        checks.append(sim.stats()["total_calls"] == 0)
+        return checks[-1]
+
+    responder = build_responder(
+        parse_responder(f"strategy:rsum@openai-compatible:sim-chat@{sim.base_url}"),
+        Settings(DJ_MAX_ATTEMPTS=2, DJ_BACKOFF_BASE=0.01, DJ_JUDGE_TIMEOUT=5),
+        get_strategies(),
+        paid=PaidReplies(LocalReplyStash(), "token", 7, holds=holds),
+    )
+    result = responder.respond(ITEM)
+    assert sim.stats()["total_calls"] == 1  # rsum would make three: two memory iterations and the response
+    assert checks == [True, False]
+    assert result.response is None and result.error is not None and "generation 7 is gone" in result.error

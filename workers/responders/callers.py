@@ -69,6 +69,17 @@ class PaidReplies:
     token: str
     generation_id: int
     keys: list[str] = field(default_factory=list)  # stashed replies this claim records
+    # does the claim still hold? asked before each call: a generation whose run was deleted starts none (issue 43)
+    holds: Callable[[], bool] | None = None
+
+    def before_send(self) -> None:
+        if self.holds is not None and not self.holds():
+            raise JudgeCallError(
+                "gone",
+                f"generation {self.generation_id} is gone (its run was deleted) or no longer claimed: not sent",
+                retryable=False,
+                reached_provider=False,
+            )
 
     def _key(self, request_key: str) -> str:
         return f"gen:{self.generation_id}:{request_key}"
@@ -172,8 +183,16 @@ class ChatResponder:
             def call() -> JudgeReply:
                 client = self.client_factory(model, self.settings)
                 stash = self.paid.stasher(key, answer.tally) if self.paid is not None else None
+                check = self.paid.before_send if self.paid is not None else None
                 return call_with_retries(
-                    client, model.key, request, self.settings, self.limiter, answer.tally, on_reply=stash
+                    client,
+                    model.key,
+                    request,
+                    self.settings,
+                    self.limiter,
+                    answer.tally,
+                    on_reply=stash,
+                    before_send=check,
                 )
 
             stashed = self.paid.take(key, answer.tally) if self.paid is not None else None
@@ -252,10 +271,18 @@ class HttpResponder:
         try:
             if reply is None:
                 stash = self.paid.stasher("http", answer.tally) if self.paid is not None else None
+                check = self.paid.before_send if self.paid is not None else None
                 client = _HttpCall(self.client, url, item)
                 request = JudgeRequest([], max_tokens=0)
                 reply = call_with_retries(
-                    client, self.spec.key, request, self.settings, self.limiter, answer.tally, on_reply=stash
+                    client,
+                    self.spec.key,
+                    request,
+                    self.settings,
+                    self.limiter,
+                    answer.tally,
+                    on_reply=stash,
+                    before_send=check,
                 )
         except JudgeCallError as exc:
             answer.error = str(exc)

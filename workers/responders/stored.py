@@ -100,7 +100,13 @@ def generate_stored(
         task = generations.claim_generation(session, generation_id, settings.claim_lease_s)
     if task is None:
         return "skipped"
-    paid = PaidReplies(stash, task.token, task.id) if stash is not None else None
+    claim = (task.id, task.token)
+
+    def holds() -> bool:
+        with sessions() as session:
+            return generations.claim_holds(session, *claim)
+
+    paid = PaidReplies(stash, task.token, task.id, holds=holds) if stash is not None else None
     renewer = _Renewer(sessions, task.id, task.token, settings.claim_lease_s)
     renewer.start()
     try:
