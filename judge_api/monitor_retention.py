@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api.config import get_settings
 from judge_api.db import session_factory, session_scope
+from judge_api.repository import alerts as alert_store
 from judge_api.repository import monitors as store
 from judge_api.stats.series import hourly_sums
 
@@ -34,7 +35,8 @@ def apply(sessions: sessionmaker[Session] | None = None, now: datetime | None = 
                 monitor = store.get_monitor(session, monitor_id)
                 if monitor is None:
                     break
-                removed = store.apply_retention(session, monitor, hourly_sums, now, chunk, replay_days)
+                counted = alert_store.counted_through(session, monitor.id)
+                removed = store.apply_retention(session, monitor, hourly_sums, now, chunk, replay_days, counted)
             deleted += removed
             if removed < chunk:
                 break

@@ -20,6 +20,7 @@ from judge_api.models import (
     Monitor,
     MonitorHourly,
     MonitorResponse,
+    MonitorRuleState,
     Run,
     RunItem,
     utcnow,
@@ -95,6 +96,9 @@ def delete_monitor(session: Session, monitor: Monitor) -> dict[str, int]:
     removed = delete_run(session, monitor.run_id)
     removed["monitor_responses"] = _rowcount(
         session.execute(delete(MonitorResponse).where(MonitorResponse.monitor_id == monitor.id))
+    )
+    removed["monitor_rule_states"] = _rowcount(
+        session.execute(delete(MonitorRuleState).where(MonitorRuleState.monitor_id == monitor.id))
     )
     removed["monitor_hourly"] = _rowcount(
         session.execute(delete(MonitorHourly).where(MonitorHourly.monitor_id == monitor.id))
