@@ -228,6 +228,7 @@ def look_kept(
         monitor.id,
         rule.name,
         definition=definition,
+        stream_key=(target.rubric_id, target.aspect, target.judge),
         start_id=start_id,
         counted_id=last_id,
         state=state.as_dict(),

@@ -456,6 +456,10 @@ class MonitorRuleState(Base):
     monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"), primary_key=True)
     rule: Mapped[str] = mapped_column(String(64), primary_key=True)
     definition: Mapped[str] = mapped_column(String(16))
+    rubric_id: Mapped[str] = mapped_column(String(64))
+    aspect: Mapped[str] = mapped_column(String(64))
+    judge: Mapped[str] = mapped_column(String(300))
+    """The stream the rule reads: retention keeps its judgments above ``counted_id``."""
     start_id: Mapped[int] = mapped_column(Integer, default=0)
     counted_id: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -35,7 +35,7 @@ def apply(sessions: sessionmaker[Session] | None = None, now: datetime | None = 
                 monitor = store.get_monitor(session, monitor_id)
                 if monitor is None:
                     break
-                counted = alert_store.counted_through(session, monitor.id)
+                counted = alert_store.counted_marks(session, monitor.id)
                 removed = store.apply_retention(session, monitor, hourly_sums, now, chunk, replay_days, counted)
             deleted += removed
             if removed < chunk:

@@ -111,6 +111,7 @@ def save_rule_state(
     rule: str,
     *,
     definition: str,
+    stream_key: tuple[str, str, str],
     start_id: int,
     counted_id: int,
     state: dict[str, Any],
@@ -121,6 +122,7 @@ def save_rule_state(
         row = MonitorRuleState(monitor_id=monitor_id, rule=rule)
         session.add(row)
     row.definition, row.start_id, row.counted_id = definition, start_id, counted_id
+    row.rubric_id, row.aspect, row.judge = stream_key
     row.state, row.worst, row.updated_at = state, worst, utcnow()
     session.flush()
 
@@ -132,13 +134,20 @@ def drop_rule_states(session: Session, monitor_id: str, keep: Sequence[str] = ()
     )
 
 
-def counted_through(session: Session, monitor_id: str) -> int | None:
-    """The smallest high-water mark of the monitor's rule states (None: no state): retention keeps the verdicts
-    above it, which a rule has not counted yet."""
-    value = session.scalar(
-        select(func.min(MonitorRuleState.counted_id)).where(MonitorRuleState.monitor_id == monitor_id)
+def counted_marks(session: Session, monitor_id: str) -> list[tuple[str, str, str, int]]:
+    """(rubric, aspect, judge, high-water mark) of each stream the monitor's rules keep a state on, the smallest
+    mark of the stream's rules: retention keeps the stream's judgments above it, which a rule has not counted yet."""
+    rows = session.execute(
+        select(
+            MonitorRuleState.rubric_id,
+            MonitorRuleState.aspect,
+            MonitorRuleState.judge,
+            func.min(MonitorRuleState.counted_id),
+        )
+        .where(MonitorRuleState.monitor_id == monitor_id)
+        .group_by(MonitorRuleState.rubric_id, MonitorRuleState.aspect, MonitorRuleState.judge)
     )
-    return None if value is None else int(value)
+    return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
 
 
 def latest_alert(session: Session, monitor_id: str, rule: str) -> MonitorAlert | None:

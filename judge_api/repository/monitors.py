@@ -394,12 +394,13 @@ def apply_retention(
     now: datetime | None = None,
     limit: int = CHUNK,
     replay_days: int = 7,
-    counted_through: int | None = None,
+    counted: Sequence[tuple[str, str, str, int]] = (),
 ) -> int:
     """Retention of one monitor, up to ``limit`` responses of each step, in the caller's transaction:
 
-    1. the content: the sampled responses received before the cutoff whose judgments are all finished (and, with
-       ``counted_through``, already counted by every alert rule: ids at most it) have their finished verdicts folded
+    1. the content: the sampled responses received before the cutoff whose judgments are all finished (and already
+       counted by the alert rules: ``counted`` holds each rule stream's (rubric, aspect, judge) and the smallest
+       high-water mark of its rules; a judgment of the stream above it is not counted yet) have their verdicts folded
        into ``monitor_hourly`` and their items and judgments deleted (``summarize``:
        ``judge_api.stats.series.hourly_sums``; the sums and the deletion commit together, so the series counts a
        verdict exactly once). A response with a judgment still pending or running keeps everything.
@@ -418,8 +419,9 @@ def apply_retention(
         .exists()
     )
     keep: ColumnElement[bool] = Judgment.status.not_in(FINAL)
-    if counted_through is not None:
-        keep = or_(keep, Judgment.id > counted_through)
+    for rubric_id, aspect, judge, mark in counted:
+        uncounted = (Judgment.rubric_id == rubric_id) & (Judgment.aspect == aspect) & (Judgment.judge == judge)
+        keep = or_(keep, uncounted & (Judgment.id > mark))
     unfinished = select(Judgment.id).where(
         Judgment.run_id == monitor.run_id, Judgment.item_key == MonitorResponse.response_id, keep
     )
