@@ -337,12 +337,19 @@ def hourly_frame(
 def sampled_responses(
     session: Session, monitor: Monitor, start: datetime, end: datetime, filters: dict[str, str | None], limit: int
 ) -> list[dict[str, Any]]:
-    """The sampled responses of ``[start, end)`` (a series bucket) with their verdicts, for the dashboard."""
+    """The sampled responses of ``[start, end)`` (a series bucket) with their verdicts, for the dashboard (those
+    whose content retention deleted are left out: only their id is kept, against replays)."""
+    has_item = (
+        select(RunItem.id)
+        .where(RunItem.run_id == monitor.run_id, RunItem.item_key == MonitorResponse.response_id)
+        .exists()
+    )
     query = select(MonitorResponse).where(
         MonitorResponse.monitor_id == monitor.id,
         MonitorResponse.sampled.is_(True),
         MonitorResponse.ts >= start,
         MonitorResponse.ts < end,
+        has_item,
     )
     for key, value in filters.items():
         if value is not None:

@@ -481,6 +481,10 @@ def test_retention_never_rejudges_a_replay_nor_deletes_a_pending_judgment(api: A
     assert replay.json()["duplicates"] == 4
     assert replay.json()["accepted"] == 0 and replay.json()["sampled"] == 0
     assert table_counts(api.database_url)["judgments"] == 1
+    # the dashboard's bucket lists only the responses whose content is still kept
+    today = {"start": utcnow().strftime("%Y-%m-%dT00:00:00Z"), "bucket": "1d"}
+    bucket = api.client.get(url, params=today).json()
+    assert [item["response_id"] for item in bucket["items"]] == ["resp-3"]
 
     # past the replay window (DJ_MONITOR_REPLAY_DAYS, 7) the finished responses' ids go; the pending one stays whole
     assert monitor_retention.apply(now=utcnow() + timedelta(days=8, hours=1)) == 3
