@@ -3,12 +3,16 @@
 last round is skipped.
 
 The stream a rule reads: the monitor's judgments of the rule's (rubric, aspect, judge) in judgment order (the order
-the responses were sampled), up to the first one not finished yet, so the stream only ever grows at its end: a
-verdict that arrives late never changes what came before it.
+the responses were sampled), up to the first one not finished yet: a verdict that arrives late never changes what
+came before it.
 
-* **compare** (``by: version | system | segment``): the candidate slice's verdicts after the stream's start, paired
-  in order with the baseline slice's verdicts (all of them), decided by :func:`judge_api.stats.alerts.compare` at
-  the rule's confidence. A regression opens an alert (its evidence: the difference, the confidence sequence's
+* **compare** (``by: version | system | segment``): the candidate slice's verdicts after the test's start, paired
+  in order with the baseline slice's verdicts, decided by the confidence sequence at the rule's confidence. The test
+  is kept as running state (``monitor_rule_states``, :class:`judge_api.stats.alerts.CompareState`) with a
+  high-water mark: each look adds only the verdicts after it, so retention deleting old verdicts never changes the
+  test (issue 36 finding 1), and retention keeps the verdicts above the smallest mark. A fresh state (a new rule, an
+  edited one, the first look after the upgrade, or a new test after an alert opened or resolved) starts from the
+  verdicts still kept. A regression opens an alert (its evidence: the difference, the confidence sequence's
   interval, the pair count, the means, the worst candidate responses).
 * **compare** (``by: time``, e.g. ``candidate: 24h``, ``baseline: 7d``): the candidate window is the current one of
   consecutive windows of the candidate length (UTC, aligned to the Unix epoch: ``24h`` = UTC days), the baseline
@@ -166,6 +170,74 @@ def look_compare(rule: AlertRule, target: Target, rows: list[dict[str, Any]], st
     return Look(evidence, [r | {"value": v} for r, v in cand[: evidence.n]], last_id, epoch, slices)
 
 
+def kept(rule: AlertRule) -> bool:
+    """A rule whose test is kept as running state across looks (the compare rules but time rules)."""
+    return rule.compare is not None and rule.compare.by != "time"
+
+
+def _stored_row(row: dict[str, Any]) -> dict[str, Any]:
+    return row | {"ts": row["ts"].isoformat()}
+
+
+def _loaded_row(row: dict[str, Any]) -> dict[str, Any]:
+    return row | {"ts": datetime.fromisoformat(row["ts"])}
+
+
+def look_kept(
+    session: Session,
+    monitor: Monitor,
+    rule: AlertRule,
+    target: Target,
+    rows: list[dict[str, Any]],
+    start_id: int,
+    definition: str,
+) -> Look:
+    """The compare look of a ``by: version | system | segment`` rule on its kept state: only the verdicts after
+    the state's high-water mark are added (``rows`` holds at least those), the state is stored again."""
+    assert rule.compare is not None
+    compare = rule.compare
+    saved = store.rule_states(session, monitor.id).get(rule.name)
+    if saved is not None and saved.definition == definition and saved.start_id == start_id:
+        state, counted, worst_rows = stats.CompareState.from_dict(saved.state), saved.counted_id, list(saved.worst)
+    else:
+        state = stats.CompareState.start(
+            low=target.low,
+            high=target.high,
+            confidence=rule.confidence,
+            margin=rule.margin,
+            higher_is_worse=target.higher_is_worse,
+        )
+        counted, worst_rows = 0, []
+    prefix = settled_prefix([r for r in rows if r["id"] > counted])
+    base: list[float] = []
+    cand: list[dict[str, Any]] = []
+    for row in prefix:
+        value = target.value(row) if _matches(rule, row) else None
+        if value is None:
+            continue
+        if row[compare.by] == compare.baseline:
+            base.append(value)
+        elif row[compare.by] == compare.candidate and row["id"] > start_id:
+            cand.append(row | {"value": value})
+    state.add(base, [r["value"] for r in cand])
+    ranked = [_loaded_row(r) for r in worst_rows] + cand
+    ranked.sort(key=lambda r: (-r["value"] if target.higher_is_worse else r["value"], r["id"]))
+    last_id = rows_last_id(prefix, counted)
+    store.save_rule_state(
+        session,
+        monitor.id,
+        rule.name,
+        definition=definition,
+        stream_key=(target.rubric_id, target.aspect, target.judge),
+        start_id=start_id,
+        counted_id=last_id,
+        state=state.as_dict(),
+        worst=[_stored_row(r) for r in ranked[:WORST]],
+    )
+    slices = {"by": compare.by, "baseline": compare.baseline, "candidate": compare.candidate}
+    return Look(state.evidence(), ranked[:WORST], last_id, 0, slices)
+
+
 def look_floor(rule: AlertRule, target: Target, rows: list[dict[str, Any]], now: datetime) -> Look:
     assert rule.floor is not None
     since = now - timedelta(seconds=window_seconds(rule.floor.window)) if rule.floor.window else None
@@ -276,6 +348,37 @@ def resolve(
     log.info("monitor %s: alert %s of rule %s resolved (%s)", monitor.id, alert.id, alert.rule, resolution["reason"])
 
 
+def _look(
+    session: Session,
+    monitor: Monitor,
+    rule: AlertRule,
+    target: Target,
+    rows: list[dict[str, Any]],
+    start_id: int,
+    now: datetime,
+    definition: str,
+) -> Look:
+    if kept(rule):
+        return look_kept(session, monitor, rule, target, rows, start_id, definition)
+    return look_compare(rule, target, rows, start_id, now)
+
+
+def needs_from(session: Session, monitor: Monitor, rule: AlertRule) -> int:
+    """The judgment id after which the rule needs the stream: its state's high-water mark when it has a usable
+    state, else 0 (every verdict kept)."""
+    if not kept(rule):
+        return 0
+    saved = store.rule_states(session, monitor.id).get(rule.name)
+    if saved is None or saved.definition != definition_hash(rule.model_dump(mode="json")):
+        return 0
+    latest = store.latest_alert(session, monitor.id, rule.name)
+    if latest is not None and latest.definition == saved.definition:
+        start = latest.last_id if latest.status == "open" else int(latest.resolved_last_id or latest.last_id)
+    else:
+        start = 0
+    return saved.counted_id if saved.start_id == start else 0
+
+
 def evaluate_rule(
     session: Session, monitor: Monitor, rule: AlertRule, rows: list[dict[str, Any]], target: Target, now: datetime
 ) -> str | None:
@@ -297,7 +400,7 @@ def evaluate_rule(
                 )
                 return "resolved"
             return None
-        look = look_compare(rule, target, rows, latest.last_id, now)
+        look = _look(session, monitor, rule, target, rows, latest.last_id, now, definition)
         needed = max(1, int(latest.evidence.get("n") or 1))
         if look.evidence.decision == "regression":
             latest.last_id = look.last_id  # still worse: the check starts again after these verdicts
@@ -313,7 +416,7 @@ def evaluate_rule(
         fired = look.evidence.decision == "breach"
         start = look.last_id
     else:
-        look = look_compare(rule, target, rows, start, now)
+        look = _look(session, monitor, rule, target, rows, start, now, definition)
         fired = look.evidence.decision == "regression"
     if not fired:
         return None
@@ -345,19 +448,23 @@ def evaluate_monitor(session: Session, monitor: Monitor, now: datetime, registry
         if alert.rule not in names:
             resolve(session, monitor, alert, {"reason": "the rule was removed", "last_id": alert.last_id}, None)
             counts["resolved"] += 1
-    streams: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    streams: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
+    stateful: list[str] = []
     for rule in rules:
         try:
             target = target_of(rule, monitor, registry)
         except Exception as exc:  # the rubric or judge is gone: nothing to read
             log.warning("monitor %s: rule %s cannot be evaluated: %s", monitor.id, rule.name, exc)
             continue
-        key = (target.rubric_id, target.aspect, target.judge)
+        if kept(rule):
+            stateful.append(rule.name)
+        key = (target.rubric_id, target.aspect, target.judge, needs_from(session, monitor, rule))
         if key not in streams:
-            streams[key] = store.stream(session, monitor, *key)
+            streams[key] = store.stream(session, monitor, *key[:3], after_id=key[3])
         outcome = evaluate_rule(session, monitor, rule, streams[key], target, now)
         if outcome is not None:
             counts[outcome] += 1
+    store.drop_rule_states(session, monitor.id, stateful)  # a removed rule's mark must not hold retention back
     return counts
 
 

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     webhook_backoff_max_s: float = Field(default=3600.0, gt=0, alias="DJ_WEBHOOK_BACKOFF_MAX")
     webhook_retry_for_s: float = Field(default=86_400.0, gt=0, alias="DJ_WEBHOOK_RETRY_FOR")
     webhook_timeout_s: float = Field(default=10.0, gt=0, le=60, alias="DJ_WEBHOOK_TIMEOUT")
+    # monitors: a response id is remembered (a replay is a duplicate) for at least this many days after it was
+    # received, whatever the monitor's retention_days (judge_api/repository/monitors.apply_retention)
+    monitor_replay_days: int = Field(default=7, ge=1, alias="DJ_MONITOR_REPLAY_DAYS")
 
     # reliability: a claim's lease is renewed every third of it while its worker lives (workers/leases.py), so a
     # short lease is safe and a dead worker's judgments are re-sent within lease + sweep interval

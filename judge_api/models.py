@@ -445,6 +445,31 @@ class ProviderBatchJudgment(Base):
     custom_id: Mapped[str] = mapped_column(String(64))
 
 
+class MonitorRuleState(Base):
+    """The running test of a monitor's compare rule (``by`` version, system or segment; issue 36 finding 1): the
+    confidence sequence's state (``judge_api.stats.alerts.CompareState``) after every verdict of the rule's stream up
+    to ``counted_id`` (a high-water mark: judgments are counted once, in id order, up to the first one not finished),
+    for the candidate stream after ``start_id``. Updated with only the verdicts after ``counted_id``, so retention
+    deleting old verdicts does not change the test; a rule edited (``definition``) or an alert opened or resolved
+    (``start_id``) starts a fresh state from the verdicts still kept."""
+
+    __tablename__ = "monitor_rule_states"
+
+    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"), primary_key=True)
+    rule: Mapped[str] = mapped_column(String(64), primary_key=True)
+    definition: Mapped[str] = mapped_column(String(16))
+    rubric_id: Mapped[str] = mapped_column(String(64))
+    aspect: Mapped[str] = mapped_column(String(64))
+    judge: Mapped[str] = mapped_column(String(300))
+    """The stream the rule reads: retention keeps its judgments above ``counted_id``."""
+    start_id: Mapped[int] = mapped_column(Integer, default=0)
+    counted_id: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    worst: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    """The worst candidate verdicts counted (with their response's id, slice keys and time; no text)."""
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
 class MonitorAlert(Base):
     """An alert of a monitor's rule (judge_api/alerts.py): opened when the rule decides a regression (a compare
     rule) or a breach (a floor rule), with the evidence; resolved when it no longer holds. ``start_id`` /

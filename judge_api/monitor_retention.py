@@ -1,7 +1,8 @@
-"""Monitors' retention (issue 25 item 7, docs/monitoring.md): the judgments of responses received more than
-``retention_days`` ago are deleted, their finished verdicts folded into hourly sums first (``monitor_hourly``), in
-the same transaction, so the series stays as it was. Taken by the sweeper (under its lock, at most every
-``RETENTION_EVERY_S`` per process)."""
+"""Monitors' retention (issue 25 item 7, issue 36 finding 8, docs/monitoring.md#retention): the judgments of
+responses received more than ``retention_days`` ago are deleted once all of them are finished, their verdicts folded
+into hourly sums first (``monitor_hourly``), in the same transaction, so the series stays as it was; the response ids
+are kept ``DJ_MONITOR_REPLAY_DAYS`` at least, so a replayed batch stays a duplicate. Taken by the sweeper (under its
+lock, at most every ``RETENTION_EVERY_S`` per process)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from judge_api.config import get_settings
 from judge_api.db import session_factory, session_scope
+from judge_api.repository import alerts as alert_store
 from judge_api.repository import monitors as store
 from judge_api.stats.series import hourly_sums
 
@@ -22,6 +25,7 @@ RETENTION_EVERY_S = 300.0
 def apply(sessions: sessionmaker[Session] | None = None, now: datetime | None = None, chunk: int = store.CHUNK) -> int:
     """Apply every monitor's retention; returns the responses deleted. Each chunk is one transaction."""
     sessions = sessions or session_factory()
+    replay_days = get_settings().monitor_replay_days
     with session_scope(sessions) as session:
         monitor_ids = [m.id for m in store.monitors_with_retention(session)]
     deleted = 0
@@ -31,7 +35,8 @@ def apply(sessions: sessionmaker[Session] | None = None, now: datetime | None = 
                 monitor = store.get_monitor(session, monitor_id)
                 if monitor is None:
                     break
-                removed = store.apply_retention(session, monitor, hourly_sums, now, chunk)
+                counted = alert_store.counted_marks(session, monitor.id)
+                removed = store.apply_retention(session, monitor, hourly_sums, now, chunk, replay_days, counted)
             deleted += removed
             if removed < chunk:
                 break

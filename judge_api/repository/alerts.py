@@ -7,10 +7,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from judge_api.models import Judgment, Monitor, MonitorAlert, MonitorResponse, RunItem
+from judge_api.models import Judgment, Monitor, MonitorAlert, MonitorResponse, MonitorRuleState, RunItem, utcnow
 
 
 def new_alert_id() -> str:
@@ -31,9 +31,12 @@ def run_signature(session: Session, run_id: str) -> tuple[int, int]:
     return int(count or 0), int(largest or 0)
 
 
-def stream(session: Session, monitor: Monitor, rubric_id: str, aspect: str, judge: str) -> list[dict[str, Any]]:
-    """Every judgment of the monitor for (rubric, aspect, judge), in judgment order (the order responses were
-    sampled), with its status, score, contradiction rate (fact-check details) and the response's slice keys."""
+def stream(
+    session: Session, monitor: Monitor, rubric_id: str, aspect: str, judge: str, after_id: int = 0
+) -> list[dict[str, Any]]:
+    """Every judgment of the monitor for (rubric, aspect, judge) with an id above ``after_id``, in judgment order
+    (the order responses were sampled), with its status, score, contradiction rate (fact-check details) and the
+    response's slice keys."""
     query = (
         select(
             Judgment.id,
@@ -56,6 +59,7 @@ def stream(session: Session, monitor: Monitor, rubric_id: str, aspect: str, judg
             Judgment.aspect == aspect,
             Judgment.judge == judge,
             Judgment.mode == "single",
+            Judgment.id > after_id,
         )
         .order_by(Judgment.id)
     )
@@ -93,6 +97,57 @@ def responses_of(session: Session, monitor: Monitor, judgment_ids: Sequence[int]
         candidates = (row.payload or {}).get("candidates") or {}
         out[int(row.id)] = {"explanation": row.explanation, "response": candidates.get(row.system_a)}
     return out
+
+
+def rule_states(session: Session, monitor_id: str) -> dict[str, MonitorRuleState]:
+    """rule name -> its running test's state (compare rules by version, system or segment)."""
+    rows = session.scalars(select(MonitorRuleState).where(MonitorRuleState.monitor_id == monitor_id))
+    return {row.rule: row for row in rows}
+
+
+def save_rule_state(
+    session: Session,
+    monitor_id: str,
+    rule: str,
+    *,
+    definition: str,
+    stream_key: tuple[str, str, str],
+    start_id: int,
+    counted_id: int,
+    state: dict[str, Any],
+    worst: list[dict[str, Any]],
+) -> None:
+    row = session.get(MonitorRuleState, (monitor_id, rule))
+    if row is None:
+        row = MonitorRuleState(monitor_id=monitor_id, rule=rule)
+        session.add(row)
+    row.definition, row.start_id, row.counted_id = definition, start_id, counted_id
+    row.rubric_id, row.aspect, row.judge = stream_key
+    row.state, row.worst, row.updated_at = state, worst, utcnow()
+    session.flush()
+
+
+def drop_rule_states(session: Session, monitor_id: str, keep: Sequence[str] = ()) -> None:
+    """Forget the states of the monitor's rules not in ``keep`` (removed rules, or rules no longer kept as state)."""
+    session.execute(
+        delete(MonitorRuleState).where(MonitorRuleState.monitor_id == monitor_id, MonitorRuleState.rule.not_in(keep))
+    )
+
+
+def counted_marks(session: Session, monitor_id: str) -> list[tuple[str, str, str, int]]:
+    """(rubric, aspect, judge, high-water mark) of each stream the monitor's rules keep a state on, the smallest
+    mark of the stream's rules: retention keeps the stream's judgments above it, which a rule has not counted yet."""
+    rows = session.execute(
+        select(
+            MonitorRuleState.rubric_id,
+            MonitorRuleState.aspect,
+            MonitorRuleState.judge,
+            func.min(MonitorRuleState.counted_id),
+        )
+        .where(MonitorRuleState.monitor_id == monitor_id)
+        .group_by(MonitorRuleState.rubric_id, MonitorRuleState.aspect, MonitorRuleState.judge)
+    )
+    return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
 
 
 def latest_alert(session: Session, monitor_id: str, rule: str) -> MonitorAlert | None:

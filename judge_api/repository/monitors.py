@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pandas as pd
-from sqlalchemy import Select, Table, case, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Select, Table, case, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -20,6 +20,7 @@ from judge_api.models import (
     Monitor,
     MonitorHourly,
     MonitorResponse,
+    MonitorRuleState,
     Run,
     RunItem,
     utcnow,
@@ -95,6 +96,9 @@ def delete_monitor(session: Session, monitor: Monitor) -> dict[str, int]:
     removed = delete_run(session, monitor.run_id)
     removed["monitor_responses"] = _rowcount(
         session.execute(delete(MonitorResponse).where(MonitorResponse.monitor_id == monitor.id))
+    )
+    removed["monitor_rule_states"] = _rowcount(
+        session.execute(delete(MonitorRuleState).where(MonitorRuleState.monitor_id == monitor.id))
     )
     removed["monitor_hourly"] = _rowcount(
         session.execute(delete(MonitorHourly).where(MonitorHourly.monitor_id == monitor.id))
@@ -333,12 +337,19 @@ def hourly_frame(
 def sampled_responses(
     session: Session, monitor: Monitor, start: datetime, end: datetime, filters: dict[str, str | None], limit: int
 ) -> list[dict[str, Any]]:
-    """The sampled responses of ``[start, end)`` (a series bucket) with their verdicts, for the dashboard."""
+    """The sampled responses of ``[start, end)`` (a series bucket) with their verdicts, for the dashboard (those
+    whose content retention deleted are left out: only their id is kept, against replays)."""
+    has_item = (
+        select(RunItem.id)
+        .where(RunItem.run_id == monitor.run_id, RunItem.item_key == MonitorResponse.response_id)
+        .exists()
+    )
     query = select(MonitorResponse).where(
         MonitorResponse.monitor_id == monitor.id,
         MonitorResponse.sampled.is_(True),
         MonitorResponse.ts >= start,
         MonitorResponse.ts < end,
+        has_item,
     )
     for key, value in filters.items():
         if value is not None:
@@ -373,6 +384,11 @@ def sampled_responses(
 # -- retention ---------------------------------------------------------------------------------------------------
 
 
+FINAL = ("done", "failed", "unparseable", "cancelled")
+"""A judgment in one of these states is finished: retention may fold and delete it (never one still pending or
+running)."""
+
+
 def retention_cutoff(now: datetime, retention_days: int) -> datetime:
     """Responses received before this are deleted (a whole hour: the cutoff is on an hour)."""
     return (now - timedelta(days=retention_days)).replace(minute=0, second=0, microsecond=0)
@@ -384,34 +400,58 @@ def apply_retention(
     summarize: Callable[[pd.DataFrame], pd.DataFrame],
     now: datetime | None = None,
     limit: int = CHUNK,
+    replay_days: int = 7,
+    counted: Sequence[tuple[str, str, str, int]] = (),
 ) -> int:
-    """Fold the finished verdicts of responses received before the monitor's cutoff into ``monitor_hourly`` and
-    delete those responses, items and judgments, up to ``limit`` responses, in the caller's transaction (``summarize``:
-    ``judge_api.stats.series.hourly_sums``, verdicts to hourly sums; the sums
-    and the deletion commit together, so a verdict is counted by the series exactly once). Returns the responses
-    deleted (``limit``: call again)."""
+    """Retention of one monitor, up to ``limit`` responses of each step, in the caller's transaction:
+
+    1. the content: the sampled responses received before the cutoff whose judgments are all finished (and already
+       counted by the alert rules: ``counted`` holds each rule stream's (rubric, aspect, judge) and the smallest
+       high-water mark of its rules; a judgment of the stream above it is not counted yet) have their verdicts folded
+       into ``monitor_hourly`` and their items and judgments deleted (``summarize``:
+       ``judge_api.stats.series.hourly_sums``; the sums and the deletion commit together, so the series counts a
+       verdict exactly once). A response with a judgment still pending or running keeps everything.
+    2. the ids: a response's row (its id, slice keys and time, no text) is kept until it was received more than
+       ``max(retention_days, replay_days)`` days ago and its content is gone, so a batch replayed within that window
+       is still a duplicate and never judged twice.
+
+    Returns the rows handled by the two steps (``limit`` or more: call again)."""
     if monitor.retention_days is None:
         return 0
-    cutoff = retention_cutoff(now or utcnow(), monitor.retention_days)
+    now = now or utcnow()
+    cutoff = retention_cutoff(now, monitor.retention_days)
+    has_item = (
+        select(RunItem.id)
+        .where(RunItem.run_id == monitor.run_id, RunItem.item_key == MonitorResponse.response_id)
+        .exists()
+    )
+    keep: ColumnElement[bool] = Judgment.status.not_in(FINAL)
+    for rubric_id, aspect, judge, mark in counted:
+        uncounted = (Judgment.rubric_id == rubric_id) & (Judgment.aspect == aspect) & (Judgment.judge == judge)
+        keep = or_(keep, uncounted & (Judgment.id > mark))
+    unfinished = select(Judgment.id).where(
+        Judgment.run_id == monitor.run_id, Judgment.item_key == MonitorResponse.response_id, keep
+    )
     old = list(
-        session.execute(
-            select(MonitorResponse.id, MonitorResponse.response_id, MonitorResponse.sampled)
-            .where(MonitorResponse.monitor_id == monitor.id, MonitorResponse.received_at < cutoff)
+        session.scalars(
+            select(MonitorResponse.response_id)
+            .where(
+                MonitorResponse.monitor_id == monitor.id,
+                MonitorResponse.received_at < cutoff,
+                MonitorResponse.sampled.is_(True),
+                has_item,
+                ~unfinished.exists(),
+            )
             .order_by(MonitorResponse.id)
             .limit(limit)
         )
     )
-    if not old:
-        return 0
-    sampled_keys = [r.response_id for r in old if r.sampled]
-    if sampled_keys:
-        sums = summarize(_verdicts_of(session, monitor, sampled_keys))
+    if old:
+        sums = summarize(_verdicts_of(session, monitor, old))
         if not sums.empty:
             _add_hourly(session, monitor.id, sums.to_dict("records"))
         item_pks = list(
-            session.scalars(
-                select(RunItem.id).where(RunItem.run_id == monitor.run_id, RunItem.item_key.in_(sampled_keys))
-            )
+            session.scalars(select(RunItem.id).where(RunItem.run_id == monitor.run_id, RunItem.item_key.in_(old)))
         )
         removed = _rowcount(session.execute(delete(Judgment).where(Judgment.item_pk.in_(item_pks))))
         session.execute(delete(RunItem).where(RunItem.id.in_(item_pks)))
@@ -420,8 +460,18 @@ def apply_retention(
             .where(Run.id == monitor.run_id)
             .values(n_items=Run.n_items - len(item_pks), n_judgments=Run.n_judgments - removed)
         )
-    session.execute(delete(MonitorResponse).where(MonitorResponse.id.in_([r.id for r in old])))
-    return len(old)
+    forget_before = retention_cutoff(now, max(monitor.retention_days, replay_days))
+    forgotten = list(
+        session.scalars(
+            select(MonitorResponse.id)
+            .where(MonitorResponse.monitor_id == monitor.id, MonitorResponse.received_at < forget_before, ~has_item)
+            .order_by(MonitorResponse.id)
+            .limit(limit)
+        )
+    )
+    if forgotten:
+        session.execute(delete(MonitorResponse).where(MonitorResponse.id.in_(forgotten)))
+    return len(old) + len(forgotten)
 
 
 def _verdicts_select(monitor: Monitor) -> Select[Any]:

@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from judge_api import queue
 from judge_api.admission import check_callback
+from judge_api.alerts import window_seconds
 from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import get_engine, session_scope
@@ -124,6 +125,26 @@ def check_daily_budget(budget: float | None, judges: list[str], settings: Settin
     refusal = unpriced_budget_refusal(judges, prices, "daily_budget_usd")
     if refusal is not None:
         raise field_error(["daily_budget_usd"], refusal)
+
+
+def check_time_rules(retention_days: int | None, rules: list[dict[str, Any]]) -> None:
+    """422 naming the rule when retention would delete the verdicts a ``time`` rule compares: its candidate and
+    baseline windows must fit in ``retention_days`` (else each look would test a baseline that retention shrinks,
+    and the per-window bound would not hold; issue 36 finding 1)."""
+    if retention_days is None:
+        return
+    for index, rule in enumerate(rules):
+        compare = rule.get("compare") or {}
+        if compare.get("by") != "time":
+            continue
+        span = window_seconds(compare["candidate"]) + window_seconds(compare["baseline"])
+        if span > retention_days * 86_400:
+            days = -(-span // 86_400)
+            raise field_error(
+                ["alerts", index, "compare"],
+                f"a time rule compares {compare['candidate']} with the {compare['baseline']} before it, which "
+                f"retention_days={retention_days} deletes: set retention_days to at least {days}",
+            )
 
 
 def monitor_config(monitor: Monitor) -> dict[str, Any]:
@@ -241,6 +262,7 @@ def create_monitor(
     config = checked_config(request.model_dump(mode="json", include=set(CONFIG_FIELDS)), request.name, settings)
     check_callback(request.callback_url, settings)
     check_daily_budget(request.daily_budget_usd, request.judges, settings)
+    check_time_rules(request.retention_days, [rule.model_dump(mode="json") for rule in request.alerts])
     ensure_project_row(principal.project_id)
     fields = {
         "name": request.name,
@@ -306,6 +328,10 @@ def update_monitor(
     check_callback(url if "callback_url" in given else None, settings)
     budget = updates["daily_budget_usd"] if "daily_budget_usd" in given else monitor.daily_budget_usd
     check_daily_budget(budget, list(config["judges"]), settings)
+    check_time_rules(
+        updates["retention_days"] if "retention_days" in given else monitor.retention_days,
+        updates["alerts"] if "alerts" in given else list(monitor.alerts or []),
+    )
     if (url is None) != (secret is None):
         raise field_error(
             ["callback_secret" if url is not None else "callback_url"],

@@ -18,18 +18,19 @@ error-rate guarantee (a noisy mean crosses it by chance), for a hard lower bound
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats as sps
 
-from judge_api.stats.sequential import Scale, confidence_sequence, first_crossing
+from judge_api.stats.sequential import RunningSequence, Scale, confidence_sequence, first_crossing
 
 CompareDecision = Literal["regression", "undecided"]
 FloorDecision = Literal["breach", "ok", "insufficient"]
 METHOD = "betting confidence sequence on arrival-order pairs (anytime-valid)"
+METHOD_KEPT = METHOD[:-1] + ", state kept across retention)"
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,127 @@ def compare(
         float(min(1.0, math.exp(-state.log_capital_up))),
         first_crossing(unit, alpha, threshold) if regression else None,
     )
+
+
+MAX_WAITING = 100_000
+"""Verdicts of one slice waiting for a partner that a :class:`CompareState` keeps; later ones are left out (by
+count only, never by value, so the pairs stay independent of the values and the test stays valid)."""
+
+
+@dataclass
+class CompareState:
+    """The compare rule's test kept as running state (issue 36 finding 1): :meth:`add` takes only the verdicts not
+    seen before, in arrival order, and :meth:`evidence` is what :func:`compare` (``block=1``) finds over all the
+    verdicts added so far, without needing them again: deleting old verdicts (retention) does not change the test.
+    Only the verdicts still waiting for a partner are kept (their values, no more)."""
+
+    low: float
+    high: float
+    confidence: float
+    margin: float
+    higher_is_worse: bool
+    sequence: RunningSequence
+    waiting_baseline: list[float] = field(default_factory=list)
+    waiting_candidate: list[float] = field(default_factory=list)
+    n_baseline: int = 0
+    baseline_total: float = 0.0
+    n_candidate: int = 0
+    candidate_total: float = 0.0
+    pairs: int = 0
+    difference_total: float = 0.0
+    left_out: int = 0
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        low: float,
+        high: float,
+        confidence: float,
+        margin: float = 0.0,
+        higher_is_worse: bool = False,
+        bounds: bool = True,
+    ) -> CompareState:
+        if not 0.0 < confidence < 1.0:
+            raise ValueError("confidence must be in (0, 1)")
+        scale = Scale("single", low, high)
+        threshold = scale.threshold_to_unit(min(margin, scale.width))
+        sequence = RunningSequence.start(1.0 - confidence, threshold, bounds=bounds)
+        return cls(low, high, confidence, margin, higher_is_worse, sequence)
+
+    def add(self, baseline: ArrayLike, candidate: ArrayLike) -> None:
+        """The new verdicts of each slice, each in arrival order."""
+        base = [float(v) for v in np.asarray(baseline, dtype="float64").ravel()]
+        cand = [float(v) for v in np.asarray(candidate, dtype="float64").ravel()]
+        self.n_baseline += len(base)
+        self.baseline_total += math.fsum(base)
+        self.n_candidate += len(cand)
+        self.candidate_total += math.fsum(cand)
+        room_b = max(0, MAX_WAITING - len(self.waiting_baseline))
+        room_c = max(0, MAX_WAITING - len(self.waiting_candidate))
+        self.left_out += max(0, len(base) - room_b) + max(0, len(cand) - room_c)
+        self.waiting_baseline += base[:room_b]
+        self.waiting_candidate += cand[:room_c]
+        n = min(len(self.waiting_baseline), len(self.waiting_candidate))
+        if n == 0:
+            return
+        diffs = paired_differences(
+            self.waiting_baseline[:n], self.waiting_candidate[:n], higher_is_worse=self.higher_is_worse
+        )
+        del self.waiting_baseline[:n], self.waiting_candidate[:n]
+        scale = Scale("single", self.low, self.high)
+        self.sequence.update(np.clip(scale.to_unit(diffs), 0.0, 1.0))
+        self.pairs += n
+        self.difference_total += float(diffs.sum())
+
+    def evidence(self) -> CompareEvidence:
+        alpha = 1.0 - self.confidence
+        base_mean = self.baseline_total / self.n_baseline if self.n_baseline else None
+        cand_mean = self.candidate_total / self.n_candidate if self.n_candidate else None
+        if self.pairs == 0:
+            return CompareEvidence(
+                "undecided",
+                0,
+                self.n_baseline,
+                self.n_candidate,
+                base_mean,
+                cand_mean,
+                None,
+                None,
+                None,
+                self.confidence,
+                self.margin,
+                None,
+            )
+        scale = Scale("single", self.low, self.high)
+        state = self.sequence.state()
+        regression = state.log_capital_up >= math.log(1.0 / alpha)
+        bounded = len(self.sequence.grid) > 1
+        return CompareEvidence(
+            "regression" if regression else "undecided",
+            self.pairs,
+            self.n_baseline,
+            self.n_candidate,
+            base_mean,
+            cand_mean,
+            self.difference_total / self.pairs,
+            scale.from_unit(state.low) if bounded else None,
+            scale.from_unit(state.high) if bounded else None,
+            self.confidence,
+            self.margin,
+            float(min(1.0, math.exp(-state.log_capital_up))),
+            self.sequence.crossed_at if regression else None,
+            METHOD_KEPT,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values (shallow: the lists are shared, not copied)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        return data | {"sequence": self.sequence.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CompareState:
+        return cls(**{**data, "sequence": RunningSequence.from_dict(data["sequence"])})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ evidence may be looked at after every new value.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -149,3 +149,93 @@ def first_crossing(values: ArrayLike, alpha: float, threshold: float) -> int | N
     log_up = np.cumsum(np.log1p(up * (x - threshold))) + math.log(HEDGE)
     crossed = np.flatnonzero(log_up >= math.log(1.0 / alpha))
     return int(crossed[0]) + 1 if crossed.size else None
+
+
+GRID = sorted({*np.round(np.linspace(0.01, 0.99, 99), 6).tolist(), *np.round(np.linspace(0.4, 0.6, 201), 6).tolist()})
+"""Means tracked by a :class:`RunningSequence` for its interval (the threshold is always among them): every 0.01,
+and every 0.001 within 0.1 of 1/2, where the compare rule's differences of no or a small change put the mean."""
+UPDATE_CHUNK = 4096
+
+
+@dataclass
+class RunningSequence:
+    """The betting confidence sequence kept as running sums (issue 36 finding 1): after :meth:`update` with values
+    ``x_1 .. x_n`` in any number of calls, its capital at the threshold is exactly what :func:`confidence_sequence`
+    finds over all of them, so a look never needs the values again (retention may delete them). Its interval is
+    the same running intersection on the means of ``GRID``, rounded outwards to them (never narrower)."""
+
+    alpha: float
+    threshold: float
+    grid: list[float]
+    t: int = 0
+    total: float = 0.0
+    """``sum x_i``: the plug-in mean's numerator."""
+    deviations: float = 0.0
+    """``sum (x_i - mu_hat_i)^2``: the plug-in variance's numerator."""
+    log_up: list[float] | None = None
+    max_up: list[float] | None = None
+    log_down: list[float] | None = None
+    max_down: list[float] | None = None
+    crossed_at: int | None = None
+    """The value count at which the capital at the threshold first reached ``log(1/alpha)`` (see first_crossing)."""
+
+    @classmethod
+    def start(cls, alpha: float, threshold: float, *, bounds: bool = True) -> RunningSequence:
+        grid = sorted({*(GRID if bounds else []), float(threshold)})
+        zeros = [0.0] * len(grid)
+        return cls(
+            alpha, float(threshold), grid, log_up=zeros, max_up=list(zeros), log_down=list(zeros), max_down=list(zeros)
+        )
+
+    def update(self, values: ArrayLike) -> None:
+        x = _finite(values)
+        if x.size and (x.min() < 0.0 or x.max() > 1.0):
+            raise ValueError("the confidence sequence needs values in [0, 1]")
+        for start in range(0, x.size, UPDATE_CHUNK):
+            self._update(x[start : start + UPDATE_CHUNK])
+
+    def _update(self, x: np.ndarray) -> None:
+        t = self.t + np.arange(1, x.size + 1, dtype="float64")
+        mu_hat = (0.5 + self.total + np.cumsum(x)) / (t + 1.0)
+        deviations = self.deviations + np.cumsum((x - mu_hat) ** 2)
+        sigma2 = (0.25 + deviations) / (t + 1.0)
+        before = 0.25 if self.t == 0 else (0.25 + self.deviations) / (self.t + 1.0)
+        sigma2_prev = np.concatenate(([before], sigma2[:-1]))
+        bets = np.sqrt(2.0 * math.log(2.0 / self.alpha) / (sigma2_prev * t * np.log1p(t)))[:, None]
+        m = np.asarray(self.grid)[None, :]
+        up = np.minimum(bets, np.where(m > 0, BET_TRUNCATION / np.maximum(m, 1e-300), np.inf))
+        down = np.minimum(bets, np.where(m < 1, BET_TRUNCATION / np.maximum(1.0 - m, 1e-300), np.inf))
+        path_up = np.asarray(self.log_up) + np.cumsum(np.log1p(up * (x[:, None] - m)), axis=0)
+        path_down = np.asarray(self.log_down) + np.cumsum(np.log1p(-down * (x[:, None] - m)), axis=0)
+        if self.crossed_at is None:
+            at = path_up[:, self.grid.index(self.threshold)] + math.log(HEDGE) >= math.log(1.0 / self.alpha)
+            hits = np.flatnonzero(at)
+            self.crossed_at = self.t + int(hits[0]) + 1 if hits.size else None
+        self.max_up = np.maximum(np.asarray(self.max_up), path_up.max(axis=0)).tolist()
+        self.max_down = np.maximum(np.asarray(self.max_down), path_down.max(axis=0)).tolist()
+        self.log_up, self.log_down = path_up[-1].tolist(), path_down[-1].tolist()
+        self.t += int(x.size)
+        self.total += float(x.sum())
+        self.deviations = float(deviations[-1])
+
+    def state(self) -> SequenceState:
+        """As :func:`confidence_sequence` over every value so far (the bounds on the grid)."""
+        assert self.max_up is not None and self.max_down is not None
+        barrier = math.log(1.0 / self.alpha)
+        up = np.asarray(self.max_up) + math.log(HEDGE)
+        down = np.asarray(self.max_down) + math.log(1.0 - HEDGE)
+        grid = np.asarray(self.grid)
+        below = grid[up >= barrier]  # means the values are credibly above
+        above = grid[down >= barrier]  # means the values are credibly below
+        low = float(below.max()) if below.size else 0.0
+        high = float(above.min()) if above.size else 1.0
+        index = self.grid.index(self.threshold)
+        return SequenceState(self.t, low, high, float(up[index]), float(down[index]))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values (shallow: the lists are shared, not copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunningSequence:
+        return cls(**data)

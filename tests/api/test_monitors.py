@@ -427,9 +427,11 @@ def test_retention_deletes_old_judgments_and_keeps_the_series(api: Api) -> None:
     assert sum(r["n"] for r in before) == 25  # five still pending
 
     assert monitor_retention.apply(now=utcnow() + timedelta(days=1)) == 0  # not old enough yet
-    assert monitor_retention.apply(now=utcnow() + timedelta(days=3), chunk=7) == 30  # in chunks of 7
+    assert monitor_retention.apply(now=utcnow() + timedelta(days=3), chunk=7) == 25  # in chunks of 7
     counts = table_counts(api.database_url)
-    assert counts["monitor_responses"] == counts["items"] == counts["judgments"] == 0
+    # the five pending judgments keep their items; every response id is kept (a replay stays a duplicate)
+    assert counts["items"] == counts["judgments"] == 5
+    assert counts["monitor_responses"] == 30
     after = api.client.get(f"/v1/monitors/{monitor['id']}/series", params=params).json()["rows"]
     assert after == before
     daily = api.client.get(f"/v1/monitors/{monitor['id']}/series", params={"bucket": "1d", "by": "system"}).json()
@@ -445,4 +447,46 @@ def test_retention_deletes_old_judgments_and_keeps_the_series(api: Api) -> None:
     assert first["n"] == was["n"] + 1
     assert first["mean"] == pytest.approx((was["mean"] * was["n"] + 7.0) / (was["n"] + 1))
     run = api.client.get(f"/v1/runs/{monitor['run_id']}").json()
-    assert run["n_items"] == 1 and run["n_judgments"] == 1
+    assert run["n_items"] == 6 and run["n_judgments"] == 6  # the five pending ones and the late one
+
+
+def test_retention_never_rejudges_a_replay_nor_deletes_a_pending_judgment(api: Api) -> None:
+    """Issue 36 finding 8: retention_days=1, a pass 25 h later, the same batch replayed: every id is a duplicate
+    (nothing sampled or judged again), and the judgment still pending survives the pass."""
+    from datetime import timedelta
+
+    from judge_api import monitor_retention
+    from judge_api.models import utcnow
+
+    monitor = create(api, sample_rate=1.0, retention_days=1)
+    url = f"/v1/monitors/{monitor['id']}/responses"
+    batch = [response(i) for i in range(4)]
+    assert api.client.post(url, json=batch).json()["sampled"] == 4
+    _judge_all(api.database_url, {r["id"]: 5.0 for r in batch[:3]})  # resp-3 stays pending
+
+    assert monitor_retention.apply(now=utcnow() + timedelta(hours=25)) == 3
+    counts = table_counts(api.database_url)
+    assert counts["items"] == counts["judgments"] == 1
+    assert counts["monitor_responses"] == 4
+    engine = create_engine(api.database_url)
+    try:
+        with engine.connect() as connection:
+            left = connection.execute(text("SELECT item_key, status FROM judgments")).all()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in left] == [("resp-3", "pending")]
+
+    replay = api.client.post(url, json=batch)
+    assert replay.status_code == 202, replay.text
+    assert replay.json()["duplicates"] == 4
+    assert replay.json()["accepted"] == 0 and replay.json()["sampled"] == 0
+    assert table_counts(api.database_url)["judgments"] == 1
+    # the dashboard's bucket lists only the responses whose content is still kept
+    today = {"start": utcnow().strftime("%Y-%m-%dT00:00:00Z"), "bucket": "1d"}
+    bucket = api.client.get(url, params=today).json()
+    assert [item["response_id"] for item in bucket["items"]] == ["resp-3"]
+
+    # past the replay window (DJ_MONITOR_REPLAY_DAYS, 7) the finished responses' ids go; the pending one stays whole
+    assert monitor_retention.apply(now=utcnow() + timedelta(days=8, hours=1)) == 3
+    counts = table_counts(api.database_url)
+    assert counts["monitor_responses"] == counts["items"] == counts["judgments"] == 1

@@ -76,3 +76,37 @@ def test_floor_rule() -> None:
     assert breach.decision == "breach" and breach.n == 200 and breach.mean == 50.0
     assert alerts.floor([61.0] * 300, below=60, min_n=200).decision == "ok"
     assert alerts.floor([], below=60, min_n=1).decision == "insufficient"
+
+
+def test_the_kept_state_fed_in_pieces_is_the_test_over_every_verdict() -> None:
+    """Issue 36 finding 1: CompareState, given the verdicts a few at a time and stored as JSON between looks, finds
+    what compare() finds over all of them (the same capital, decision and crossing; its interval on the grid,
+    never narrower)."""
+    import json
+
+    rng = np.random.default_rng(5)
+    baseline, candidate = scores(rng, 3000, 72), scores(rng, 2500, 70)
+    state = alerts.CompareState.start(low=1, high=100, confidence=0.95)
+    b = c = 0
+    while b < baseline.size or c < candidate.size:
+        nb, nc = int(rng.integers(0, 200)), int(rng.integers(0, 200))
+        state.add(baseline[b : b + nb], candidate[c : c + nc])
+        b, c = b + nb, c + nc
+        state = alerts.CompareState.from_dict(json.loads(json.dumps(state.as_dict())))
+    kept, whole = state.evidence(), alerts.compare(baseline, candidate, low=1, high=100, confidence=0.95)
+    assert (
+        (kept.decision, kept.n, kept.decided_at)
+        == (whole.decision, whole.n, whole.decided_at)
+        == (
+            "regression",
+            2500,
+            whole.decided_at,
+        )
+    )
+    assert kept.p_value == pytest.approx(whole.p_value, rel=1e-9)
+    assert kept.difference == pytest.approx(whole.difference)
+    assert kept.baseline_mean == pytest.approx(whole.baseline_mean)
+    assert whole.ci_low is not None and whole.ci_high is not None and kept.ci_low is not None
+    assert kept.ci_high is not None
+    assert kept.ci_low <= whole.ci_low <= whole.ci_high <= kept.ci_high
+    assert whole.ci_low - kept.ci_low < 0.25 and kept.ci_high - whole.ci_high < 0.25
