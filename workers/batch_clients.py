@@ -9,9 +9,10 @@ batched judgment is asked and read exactly as a real-time one. Provider errors o
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -41,6 +42,7 @@ PROVIDER_LIMITS: dict[str, tuple[int, int]] = {
 RETRYABLE_STATUS = (408, 409, 429)
 RETRYABLE_ANTHROPIC_ERRORS = ("api_error", "overloaded_error", "rate_limit_error", "timeout_error")
 METADATA_KEY = "dialogue_judge_batch"
+FOREIGN = "foreign"  # a result whose custom_id is none of the batch row's requests
 
 
 @dataclass
@@ -58,12 +60,27 @@ class BatchState:
 @dataclass
 class BatchResult:
     """One request's result: ``succeeded`` (``reply``), ``errored`` (``error``, retryable or not), ``expired`` or
-    ``canceled``."""
+    ``canceled``; ``foreign`` when its custom_id is not one of the row's requests (refused).
+
+    ``billed``: the provider ran the request and charges for it. Both bill only a request the model answered
+    (OpenAI: "charged for any completed work"; Anthropic: errored, canceled and expired requests are not billed),
+    so an answer that cannot be read is billed and an errored, expired or cancelled request is not."""
 
     custom_id: str
     kind: str
     reply: JudgeReply | None = None
     error: JudgeCallError | None = None
+    billed: bool = False
+
+
+@dataclass(frozen=True)
+class Found:
+    """A lookup of a row's lost provider batch: ``batch_id`` when a batch is proven the row's (OpenAI: its metadata
+    carries the row's tag; Anthropic: its results carry exactly the row's custom_ids); ``unconfirmed`` when a batch
+    that may be the row's cannot be checked yet (Anthropic shows a batch's custom_ids only once it has ended)."""
+
+    batch_id: str | None = None
+    unconfirmed: bool = False
 
 
 class BatchClient(Protocol):
@@ -73,7 +90,7 @@ class BatchClient(Protocol):
 
     def submit(self, requests: list[tuple[str, JudgeRequest]], tag: str) -> tuple[str, str | None]: ...
 
-    def find(self, tag: str, requests: int, since: datetime, taken: Callable[[str], bool]) -> str | None: ...
+    def find(self, tag: str, custom_ids: Collection[str], since: datetime, taken: Callable[[str], bool]) -> Found: ...
 
     def retrieve(self, batch_id: str) -> BatchState: ...
 
@@ -133,18 +150,19 @@ class OpenAIBatchClient:
             raise _call_error(exc, self.spec.provider) from None
         return batch.id, uploaded.id
 
-    def find(self, tag: str, requests: int, since: datetime, taken: Callable[[str], bool]) -> str | None:
-        """A batch created for ``tag`` whose id was never recorded (the worker died right after creating it)."""
+    def find(self, tag: str, custom_ids: Collection[str], since: datetime, taken: Callable[[str], bool]) -> Found:
+        """A batch created for ``tag`` (the row and its nonce, in the batch's metadata) whose id was never recorded
+        (the worker died right after creating it, or was slow)."""
         try:
             for batch in self._client.batches.list(limit=100):
                 if (batch.metadata or {}).get(METADATA_KEY) == tag and not taken(batch.id):
-                    return batch.id
+                    return Found(batch.id)
                 created = _ts(batch.created_at)
                 if created is not None and created < since:
-                    return None
+                    return Found()
         except openai.APIError as exc:
             raise _call_error(exc, self.spec.provider) from None
-        return None
+        return Found()
 
     def retrieve(self, batch_id: str) -> BatchState:
         try:
@@ -176,7 +194,8 @@ class OpenAIBatchClient:
         for line in lines:
             custom_id = str(line.get("custom_id"))
             request = requests.get(custom_id)
-            if request is None:
+            if request is None:  # not one of the row's requests: reported, so the caller refuses it
+                yield BatchResult(custom_id, FOREIGN)
                 continue
             yield self._result(custom_id, line, request)
 
@@ -185,9 +204,10 @@ class OpenAIBatchClient:
         error = line.get("error")
         if isinstance(response, dict) and response.get("status_code") == 200:
             try:
-                return BatchResult(custom_id, "succeeded", self.judge.read_reply(response.get("body"), request, 0.0))
+                reply = self.judge.read_reply(response.get("body"), request, 0.0)
+                return BatchResult(custom_id, "succeeded", reply, billed=True)
             except JudgeCallError as exc:
-                return BatchResult(custom_id, "errored", error=exc)
+                return BatchResult(custom_id, "errored", error=exc, billed=True)
         if isinstance(error, dict) and error.get("code") in ("batch_expired", "batch_cancelled"):
             return BatchResult(custom_id, "expired" if error["code"] == "batch_expired" else "canceled")
         status = response.get("status_code") if isinstance(response, dict) else None
@@ -228,21 +248,30 @@ class AnthropicBatchClient:
             raise _call_error(exc, "anthropic") from None
         return batch.id, None
 
-    def find(self, tag: str, requests: int, since: datetime, taken: Callable[[str], bool]) -> str | None:
-        """Message batches carry no metadata: a batch created since ``since`` with as many requests that no other
-        stored batch holds (``taken``); its results are matched by ``custom_id`` when they are read."""
+    def find(self, tag: str, custom_ids: Collection[str], since: datetime, taken: Callable[[str], bool]) -> Found:
+        """Message batches carry no metadata and show their requests' custom_ids only once they have ended: a
+        candidate is a batch created since ``since`` with as many requests that no stored row holds (``taken``);
+        an ended one is the row's only when its results carry exactly the row's custom_ids (the row and its nonce
+        in each); one still processing is ``unconfirmed`` (the caller waits for it to end)."""
+        wanted = set(custom_ids)
+        unconfirmed = False
         try:
             for batch in self._client.messages.batches.list(limit=100):
                 created = _ts(batch.created_at)
                 if created is not None and created < since:
-                    return None
+                    break
                 counts = batch.request_counts
                 total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
-                if total == requests and not taken(batch.id):
-                    return batch.id
+                if total != len(wanted) or taken(batch.id):
+                    continue
+                if batch.processing_status != "ended":
+                    unconfirmed = True
+                    continue
+                if {entry.custom_id for entry in self._client.messages.batches.results(batch.id)} == wanted:
+                    return Found(batch.id)
         except anthropic.APIError as exc:
             raise _call_error(exc, "anthropic") from None
-        return None
+        return Found(unconfirmed=unconfirmed)
 
     def retrieve(self, batch_id: str) -> BatchState:
         try:
@@ -269,15 +298,17 @@ class AnthropicBatchClient:
         except anthropic.APIError as exc:
             raise _call_error(exc, "anthropic") from None
         for entry in decoded:
-            if entry.custom_id not in requests:
+            if entry.custom_id not in requests:  # not one of the row's requests: reported, so the caller refuses it
+                yield BatchResult(entry.custom_id, FOREIGN)
                 continue
             result = entry.result.model_dump(mode="json")
             kind = str(result.get("type"))
             if kind == "succeeded":
                 try:
-                    yield BatchResult(entry.custom_id, kind, self.judge.read_reply(result.get("message"), 0.0))
+                    reply = self.judge.read_reply(result.get("message"), 0.0)
+                    yield BatchResult(entry.custom_id, kind, reply, billed=True)
                 except JudgeCallError as exc:
-                    yield BatchResult(entry.custom_id, "errored", error=exc)
+                    yield BatchResult(entry.custom_id, "errored", error=exc, billed=True)
             elif kind == "errored":
                 detail = (result.get("error") or {}).get("error") or {}
                 etype = str(detail.get("type") or "api_error")
@@ -293,6 +324,12 @@ class AnthropicBatchClient:
             self._client.messages.batches.cancel(batch_id)
         except anthropic.APIError as exc:
             raise _call_error(exc, "anthropic") from None
+
+
+def request_part(prompt_key: str) -> str:
+    """A request's own part of its ``custom_id``: a digest of its prompt's judge-cache key, checked again when its
+    result is read (a result whose id names another prompt is refused)."""
+    return hashlib.sha256(prompt_key.encode("utf-8")).hexdigest()[:16]
 
 
 def batch_client_for(spec: JudgeSpec, settings: Settings) -> BatchClient | None:

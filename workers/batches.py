@@ -8,18 +8,24 @@ Judgments sharing a judge-cache key share one request. Each batch is stored with
 (``provider_batches``, ``provider_batch_judgments``) and their claims handed to the batch **before** the provider is
 asked (repository.batches.open_batch), then submitted and marked ``open``. A worker killed after that leaves a
 batch the pollers know; a worker killed in between leaves a ``submitting`` batch, which the poller looks up at the
-provider (OpenAI by metadata; Anthropic by its request count and creation time) before it gives the judgments back.
-No judgment inside a batch is claimed or re-sent by anyone else: its claim is the batch's.
+provider (OpenAI by metadata; Anthropic by its request count and creation time, proven by its results' custom ids)
+before it gives the judgments back. Each custom id carries the row, a random nonce drawn with it and a digest of the
+request's prompt key, so a result is only ever written to the row that sent it. A row's status moves one way
+(compare-and-set): a batch that reached the provider after its row was given up is taken by a new row with the
+judgments still waiting for it, or cancelled (``_arrived_late``). No judgment inside a batch is claimed or re-sent
+by anyone else: its claim is the batch's.
 
 Poll (the task ``dialogue_judge.poll_batches``, sent by the sweeper while batches are due; any worker): one poller
 per batch (compare-and-set on ``next_poll_at``). It sends a requested cancel, retrieves the batch and, once it has
 ended, reads the results (each request's judgments prepared as its result is read, their verdicts handed to the
-writer at once): a succeeded request is parsed, priced at the batch price from the price table (its prompt
+writer at once): a result whose custom id is not the row's, or names another prompt, is refused; a succeeded
+request is parsed, priced at the batch price from the price table (its prompt
 cache tokens as the provider reported them), its reply cached, and its verdict written through the verdict writer
 with the batch's claim token. The provider keeps the results (24 h and more), so the stash has nothing to keep: a
 poller killed while writing leaves the batch open and the next one writes the rest. Errored and expired requests are
 retried per the usual rules (``DJ_MAX_ATTEMPTS``; a rejected request, 4xx, fails at once): in a later batch, or in
-real time when the run says ``batch_retry: realtime``. A cancelled request's judgment is cancelled when the run was
+real time when the run says ``batch_retry: realtime``; billed by neither provider, they are not provider calls. A
+cancelled request's judgment is cancelled when the run was
 cancelled (or its budget ran out), else retried.
 """
 
@@ -36,7 +42,7 @@ from judge_api.judges import JudgeSpec, parse_judge
 from judge_api.models import utcnow
 from judge_api.repository import batches as repo
 from judge_api.repository import claims
-from workers.batch_clients import PROVIDER_LIMITS, BatchClient, BatchResult, batch_client_for
+from workers.batch_clients import PROVIDER_LIMITS, BatchClient, BatchResult, batch_client_for, request_part
 from workers.billing import CallTally
 from workers.clients import JudgeCallError, JudgeRequest
 from workers.dispatch import cache_plan
@@ -103,7 +109,8 @@ class BatchStage:
         for same in by_key.values():
             ready = same[0].ready
             assert ready is not None
-            line = client.line_bytes(f"j{same[0].judgment.id}", ready.request) if client is not None else 0
+            sized = f"{repo.CUSTOM_ID_LEAD}{'0' * 10}-{'0' * 12}-{request_part(ready.key)}"  # a custom_id's longest
+            line = client.line_bytes(sized, ready.request) if client is not None else 0
             if chunks[-1] and (requests + 1 > max_requests or size + line > max_bytes):
                 chunks.append([])
                 requests = size = 0
@@ -128,16 +135,16 @@ class BatchStage:
                 repository.cancel_pending(session, run_id, f"run budget of ${budget} reached")
                 session.commit()
             return
-        custom: dict[str, str] = {}
+        own: dict[str, str] = {}  # a request's own part of its custom_id, by prompt key
         members: list[tuple[int, str]] = []
         requests: list[tuple[str, JudgeRequest]] = []
         for loaded in chunk:
             ready = loaded.ready
             assert ready is not None
-            if ready.key not in custom:
-                custom[ready.key] = f"j{loaded.judgment.id}"
-                requests.append((custom[ready.key], ready.request))
-            members.append((loaded.judgment.id, custom[ready.key]))
+            if ready.key not in own:
+                own[ready.key] = request_part(ready.key)
+                requests.append((own[ready.key], ready.request))
+            members.append((loaded.judgment.id, own[ready.key]))
         opened = repo.open_batch(
             engine.db,
             run_id,
@@ -151,17 +158,20 @@ class BatchStage:
             keeper.drop(loaded.judgment.id)
         if opened is None:
             return  # every claim was lost meanwhile: their new holders judge them
-        pk, held = opened
-        requests = [(c, r) for c, r in requests if any(j in held and cid == c for j, cid in members)]
+        pk, held, prefix = opened
+        sent = {cid for j, cid in members if j in held}
+        requests = [(prefix + c, r) for c, r in requests if c in sent]
         try:
             client = self.client_factory(spec, self.settings)
             if client is None:
                 raise JudgeCallError("unsupported", f"{spec.provider} has no batch API", False)
-            batch_id, file_id = client.submit(requests, str(pk))
+            batch_id, file_id = client.submit(requests, prefix)
         except JudgeCallError as exc:
             self._submit_failed(pk, exc, chunk, held, token, done)
             return
-        repo.mark_submitted(engine.db, pk, batch_id, file_id, self.settings.batch_poll_s)
+        if not repo.mark_submitted(engine.db, pk, batch_id, file_id, self.settings.batch_poll_s):
+            done.batched |= self._arrived_late(pk, client, batch_id, file_id)
+            return
         done.batched |= held
         log.info(
             "run %s: provider batch %s (%s) holds %d judgments in %d requests",
@@ -171,6 +181,35 @@ class BatchStage:
             len(held),
             len(requests),
         )
+
+    def _arrived_late(self, pk: int, client: BatchClient, batch_id: str, file_id: str | None) -> set[int]:
+        """The provider took the batch after its row was given up (this worker was slower than the grace period;
+        the row's judgments were sent back). A new row takes the batch with those judgments still waiting, so it is
+        read, not paid for again; when any of them was taken meanwhile (it will be asked again elsewhere), the
+        batch is cancelled: what it had not run is not billed, and what it had is read for the judgments it
+        holds."""
+        db = self.engine.db
+        adopted = repo.adopt_late_batch(db, pk, batch_id, file_id, self.settings.batch_poll_s)
+        new_pk, taken, members = adopted if adopted is not None else (None, set(), 0)
+        if adopted is None or len(taken) < members:
+            try:
+                client.cancel(batch_id)
+            except JudgeCallError as exc:  # the row's poll sends it again (cancel_sent_at stays unset)
+                log.warning("provider batch %s: cancel of a late batch failed: %s", batch_id, exc)
+                if new_pk is not None:
+                    repo.update_batch(db, new_pk, cancel_requested_at=utcnow())
+            else:
+                if new_pk is not None:
+                    repo.update_batch(db, new_pk, cancel_requested_at=utcnow(), cancel_sent_at=utcnow())
+        if adopted is None:  # nothing waits for it: cancelled, and noted on the given-up row
+            repo.update_batch(db, pk, error=f"reached the provider after it was given up: {batch_id} cancelled")
+        log.warning(
+            "provider batch row %s: its batch %s reached the provider after it was given up; %s",
+            pk,
+            batch_id,
+            f"taken by row {new_pk} with {len(taken)} of {members} judgments" if new_pk else "cancelled",
+        )
+        return taken
 
     def _submit_failed(
         self, pk: int, exc: JudgeCallError, chunk: list[Loaded], held: set[int], token: str, done: Submitted
@@ -262,23 +301,27 @@ class BatchStage:
         from datetime import timedelta
 
         db = self.engine.db
-        found = client.find(
-            str(row.id), row.requests, row.created_at - timedelta(seconds=60), lambda b: repo.tracked(db, b)
-        )
-        if found is not None:
-            repo.mark_submitted(self.engine.db, row.id, found, None, 0.0)
-            return found
+        custom_ids = repo.custom_ids(db, row.id)
+        prefixes = {repo.prefix_of(custom_id) for custom_id in custom_ids}
+        tag = prefixes.pop() if len(prefixes) == 1 and "" not in prefixes else str(row.id)
+        since = row.created_at - timedelta(seconds=60)
+        found = client.find(tag, custom_ids, since, lambda b: repo.tracked(db, b))
+        if found.batch_id is not None:
+            # the row's worker may have marked it meanwhile: then the next poll reads it as open
+            return found.batch_id if repo.mark_submitted(db, row.id, found.batch_id, None, 0.0) else None
+        if found.unconfirmed:  # a batch that may be the row's is still running: wait until it can be checked
+            log.info("provider batch row %s: a candidate batch is still processing; waiting to check it", row.id)
+            repo.update_batch(db, row.id, next_poll_at=self._next_poll(self.settings.batch_poll_s))
+            return None
         if utcnow() - row.created_at < timedelta(seconds=SUBMIT_GRACE_S):
             return None
-        members = repo.held_members(self.engine.db, row.id)
+        members = repo.held_members(db, row.id)
         outcomes = [
             {"jid": jid, "status": "pending", "error": None, "attempts": attempts, "calls": 0}
             for jid, _, attempts in members
         ]
-        repo.update_batch(
-            self.engine.db, row.id, status="failed", ended_at=utcnow(), error="never reached the provider"
-        )
-        self._resend(repo.send_back(self.engine.db, row.id, outcomes))
+        if repo.give_up(db, row.id, "never reached the provider"):
+            self._resend(repo.send_back(db, row.id, outcomes))
         return None
 
     def _collect(self, row: repo.BatchRow, client: BatchClient, batch_id: str, state: Any) -> None:
@@ -287,6 +330,12 @@ class BatchStage:
         database sees a few statements per group of verdicts, none per request (repository.batches.send_back)."""
         engine = self.engine
         db = engine.db
+        ended: dict[str, Any] = {
+            "status": "ended",
+            "ended_at": state.ended_at or utcnow(),
+            "provider_status": state.status,
+            "next_poll_at": None,
+        }
         members = repo.held_members(db, row.id)
         if members:
             tasks = {task.id: task for task in claims.load_tasks(db, [jid for jid, _, _ in members])}
@@ -300,6 +349,8 @@ class BatchStage:
             writes: list[VerdictWrite] = []
             outcomes: list[dict[str, Any]] = []
 
+            refused: list[str] = []
+
             def settle(custom_id: str, result: BatchResult | None) -> None:
                 for index, (jid, attempts) in enumerate(by_custom[custom_id]):
                     task, known = tasks.get(jid), requests.prepared(jid)
@@ -307,6 +358,12 @@ class BatchStage:
                         outcomes.append(
                             {"jid": jid, "status": "failed", "error": "cannot be read back", "attempts": attempts + 1}
                         )
+                        continue
+                    prefix = repo.prefix_of(custom_id)
+                    if result is not None and prefix and custom_id[len(prefix) :] != request_part(known.key):
+                        refused.append(custom_id)  # the id names another prompt than this judgment's: not its reply
+                        error = JudgeCallError("server_error", "result refused: its prompt key is not this one's", True)
+                        outcomes.append(self._retry_or_fail(jid, attempts, error, int(index == 0 and result.billed)))
                         continue
                     outcome = self._outcome(jid, attempts, result, stopped, payer=index == 0)
                     if outcome is not None:
@@ -319,7 +376,9 @@ class BatchStage:
 
             read: set[str] = set()
             for result in client.results(batch_id, state, requests):
-                if result.custom_id in by_custom and result.custom_id not in read:
+                if result.custom_id not in by_custom:  # another row's request (or another deployment's)
+                    refused.append(result.custom_id)
+                elif result.custom_id not in read:
                     read.add(result.custom_id)
                     settle(result.custom_id, result)
             for custom_id in by_custom:
@@ -336,14 +395,10 @@ class BatchStage:
                 engine.judge_realtime(pending)
             else:
                 self._resend(pending)
-        repo.update_batch(
-            db,
-            row.id,
-            status="ended",
-            ended_at=state.ended_at or utcnow(),
-            provider_status=state.status,
-            next_poll_at=None,
-        )
+            if refused:
+                log.warning("provider batch %s (%s): %d results refused", row.id, batch_id, len(refused))
+                ended.update(error=f"{len(refused)} results refused: not this batch's requests ({refused[0]}, ...)")
+        repo.update_batch(db, row.id, **ended)
 
     def _outcome(
         self, jid: int, attempts: int, result: BatchResult | None, stopped: bool, payer: bool
@@ -351,10 +406,11 @@ class BatchStage:
         """What a judgment whose request gave no reply becomes (None: it has a reply, a verdict to write)."""
         if result is not None and result.kind == "succeeded" and result.reply is not None:
             return None
-        calls = 1 if payer else 0  # the request was sent once for every judgment sharing it
         if result is None:
             error = JudgeCallError("server_error", "the provider returned no result for this request", True)
-            return self._retry_or_fail(jid, attempts, error, calls)
+            return self._retry_or_fail(jid, attempts, error, 0)
+        # a call is what the provider bills (an answered request), once for every judgment sharing it
+        calls = 1 if payer and result.billed else 0
         if result.kind == "canceled":
             if stopped:
                 return {

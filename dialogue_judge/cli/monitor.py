@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from dialogue_judge.cli.support import api_client, console, fail, read_items
+from dialogue_judge.cli.support import api_client, console, emit, fail, read_items
 from dialogue_judge.client import ApiClient, ApiError
 
 monitor_app = typer.Typer(
@@ -110,7 +110,7 @@ def show(
         monitor = _client(api, api_key).monitor_info(monitor_id)
     except ApiError as exc:
         raise _fail(exc.message) from None
-    _print(json.dumps(monitor, indent=2, default=str))
+    emit(json.dumps(monitor, indent=2, default=str))
 
 
 @monitor_app.command("delete")
@@ -179,11 +179,11 @@ def series(
         data = _client(api, api_key).monitor_series(monitor_id, format="csv" if fmt == "csv" else None, **params)
     except ApiError as exc:
         raise _fail(exc.message) from None
-    if fmt == "csv":
-        _print(str(data).rstrip("\n"))
+    if fmt == "csv":  # written as is: rich would read [..] as markup and :name: as emoji
+        emit(str(data))
         return
     if fmt == "json":
-        _print(json.dumps(data, indent=2))
+        emit(json.dumps(data, indent=2))
         return
     for row in data["rows"]:
         slices = " ".join(f"{s}={row[s]}" for s in ("system", "version", "segment") if row[s] is not None)

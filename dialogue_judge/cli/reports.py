@@ -61,6 +61,8 @@ def agreement(
     api_key: str = typer.Option(None),
 ) -> None:
     """Judge-human and human-human agreement for a run with human ratings."""
+    if fmt not in ("table", "json"):
+        raise fail(f"--format must be table or json (got {fmt!r})")
     try:
         result = api_client(api, api_key).get(f"/v1/runs/{run_id}/agreement", human_prefix=human_prefix)
     except ApiError as exc:

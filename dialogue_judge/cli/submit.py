@@ -132,7 +132,11 @@ def submit(
     batch_retry: str = typer.Option(
         None, help="--batch: retry errored or expired requests in a later 'batch' (default) or in 'realtime'"
     ),
-    fmt: str = typer.Option("table", "--format", help="report format with --wait: table, json, md"),
+    fmt: str = typer.Option(
+        "table",
+        "--format",
+        help="stdout's format: table, json, md (--wait: the report's; else json prints the created run)",
+    ),
     api: str = typer.Option(None, help="API URL (default DJ_API_URL or http://127.0.0.1:8000)"),
     api_key: str = typer.Option(None, help="API key (default DJ_API_KEY)"),
     retry_for: float = typer.Option(
@@ -143,6 +147,8 @@ def submit(
 
     The submission carries an Idempotency-Key (a fresh UUID) and is retried with the same key when the connection
     breaks or the API answers 5xx, so it creates exactly one run even when the API dies mid-request."""
+    if fmt not in ("table", "json", "md"):
+        raise fail(f"--format must be table, json or md (got {fmt!r})")
     items = read_items(file)
     if samples != "adaptive" and not samples.isdigit():
         raise fail(f"--samples must be a count or 'adaptive' (got {samples!r})")
@@ -222,12 +228,19 @@ def submit(
             return
         created = client.create_run(body)
         if created.get("n_generations"):
-            emit(
+            line = (
                 f"{created['id']}  {created['n_items']} items  {created['n_generations']} responses to generate, "
                 "judgments planned as they arrive"
             )
         else:
-            emit(f"{created['id']}  {created['n_items']} items  {created['n_judgments']} judgments")
+            line = f"{created['id']}  {created['n_items']} items  {created['n_judgments']} judgments"
+        # stdout holds only the format asked for: with --wait the report, so the run's line is a notice
+        if wait:
+            err.print(line, highlight=False, markup=False)
+        elif fmt == "json":
+            emit(json.dumps(created, indent=2))
+        else:
+            emit(line)
         if wait:
             finished = wait_for_run(client, created["id"])
             emit(render_report(client.report(created["id"]), fmt))

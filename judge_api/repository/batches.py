@@ -8,6 +8,7 @@ and its result is written with the same compare-and-set on the claim token as a 
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,12 +27,25 @@ from judge_api.models import (
 )
 
 BATCH_TOKEN_PREFIX = "batch:"
+CUSTOM_ID_LEAD = "dj"
 # a judgment inside a batch keeps its claim this long: the providers' 24 h window and a margin; no lease renewal
 BATCH_HOLD = timedelta(hours=25)
 
 
 def batch_token(batch_pk: int) -> str:
     return f"{BATCH_TOKEN_PREFIX}{batch_pk}"
+
+
+def custom_id_prefix(batch_pk: int, nonce: str) -> str:
+    """What every ``custom_id`` of batch row ``batch_pk`` starts with (and OpenAI's batch metadata carries): the
+    row and a random nonce drawn when the row is stored, so no other row (of this deployment or another sharing the
+    key) can own a request with the same id. The request's own part follows (a digest of its prompt's key)."""
+    return f"{CUSTOM_ID_LEAD}{batch_pk}-{nonce}-"
+
+
+def prefix_of(custom_id: str) -> str:
+    """The row's part of a ``custom_id`` ('' for a request stored before custom ids carried it: ``j<id>``)."""
+    return custom_id[: custom_id.rindex("-") + 1] if custom_id.startswith(CUSTOM_ID_LEAD) else ""
 
 
 @dataclass(frozen=True)
@@ -69,11 +83,13 @@ def open_batch(
     members: Sequence[tuple[int, str]],
     worker_token: str,
     first_poll_in_s: float,
-) -> tuple[int, set[int]] | None:
+) -> tuple[int, set[int], str] | None:
     """Store a batch about to be submitted and hand its judgments from the worker's claim to the batch's, in one
-    transaction. ``members``: (judgment id, custom_id). Returns the batch's id and the judgments it holds (those
-    whose claim this worker still had), or None when it holds none (nothing stored)."""
+    transaction. ``members``: (judgment id, the request's own part of its custom_id); each custom_id is stored as
+    ``custom_id_prefix(row, nonce)`` + that part. Returns the batch's id, the judgments it holds (those whose claim
+    this worker still had) and the custom_id prefix, or None when it holds none (nothing stored)."""
     now = utcnow()
+    nonce = secrets.token_hex(6)
     batches, judgments, joined = _batches(), _judgments(), _members()
     with engine.begin() as connection:
         pk = connection.execute(
@@ -110,20 +126,23 @@ def open_batch(
         if not moved:
             connection.rollback()
             return None
-        held = [(judgment_id, custom_id) for judgment_id, custom_id in members if judgment_id in moved]
+        prefix = custom_id_prefix(int(pk), nonce)
+        held = [(judgment_id, prefix + local) for judgment_id, local in members if judgment_id in moved]
         connection.execute(insert(joined), [{"batch_pk": pk, "judgment_id": j, "custom_id": c} for j, c in held])
         connection.execute(
             update(batches).where(batches.c.id == pk).values(requests=len({c for _, c in held}), judgments=len(held))
         )
-    return int(pk), moved
+    return int(pk), moved, prefix
 
 
-def mark_submitted(engine: Engine, pk: int, provider_batch_id: str, file_id: str | None, poll_in_s: float) -> None:
+def mark_submitted(engine: Engine, pk: int, provider_batch_id: str, file_id: str | None, poll_in_s: float) -> bool:
+    """``submitting`` -> ``open``, a compare-and-set: a row given up meanwhile (``failed``, its judgments sent back)
+    is never reopened; False then, and the caller owns the provider batch it made (workers.batches)."""
     now = utcnow()
     with engine.begin() as connection:
-        connection.execute(
+        result = connection.execute(
             update(_batches())
-            .where(_batches().c.id == pk)
+            .where(_batches().c.id == pk, _batches().c.status == "submitting")
             .values(
                 status="open",
                 provider_batch_id=provider_batch_id,
@@ -132,6 +151,89 @@ def mark_submitted(engine: Engine, pk: int, provider_batch_id: str, file_id: str
                 next_poll_at=now + timedelta(seconds=poll_in_s),
             )
         )
+    return bool(result.rowcount == 1)
+
+
+def give_up(engine: Engine, pk: int, error: str) -> bool:
+    """``submitting`` -> ``failed`` (a compare-and-set): the row's worker is taken for gone before it recorded a
+    provider batch. False when the row moved on meanwhile (its worker marked it submitted)."""
+    with engine.begin() as connection:
+        result = connection.execute(
+            update(_batches())
+            .where(_batches().c.id == pk, _batches().c.status == "submitting")
+            .values(status="failed", ended_at=utcnow(), error=error)
+        )
+    return bool(result.rowcount == 1)
+
+
+def adopt_late_batch(
+    engine: Engine, given_up: int, provider_batch_id: str, file_id: str | None, poll_in_s: float
+) -> tuple[int, set[int], int] | None:
+    """A provider batch that was made for row ``given_up`` after the row was given up: a new ``open`` row takes it
+    with the judgments of the old one still waiting (pending and unclaimed: not yet re-sent to anyone), under the
+    same custom_ids, in one transaction. Returns (the new row, the judgments it holds, how many the old row held),
+    or None when none is waiting any more (nothing stored): the caller then cancels the provider batch."""
+    now = utcnow()
+    batches, judgments, joined = _batches(), _judgments(), _members()
+    with engine.begin() as connection:
+        old = connection.execute(select(batches).where(batches.c.id == given_up)).mappings().one()
+        members = {
+            int(j): str(c)
+            for j, c in connection.execute(
+                select(joined.c.judgment_id, joined.c.custom_id).where(joined.c.batch_pk == given_up)
+            )
+        }
+        pk = connection.execute(
+            insert(batches)
+            .values(
+                run_id=old["run_id"],
+                provider=old["provider"],
+                judge=old["judge"],
+                status="open",
+                provider_batch_id=provider_batch_id,
+                input_file_id=file_id,
+                requests=old["requests"],
+                judgments=0,
+                created_at=old["created_at"],
+                submitted_at=now,
+                next_poll_at=now + timedelta(seconds=poll_in_s),
+            )
+            .returning(batches.c.id)
+        ).scalar_one()
+        taken: set[int] = set()
+        ids = sorted(members)
+        for start in range(0, len(ids), 5000):
+            taken |= {
+                int(row[0])
+                for row in connection.execute(
+                    update(judgments)
+                    .where(
+                        judgments.c.id.in_(ids[start : start + 5000]),
+                        judgments.c.status == "pending",
+                        judgments.c.claim_token.is_(None),
+                    )
+                    .values(status="running", claim_token=batch_token(pk), claimed_at=now + BATCH_HOLD, updated_at=now)
+                    .returning(judgments.c.id)
+                )
+            }
+        if not taken:
+            connection.rollback()
+            return None
+        connection.execute(insert(joined), [{"batch_pk": pk, "judgment_id": j, "custom_id": members[j]} for j in taken])
+        connection.execute(update(batches).where(batches.c.id == pk).values(judgments=len(taken)))
+        connection.execute(
+            update(batches)
+            .where(batches.c.id == given_up)
+            .values(error=f"reached the provider after it was given up: taken by batch row {pk}")
+        )
+    return int(pk), taken, len(members)
+
+
+def custom_ids(engine: Engine, pk: int) -> set[str]:
+    """Every custom_id batch row ``pk`` sent (whether or not its judgments are still held)."""
+    with engine.connect() as connection:
+        rows = connection.execute(select(_members().c.custom_id).where(_members().c.batch_pk == pk))
+        return {str(row[0]) for row in rows}
 
 
 def due_batches(engine: Engine, limit: int = 20) -> list[BatchRow]:

@@ -37,6 +37,7 @@ from judge_api.planning import PlanError, plan_run, run_config, run_rubrics
 from judge_api.pricing import load_prices, unpriced_budget_refusal
 from judge_api.repository import monitors as store
 from judge_api.routers.runs import ensure_project_row
+from judge_api.routers.verdicts import inlined_schema
 from judge_api.rubrics import get_registry
 from judge_api.schemas import Item, JudgeOptions, Page, PanelOptions, RunCreate
 from judge_api.schemas.monitors import (
@@ -371,6 +372,9 @@ def delete_monitor(
 # -- ingestion ---------------------------------------------------------------------------------------------------
 
 
+TOO_DEEP = "not valid JSON: nested too deeply"
+
+
 def parse_responses(body: bytes, settings: Settings) -> list[MonitorResponseIn]:
     """A JSON list or JSON Lines of responses, validated; 422 naming the response (its index) and the field."""
     text = body.decode("utf-8", errors="replace")
@@ -381,6 +385,8 @@ def parse_responses(body: bytes, settings: Settings) -> list[MonitorResponseIn]:
             parsed = json.loads(text)
         except json.JSONDecodeError as exc:
             raise field_error([], f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+        except RecursionError:
+            raise field_error([], TOO_DEEP) from None
         raw = parsed
     else:
         raw = []
@@ -391,6 +397,8 @@ def parse_responses(body: bytes, settings: Settings) -> list[MonitorResponseIn]:
                 raw.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise field_error([f"line {number}"], f"not valid JSON: {exc.msg}") from None
+            except RecursionError:
+                raise field_error([f"line {number}"], TOO_DEEP) from None
     if not raw:
         raise field_error([], "no responses: send a JSON list or JSON Lines of responses")
     if len(raw) > settings.max_items_per_run:
@@ -470,7 +478,29 @@ def publish(settings: Settings, judgment_ids: list[int]) -> None:
             pass  # stamped enqueued: the sweepers re-send them after DJ_REQUEUE_AFTER
 
 
-@router.post("/v1/monitors/{monitor_id}/responses", status_code=202, response_model=ResponsesAccepted)
+_RESPONSES_BODY = {  # the body is read raw (a JSON list or JSON Lines); its schema, for the docs and the fuzz tests
+    "requestBody": {
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": inlined_schema(MonitorResponseIn.model_json_schema()),
+                }
+            },
+            "application/x-ndjson": {"schema": {"type": "string"}},
+        },
+        "required": True,
+    }
+}
+
+
+@router.post(
+    "/v1/monitors/{monitor_id}/responses",
+    status_code=202,
+    response_model=ResponsesAccepted,
+    openapi_extra=_RESPONSES_BODY,
+)
 async def post_responses(
     monitor_id: str,
     request: Request,
@@ -522,7 +552,17 @@ def _ingest(
             # a rubric edited within the last second is planned from the next request on
             registry = get_registry(max_age_s=REGISTRY_MAX_AGE_S)
             request = run_request(config, name, [Item.model_validate(p) for p in payloads])
-            planned = plan_run(request, registry, settings.max_judgments_per_run)
+            try:
+                planned = plan_run(request, registry, settings.max_judgments_per_run)
+            except PlanError as exc:  # nothing is stored
+                if exc.field not in ("items", "options.max_samples"):  # the monitor's config no longer plans
+                    raise field_error([], f"the monitor's {exc.field}: {exc.message}", 409) from None
+                raise field_error(  # more judgments than DJ_MAX_JUDGMENTS
+                    [],
+                    f"{len(payloads)} sampled responses: {exc.message} (DJ_MAX_JUDGMENTS="
+                    f"{settings.max_judgments_per_run} per request); send fewer responses per request",
+                    413,
+                ) from None
             options = request.options.model_dump(mode="json")
             costs = None
             if budgeted:  # the daily budget counts a queued judgment at its expected cost until it is judged
@@ -582,7 +622,7 @@ def _moment(value: str | None, name: str) -> datetime | None:
         return None
     try:
         return naive_utc(datetime.fromisoformat(value))
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: a time that leaves the calendar once moved to UTC
         raise HTTPException(
             422,
             detail=[{"loc": ["query", name], "msg": f"{value!r} is not an ISO 8601 time", "type": "value_error"}],

@@ -40,7 +40,7 @@ router = APIRouter(tags=["verdicts"])
 _JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines", "application/x-jsonlines")
 
 
-def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+def inlined_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """A model's JSON schema with its ``$defs`` references replaced by the definitions (for ``openapi_extra``)."""
     defs = schema.pop("$defs", {})
 
@@ -63,7 +63,7 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
 _OPENAPI_BODY = {
     "requestBody": {
         "content": {
-            "application/json": {"schema": _inlined(VerdictsIn.model_json_schema())},
+            "application/json": {"schema": inlined_schema(VerdictsIn.model_json_schema())},
             "text/csv": {"schema": {"type": "string"}},
             "application/x-ndjson": {"schema": {"type": "string"}},
         },

@@ -3,7 +3,7 @@ responses posted to it and its series. Kept apart from the runs' models, which t
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -25,6 +25,9 @@ SLICE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+ -]{0,99}$"
 WINDOW_PATTERN = r"^[1-9][0-9]{0,3}[hdw]$"  # 24h, 7d, 2w
 MAX_RETENTION_DAYS = 3650
 MAX_ALERT_RULES = 50
+# a response's time, in UTC: well inside the calendar, so moving it to UTC and bucketing it cannot overflow
+TIMESTAMP_MIN = datetime(1970, 1, 1)
+TIMESTAMP_MAX = datetime(9000, 1, 1)
 SliceBy = Literal["version", "system", "segment"]
 
 
@@ -221,6 +224,23 @@ class MonitorResponseIn(BaseModel):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("the response is empty")
+        return value
+
+    @field_validator("timestamp")
+    @classmethod
+    def _in_range(cls, value: datetime | None) -> datetime | None:
+        """Stored and bucketed in UTC: a time must stay in the calendar once moved there (and a bucket past it)."""
+        if value is None:
+            return value
+        try:
+            moment = value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+        except OverflowError:
+            moment = None
+        if moment is None or not TIMESTAMP_MIN <= moment < TIMESTAMP_MAX:
+            raise ValueError(
+                f"{value.isoformat()} is out of range: a timestamp is from {TIMESTAMP_MIN.year} to "
+                f"{TIMESTAMP_MAX.year - 1} in UTC"
+            )
         return value
 
     @field_validator("facts")

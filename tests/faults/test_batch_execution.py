@@ -150,7 +150,7 @@ def test_errored_and_expired_requests_are_retried_and_the_rest_kept(
     assert realtime_calls(sim) == 0
     retried = [r for r in verdict.rows if r["attempts"] == 2]
     assert len(retried) == 4  # 2 errored + the 2 candidates of item 3, which expired
-    assert all(r["provider_calls"] == 2 for r in retried)
+    assert all(r["provider_calls"] == 1 for r in retried)  # errored and expired requests are not billed
     assert all(r["attempts"] == 1 and r["provider_calls"] == 1 for r in verdict.rows if r not in retried)
     batches, held = batches_of(pg_url, created["id"])
     assert len(batches) >= 2 and {b["status"] for b in batches} == {"ended"}

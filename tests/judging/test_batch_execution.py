@@ -119,7 +119,7 @@ def test_errored_and_expired_requests_are_retried_in_a_later_batch_and_the_rest_
     assert [r.status for r in rows] == ["done"] * len(ids)
     retried = [r for r in rows if r.attempts == 2]
     assert len(retried) == 2  # the errored first request and the expired one
-    assert all(r.provider_calls == 2 for r in retried)
+    assert all(r.provider_calls == 1 for r in retried)  # the errored and the expired requests were not billed
     assert all(r.attempts == 1 and r.provider_calls == 1 for r in rows if r not in retried)
     with session_scope() as session:
         batches = session.scalars(select(ProviderBatch).order_by(ProviderBatch.id)).all()
@@ -457,7 +457,11 @@ def test_a_task_arriving_while_another_prepares_the_run_prepares_none_of_its_jud
     monkeypatch.setattr(engine, "_prepare", original)
     collect(harness, run_id)
     assert [r.status for r in harness.rows(run_id)] == ["done"] * len(ids)
-    assert [held for _, held in batches_of(run_id)] == [{jid: f"j{jid}" for jid in ids}]
+    ((batch, held),) = batches_of(run_id)
+    assert sorted(held) == ids and len(set(held.values())) == len(ids)  # one batch, one request per judgment
+    assert {custom_id.rsplit("-", 1)[0] for custom_id in held.values()} == {
+        f"dj{batch.id}-" + next(iter(held.values())).split("-")[1]
+    }  # every custom id names the row and its nonce
 
 
 def test_a_gathered_judgment_found_in_the_judge_cache_is_written_with_its_claim_not_sent(harness: Harness) -> None:
