@@ -308,7 +308,10 @@ def create_run_jsonl(
     name: str | None = None,
     baseline: str | None = None,
     orders: str = "both",
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
+    """Start a run from a JSONL upload; the form's ``idempotency_key`` makes a second click of the same form answer
+    with the run the first one started."""
     params: list[tuple[str, str]] = [("rubric", r) for r in rubrics] + [("judge", j) for j in judges]
     params += [("mode", m) for m in modes] + [("orders", orders)]
     if name:
@@ -317,7 +320,7 @@ def create_run_jsonl(
         params.append(("baseline", baseline))
     client = make_client(conn)
     try:  # with an Idempotency-Key, retried on connection errors and 5xx: one click, at most one run
-        result = client.create_run_jsonl(body, params)
+        result = client.create_run_jsonl(body, params, idempotency_key)
     finally:
         client.close()
     list_runs.clear()

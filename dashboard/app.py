@@ -38,7 +38,9 @@ PAGES = [
     st.Page("views/runs.py", title="Runs", icon=":material/list:", url_path="runs", visibility="hidden"),
 ]
 
-st.set_page_config(page_title="dialogue-judge", page_icon=":material/gavel:", layout="wide")
+# an emoji favicon is drawn in the page (an inline SVG); a ":material/...:" page icon is fetched from an outside font
+# host, which a self-hosted service must not depend on (the pages' own Material icons ship in Streamlit's bundle)
+st.set_page_config(page_title="dialogue-judge", page_icon="⚖️", layout="wide")
 page = st.navigation(PAGES)
 state.sidebar()
 try:

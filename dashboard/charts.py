@@ -29,8 +29,15 @@ def short_judge(spec: object) -> str:
     return str(spec).split("@", 1)[0]
 
 
-def score_means_chart(scores: pd.DataFrame, aspects: Sequence[str] | None = None) -> AltairChart:
-    """Grouped bars of the mean score per system x aspect with 95% CI error bars."""
+def score_means_chart(
+    scores: pd.DataFrame,
+    aspects: Sequence[str] | None = None,
+    *,
+    domain: tuple[float, float] | None = None,
+    title: str = "mean score",
+) -> AltairChart:
+    """Grouped bars of the mean score per system x aspect with 95% CI error bars (on ``domain`` when given: the
+    reference metrics' 0-1)."""
     df = scores.dropna(subset=["mean"]).copy()
     order = list(aspects) if aspects else sorted(df["aspect"].dropna().unique())
     systems = df.groupby("system")["mean"].mean().sort_values(ascending=False).index.tolist()
@@ -47,7 +54,7 @@ def score_means_chart(scores: pd.DataFrame, aspects: Sequence[str] | None = None
         "n:Q",
     ]
     bars = base.mark_bar(opacity=0.85).encode(
-        y=alt.Y("mean:Q", title="mean score"),
+        y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=list(domain)) if domain else alt.Undefined),
         color=alt.Color("aspect:N", sort=order, title="aspect"),
         tooltip=tooltip,
     )
@@ -393,21 +400,90 @@ def contradiction_chart(counts: pd.DataFrame) -> AltairChart:
     )
 
 
-def series_chart(rows: pd.DataFrame, slice_by: str, value: str = "mean") -> AltairChart:
-    """A monitor's series: one line per slice (``slice_by``: version, system or segment) over the buckets, with the
-    interval as a band of the same colour (``value="contradiction_rate"``: the rate, no band)."""
+NO_INTERVAL = "n too small for an interval"
+SLICE_COLOURS = ["#1f77b4", "#2ca02c", "#7f7f7f", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#e377c2"]
+ALERT_COLOUR = "#d62728"
+
+
+def series_frame(
+    rows: pd.DataFrame, slice_by: str, value: str = "mean", scale: tuple[float, float] | None = None
+) -> pd.DataFrame:
+    """The rows a monitor's series chart draws: ``slice`` named, the interval clipped to the rubric's ``scale`` (a
+    t interval of a few verdicts runs far past it) and ``interval`` in words, "n too small for an interval" where
+    the API gave none (fewer than 2 verdicts)."""
     df = rows.dropna(subset=[value]).copy()
-    df["slice"] = df[slice_by].fillna("(none)") if slice_by in df else "(all)"
-    color = alt.Color("slice:N", title=slice_by)
-    base = alt.Chart(df).encode(x=alt.X("bucket_start:T", title="bucket (UTC)"), color=color)
+    df["slice"] = df[slice_by].fillna("(none)").astype(str) if slice_by in df else "(all)"
+    if value != "mean":
+        return df
+    low = pd.to_numeric(df["ci_low"], errors="coerce").astype(float)
+    high = pd.to_numeric(df["ci_high"], errors="coerce").astype(float)
+    if scale is not None:
+        low, high = low.clip(scale[0], scale[1]), high.clip(scale[0], scale[1])
+    df["ci_low"], df["ci_high"] = low, high
+    has = low.notna() & high.notna()
+    df["interval"] = [f"{lo:.1f} to {hi:.1f}" if ok else NO_INTERVAL for lo, hi, ok in zip(low, high, has, strict=True)]
+    return df
+
+
+def series_chart(
+    rows: pd.DataFrame,
+    slice_by: str,
+    value: str = "mean",
+    scale: tuple[float, float] | None = None,
+    alerting: str | None = None,
+) -> AltairChart:
+    """A monitor's series: one line per slice (``slice_by``: version, system or segment) over the buckets, each
+    bucket's interval a band of the line's colour (drawn per bucket, so a bucket with an interval has its band
+    whatever its neighbours have), on the rubric's ``scale``; a bucket too small for an interval is a hollow mark.
+    The ``alerting`` slice (the one an open alert is about) is drawn red and bold, the others thinner
+    (``value="contradiction_rate"``: the rate on 0-1, no band)."""
+    df = series_frame(rows, slice_by, value, scale)
+    slices = sorted(df["slice"].unique().tolist())
+    others = iter(SLICE_COLOURS * (1 + len(slices) // len(SLICE_COLOURS)))
+    palette = [ALERT_COLOUR if s == alerting else next(others) for s in slices]
+    title = slice_by + (f" (alert: {alerting})" if alerting in slices else "")
+    color = alt.Color("slice:N", title=title, scale=alt.Scale(domain=slices, range=palette))
+    emphasis = alt.datum.slice == alerting
+    x = alt.X("bucket_start:T", title="bucket (UTC)")
+    domain = scale if value == "mean" and scale is not None else (0, 1) if value != "mean" else None
+    y_scale = alt.Scale(domain=list(domain)) if domain else alt.Scale(zero=False)
     tooltip = ["bucket_start:T", "slice:N", "n:Q", alt.Tooltip(f"{value}:Q", format=".3f")]
-    line = base.mark_line(point=True).encode(
-        y=alt.Y(f"{value}:Q", title=value.replace("_", " "), scale=alt.Scale(zero=False)), tooltip=tooltip
+    if value == "mean":
+        tooltip.append("interval:N")
+    line = (
+        alt.Chart(df)
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y(f"{value}:Q", title=value.replace("_", " "), scale=y_scale),
+            color=color,
+            strokeWidth=alt.condition(emphasis, alt.value(4), alt.value(1.5)) if alerting else alt.value(2),
+            opacity=alt.condition(emphasis, alt.value(1.0), alt.value(0.75)) if alerting else alt.value(1.0),
+            tooltip=tooltip,
+        )
     )
     if value != "mean":
         return line.properties(height=280)
-    band = base.mark_area(opacity=0.2).encode(y="ci_low:Q", y2="ci_high:Q")
-    return (band + line).properties(height=320)
+    with_interval = df[df["interval"] != NO_INTERVAL]
+    without = df[df["interval"] == NO_INTERVAL]
+    bands = (
+        alt.Chart(with_interval)
+        .mark_rule(strokeWidth=10, strokeCap="butt")
+        .encode(
+            x=x,
+            y=alt.Y("ci_low:Q", scale=y_scale),
+            y2="ci_high:Q",
+            color=color,
+            opacity=alt.condition(emphasis, alt.value(0.4), alt.value(0.2)) if alerting else alt.value(0.25),
+            tooltip=tooltip,
+        )
+    )
+    small = (
+        alt.Chart(without)
+        .mark_point(shape="diamond", filled=False, size=140, strokeWidth=2)
+        .encode(x=x, y=alt.Y("mean:Q", scale=y_scale), color=color, tooltip=tooltip)
+    )
+    return alt.layer(bands, line, small).properties(height=320)
 
 
 def memory_figures_chart(figures: pd.DataFrame) -> AltairChart:

@@ -57,9 +57,16 @@ def select_run(run_id: str | None) -> None:
     st.session_state["_select_next"] = run_id
 
 
+OUTCOME_MARKS = {"failed": "🔴 failed", "partial": "🟠 partial"}
+
+
 def run_label(run: dict[str, Any]) -> str:
+    """How a run is named in every picker: a finished run that failed or came back partial says so, never only
+    "done"."""
     name = run.get("name") or "unnamed"
-    return f"{name} · {run.get('id')} · {run.get('status')}"
+    label = f"{name} · {run.get('id')} · {run.get('status')}"
+    mark = OUTCOME_MARKS.get(str(run.get("outcome")))
+    return f"{label} · {mark}" if mark else label
 
 
 def sidebar() -> None:

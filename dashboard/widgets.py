@@ -17,6 +17,7 @@ NO_RUNS = (
     "on the **Runs** page."
 )
 PAGE_SIZE = 100
+REFERENCE_RUBRIC = "reference-metrics"  # judge_api.reference_metrics.REFERENCE_RUBRIC (the dashboard reads the API)
 ALTAIR_TYPES = (
     alt.Chart,
     alt.LayerChart,
@@ -64,7 +65,11 @@ def no_verdicts_text(
     if rubrics is not None:
         groups = {k: v for k, v in (counted.get("by_rubric") or {}).items() if k in rubrics}
     else:
-        groups = {k: v for k, v in (counted.get("by_mode") or {}).items() if mode is None or k == mode}
+        groups = {k: dict(v or {}) for k, v in (counted.get("by_mode") or {}).items() if mode is None or k == mode}
+        # the reference metrics are single-mode rows of no judge: their F1 / BLEU are not the judge's verdicts
+        metrics = (counted.get("by_rubric") or {}).get(REFERENCE_RUBRIC) or {}
+        if metrics and "single" in groups:
+            groups["single"] = {s: int(n) - int(metrics.get(s, 0)) for s, n in groups["single"].items()}
     counts: dict[str, int] = {}
     for statuses in groups.values():
         for status, n in (statuses or {}).items():
@@ -80,9 +85,11 @@ def no_verdicts_text(
     judgments = f"{total:,} {kind + ' ' if kind else ''}judgment{'s' if total != 1 else ''}"
     if unfinished == total:
         return f"This run has {judgments}, none done yet ({parts}) — wait for them on the **Runs** page."
+    run_id = ((report or {}).get("run") or {}).get("id") or "RUN_ID"
     return (
         f"This run has {judgments}, but none gave a verdict ({parts}) — see the **Item explorer** for the judge's "
-        "replies and errors."
+        f"replies and errors; once the judge is fixed, ask again past the cache: "
+        f"`dialogue-judge retry {run_id} --unparseable`."
     )
 
 

@@ -43,6 +43,7 @@ from dashboard.analysis.facts import (
     contradiction_counts,
     escape_markdown,
     evidence_span,
+    fact_rates_frame,
     highlight_evidence,
     source_kind,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "default_pair",
     "escape_markdown",
     "evidence_span",
+    "fact_rates_frame",
     "first_with_content",
     "flags_frame",
     "flip_summary",

@@ -11,6 +11,8 @@ import pandas as pd
 
 from dashboard.analysis.frames import frame
 
+_INCOMPLETE = ("partial", "failed")
+
 
 def comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Two runs can share scores only if they share a mode (a single-mode run has no pairwise verdicts)."""
@@ -19,17 +21,21 @@ def comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 def default_pair(runs: Sequence[Mapping[str, Any]], current: str | None) -> tuple[int, int]:
     """(candidate, baseline) indexes into ``runs`` (newest first): the selected run against the most recent run
-    comparable with it; without one, the two most recent comparable runs; else the two newest."""
+    comparable with it; without one, the two most recent comparable runs; else the two newest. A baseline is chosen
+    among the runs that did not end partial or failed first (a half-judged baseline compares little)."""
     ids = [str(r["id"]) for r in runs]
+    whole = [i for i, r in enumerate(runs) if str(r.get("outcome")) not in _INCOMPLETE]
+    rest = [i for i in range(len(runs)) if i not in whole]
     if current in ids:
         cand = ids.index(current)
-        for i, run in enumerate(runs):
-            if i != cand and comparable(runs[cand], run):
+        for i in whole + rest:
+            if i != cand and comparable(runs[cand], runs[i]):
                 return cand, i
-    for i, newer in enumerate(runs):
-        for j in range(i + 1, len(runs)):
-            if comparable(newer, runs[j]):
-                return i, j
+    for pool in (whole, rest):
+        for i in range(len(runs)):
+            for j in pool:
+                if j > i and comparable(runs[i], runs[j]):
+                    return i, j
     return 0, 1
 
 

@@ -69,3 +69,38 @@ def contradiction_counts(labels: pd.DataFrame) -> pd.DataFrame:
     kinds = labels.assign(source_kind=labels["source"].map(source_kind))
     counted = kinds.groupby(["system", "source_kind"], sort=True).size().rename("contradictions").reset_index()
     return counted[columns]
+
+
+_RATE_COLUMNS = ["system", "judge", "rubric_id", "aspect", "n_items", "n_responses", "contradiction rate",
+                "retention rate", "addressed rate"]  # fmt: skip
+
+
+def _rate(row: Mapping[str, Any], name: str) -> str:
+    """``0.124 [0.093, 0.153]``: a rate of the report's facts section with its interval, "n/a" where it has none."""
+    value = row.get(name)
+    if value is None:
+        return "n/a"
+    low, high = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
+    interval = f" [{float(low):.3f}, {float(high):.3f}]" if low is not None and high is not None else ""
+    return f"{float(value):.3f}{interval}"
+
+
+def fact_rates_frame(report: Mapping[str, Any]) -> pd.DataFrame:
+    """The report's contradiction, retention and addressed rates per (system, judge, rubric, aspect), each with its
+    95% bootstrap interval, as the report gives them."""
+    systems = ((report.get("facts") or {}).get("systems")) or []
+    rows = [
+        {
+            "system": s.get("system"),
+            "judge": s.get("judge"),
+            "rubric_id": s.get("rubric_id"),
+            "aspect": s.get("aspect"),
+            "n_items": s.get("n_items"),
+            "n_responses": s.get("n_responses"),
+            "contradiction rate": _rate(s, "contradiction_rate"),
+            "retention rate": _rate(s, "retention_rate"),
+            "addressed rate": _rate(s, "addressed_rate"),
+        }
+        for s in systems
+    ]
+    return pd.DataFrame(rows, columns=_RATE_COLUMNS)

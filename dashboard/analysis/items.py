@@ -105,19 +105,39 @@ def score_confusion(scatter: pd.DataFrame, k: int = 5) -> pd.DataFrame:
     return table
 
 
+def _scale_text(low: object, high: object) -> str:
+    lo, hi = pd.to_numeric(pd.Series([low, high]), errors="coerce")
+    return "n/a" if pd.isna(lo) or pd.isna(hi) else f"{lo:g}–{hi:g}"
+
+
 def system_ranks(scatter: pd.DataFrame) -> pd.DataFrame:
-    """Per (judge, aspect, system): mean judge and human score on shared keys, both ranks (1 = best)."""
-    columns = ["judge", "aspect", "system", "judge_mean", "human_mean", "judge_rank", "human_rank", "n"]
+    """Per (judge, aspect, system): mean judge and human score on shared keys, each on its own scale (the judge's:
+    the scale the report uses, named in ``judge_scale``; the humans': ``human_scale``), and both ranks (1 = best,
+    ranked on the 0-1 share of each scale, so two scales compare)."""
+    columns = ["judge", "aspect", "system", "judge_mean", "judge_scale", "human_mean", "human_scale", "judge_rank",
+               "human_rank", "n"]  # fmt: skip
     if scatter.empty:
         return frame([], columns)
     g = (
         scatter.groupby(["judge", "aspect", "system"])
-        .agg(judge_mean=("judge_unit", "mean"), human_mean=("human_unit", "mean"), n=("item_id", "size"))
+        .agg(
+            judge_mean=("score", "mean"),
+            human_mean=("human", "mean"),
+            judge_unit=("judge_unit", "mean"),
+            human_unit=("human_unit", "mean"),
+            judge_min=("scale_min", "first"),
+            judge_max=("scale_max", "first"),
+            human_min=("human_min", "first"),
+            human_max=("human_max", "first"),
+            n=("item_id", "size"),
+        )
         .reset_index()
     )
+    g["judge_scale"] = [_scale_text(lo, hi) for lo, hi in zip(g["judge_min"], g["judge_max"], strict=True)]
+    g["human_scale"] = [_scale_text(lo, hi) for lo, hi in zip(g["human_min"], g["human_max"], strict=True)]
     by = g.groupby(["judge", "aspect"])
-    g["judge_rank"] = by["judge_mean"].rank(ascending=False, method="min").astype("Int64")
-    g["human_rank"] = by["human_mean"].rank(ascending=False, method="min").astype("Int64")
+    g["judge_rank"] = by["judge_unit"].rank(ascending=False, method="min").astype("Int64")
+    g["human_rank"] = by["human_unit"].rank(ascending=False, method="min").astype("Int64")
     return g[columns]
 
 

@@ -91,11 +91,15 @@ def item_level(run: dict, ratings: pd.DataFrame, report: dict) -> None:
         matrix = analysis.score_confusion(chosen)
         widgets.chart(charts.confusion_heatmap(matrix.to_numpy().tolist(), list(matrix.index)), key="agr_conf")
     st.subheader("System-level ranks: judge vs humans")
+    st.caption("Mean scores on each one's scale (the judge's is the report's); ranks from each scale's 0–1 share.")
     ranks = analysis.system_ranks(chosen)
     widgets.chart(charts.rank_comparison_chart(ranks), key="agr_ranks")
     widgets.table(ranks, "system_ranks", "agr_ranks_t")
     with st.expander("Rated items"):
-        widgets.table(chosen.sort_values("gap", ascending=False), "judge_vs_human_items", "agr_items")
+        st.caption("score and human on their own scales; the 0–1 columns are each score's share of its scale.")
+        unit = {"judge_unit": "judge (0–1)", "human_unit": "human (0–1)", "gap": "gap (0–1)"}
+        shown = chosen.sort_values("gap", ascending=False).rename(columns=unit)
+        widgets.table(shown, "judge_vs_human_items", "agr_items")
 
 
 def preference_confusions(report: dict) -> None:

@@ -135,6 +135,21 @@ def agreement_now(run_id: str) -> None:
         cols[2].metric(f"S1 agreement ({prefs[0].get('aspect')})", "–" if s1 is None else f"{100 * s1:.1f}%")
 
 
+def persona_sentences(lines: object) -> str:
+    """A persona's lines as sentences: "I have a beagle. I like walks." (a line without a full stop gets one)."""
+    parts = [lines] if isinstance(lines, str) else list(lines) if isinstance(lines, list | tuple) else []
+    texts = [str(p).strip() for p in parts if str(p).strip()]
+    return " ".join(t if t[-1] in ".!?…" else f"{t}." for t in texts)
+
+
+def persona_caption(persona: object) -> str:
+    """The item's personas in one line, each speaker's lines as sentences; "" when it has none."""
+    if not isinstance(persona, dict):
+        return ""
+    said = {who: persona_sentences(persona.get(who)) for who in ("user", "bot")}
+    return " · ".join(f"**{who.capitalize()} persona:** {text}" for who, text in said.items() if text)
+
+
 def render() -> None:
     st.title("Annotate")
     run = state.require_run()
@@ -174,14 +189,9 @@ def render() -> None:
         return
     with st.expander("Dialogue and persona", expanded=True):
         widgets.dialogue(item)
-        persona = item.get("persona") or {}
-        if persona.get("bot") or persona.get("user"):
-            st.caption(
-                "Persona — user: "
-                + "; ".join(persona.get("user") or [])
-                + " · bot: "
-                + "; ".join(persona.get("bot") or [])
-            )
+        caption = persona_caption(item.get("persona"))
+        if caption:
+            st.caption(caption)
     mine = mine_all[mine_all["item_id"].astype(str) == str(item["id"])] if len(mine_all) else mine_all
     scale = tuple(chosen.get("scale") or (1, 100))
     rows = (

@@ -61,6 +61,17 @@ def without_verdicts(runs: list[tuple[str, dict[str, Any] | None]], mode: str) -
     return " ".join(notes)
 
 
+def skipped_aspects(reports: list[tuple[str, dict[str, Any] | None]], deltas: Any) -> list[str]:
+    """The single-mode aspects either run was judged on that the deltas leave out (a run whose judge replies were
+    all unparseable shares only its reference metrics): the compared aspects alone would hide them."""
+    judged: set[str] = set()
+    for _, report in reports:
+        scores = (report or {}).get("scores") or []
+        judged |= {str(row["aspect"]) for row in scores if isinstance(row, dict) and row.get("aspect")}
+        judged |= {str(a) for a in ((report or {}).get("paper_table") or {}).get("aspects") or []}
+    return sorted(judged - {str(a) for a in deltas["aspect"]})
+
+
 def score_deltas(base: dict[str, Any], cand: dict[str, Any], reports: list[tuple[str, dict[str, Any] | None]]) -> None:
     conn = state.conn()
     b = widgets.guard(api.judge_item_scores, conn, str(base["id"]), api.run_version(base), what="the baseline run")
@@ -77,6 +88,12 @@ def score_deltas(base: dict[str, Any], cand: dict[str, Any], reports: list[tuple
             "items and systems, both judged in single mode."
         )
         return
+    skipped = skipped_aspects(reports, deltas)
+    if skipped:
+        st.warning(
+            f"Not compared: {', '.join(skipped)} — no (item, system) has a score for them in both runs. "
+            + without_verdicts(reports, "single")
+        )
     widgets.chart(charts.delta_chart(deltas), key="cmp_delta")
     widgets.table(deltas, "score_deltas", "cmp_delta_t")
     st.subheader("Items that got worse")

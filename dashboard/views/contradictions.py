@@ -11,6 +11,21 @@ PAGE = 50
 COLUMNS = ["item_id", "system", "fact_id", "source", "text", "evidence", "judge", "rubric_id", "judgment_id"]
 
 
+def rates_section(run: dict) -> None:
+    """The report's contradiction and retention rates per system, with their intervals (docs/facts.md)."""
+    if not state.rubrics_with_parser(run, "fact_check"):
+        return
+    rates = analysis.fact_rates_frame(state.require_report(run))
+    if rates.empty:
+        return
+    st.subheader("Rates per system (95% bootstrap CI)")
+    st.caption(
+        "Contradiction rate: per response, contradicted / facts in the sheet, averaged over items; retention rate: "
+        "supported / (supported + contradicted); addressed rate: responses that addressed a fact — as the report."
+    )
+    widgets.table(rates, f"{run['id']}-fact-rates", "ct_rates")
+
+
 def render() -> None:
     st.title("Contradictions")
     run = state.require_run()
@@ -25,6 +40,7 @@ def render() -> None:
     )
     if labels is None:
         return
+    rates_section(run)
     if labels.empty:
         fact_rubrics = state.rubrics_with_parser(run, "fact_check")
         if not fact_rubrics:

@@ -11,6 +11,7 @@ import streamlit as st
 from dashboard import analysis, api, charts, state, widgets
 
 STATUSES = ["done", "failed", "unparseable", "pending", "running"]
+REFERENCE_JUDGE = "reference"  # the reference metrics' pseudo-judge (judge_api.reference_metrics)
 PAGE = 50
 LIST_COLUMNS = [
     "id",
@@ -125,7 +126,15 @@ def candidates(item: dict[str, Any], judgments: pd.DataFrame, texts: dict[str, s
                 with st.expander(f"{row['aspect']}: {score} ({row['status']})", expanded=bool(checked)):
                     if checked:
                         fact_check(row, str(text), texts, key=f"ex_facts_{row['id']}")
-                    st.write(row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)")
+                    reply(row)
+
+
+def reply(row: dict[str, Any]) -> None:
+    """A judgment's text; an unparseable or failed one with its error (why the reply gave no verdict) above it."""
+    error = row.get("error")
+    if row.get("status") in ("unparseable", "failed") and isinstance(error, str) and error:
+        st.warning(f"{'Parse error' if row['status'] == 'unparseable' else 'Error'}: {error}", icon="⚠️")
+    st.write(row.get("explanation") or row.get("raw_output") or error or "(no text)")
 
 
 def verdicts(judgments: pd.DataFrame) -> None:
@@ -147,7 +156,7 @@ def verdicts(judgments: pd.DataFrame) -> None:
                         f"*{shown}* → **{row.get('outcome') or row.get('status')}** for {a} "
                         f"(verdict: {row.get('verdict') or '–'}, preference {row.get('preference')})"
                     )
-                    st.write(row.get("explanation") or row.get("raw_output") or row.get("error") or "(no text)")
+                    reply(row)
 
 
 def judge_prompts(judgments: pd.DataFrame) -> None:
@@ -211,10 +220,16 @@ def item_view(run: dict[str, Any], item_id: str) -> None:
     with right:
         context(item)
     st.subheader("Candidates and their scores")
-    bars = analysis.item_score_bars(judgments)
+    metric_rows = judgments["judge"] == REFERENCE_JUDGE if "judge" in judgments else pd.Series(False, judgments.index)
+    bars = analysis.item_score_bars(judgments[~metric_rows])
     if not bars.empty:
         aspects = analysis.aspect_order(bars["aspect"].tolist())
         widgets.chart(charts.score_means_chart(bars, aspects).properties(height=220), key="ex_item_chart")
+    metrics = analysis.item_score_bars(judgments[metric_rows])
+    if not metrics.empty:  # F1 / BLEU are 0-1: on the judge's 1-100 axis they would be invisible slivers
+        st.caption("Reference metrics (no judge: F1, BLEU against the item's reference), on their own 0–1 axis")
+        chart = charts.score_means_chart(metrics, domain=(0.0, 1.0), title="reference metric (0–1)")
+        widgets.chart(chart.properties(height=200), key="ex_item_metrics")
     candidates(item, judgments, fact_texts(run, item_id, judgments))
     verdicts(judgments)
     judge_prompts(judgments)

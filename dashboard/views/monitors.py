@@ -21,15 +21,25 @@ SLICES = ["version", "system", "segment"]
 
 
 def pick_monitor(monitors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The monitor of ``?monitor=`` (kept in step with the picker); a link to a monitor that does not exist says so
+    and keeps its URL until another monitor is picked, as a bad ``?run=`` does."""
     ids = [str(m["id"]) for m in monitors]
     wanted = st.query_params.get("monitor")
-    if wanted in ids and "mon_pick" not in st.session_state:
+    if wanted and wanted not in ids:
+        st.error(f"Monitor `{wanted}` not found — it does not exist or was deleted. Pick a monitor below.", icon="🚫")
+    elif wanted in ids and "mon_pick" not in st.session_state:
         st.session_state["mon_pick"] = wanted
     names = {str(m["id"]): f"{m['name']} · {m['id']}" for m in monitors}
-    chosen = st.selectbox("Monitor", ids, key="mon_pick", format_func=lambda i: names.get(i, i))
-    if st.query_params.get("monitor") != chosen:
+    chosen = st.selectbox(
+        "Monitor", ids, key="mon_pick", format_func=lambda i: names.get(i, i), on_change=_monitor_picked
+    )
+    if (not wanted or wanted in ids) and wanted != chosen:
         st.query_params["monitor"] = chosen
     return next(m for m in monitors if str(m["id"]) == chosen)
+
+
+def _monitor_picked() -> None:
+    st.query_params["monitor"] = str(st.session_state["mon_pick"])
 
 
 def status_section(monitor: dict[str, Any]) -> None:
@@ -116,7 +126,33 @@ def alerts_section(monitor: dict[str, Any], alerts: list[dict[str, Any]]) -> Non
         widgets.table(worst, "alert_worst", "mon_alert_worst_t")
 
 
-def series_section(monitor: dict[str, Any]) -> pd.DataFrame | None:
+def rubric_scales() -> dict[str, tuple[float, float]]:
+    """Each rubric's score scale (best effort: the chart falls back to the data's range)."""
+    listed = widgets.guard(api.rubrics, state.conn(), what="the rubrics", quiet=True) or []
+    return {str(r["id"]): (float(r["scale"][0]), float(r["scale"][1])) for r in listed if r.get("scale")}
+
+
+def alerting_slice(alerts: list[dict[str, Any]], slice_by: str) -> str | None:
+    """The slice an open alert is about (its candidate), when the series is split the way the alert's rule is."""
+    for alert in alerts:
+        slices = (alert.get("evidence") or {}).get("slices") or {}
+        if alert.get("status") == "open" and slices.get("by") == slice_by and slices.get("candidate") is not None:
+            return str(slices["candidate"])
+    return None
+
+
+def too_small_text(rows: pd.DataFrame, slice_by: str) -> str:
+    """Where the series has no interval: the buckets of fewer than 2 verdicts, named."""
+    small = rows[rows["interval"] == charts.NO_INTERVAL]
+    if small.empty:
+        return ""
+    named = [f"{s} at {t:%Y-%m-%d %H:%M} (n = {n})" for s, t, n in zip(small["slice"], small["bucket_start"],
+                                                                      small["n"], strict=True)][:12]  # fmt: skip
+    more = f" and {len(small) - len(named)} more" if len(small) > len(named) else ""
+    return f"{charts.NO_INTERVAL.capitalize()} (hollow marks, {slice_by}): {'; '.join(named)}{more}."
+
+
+def series_section(monitor: dict[str, Any], alerts: list[dict[str, Any]]) -> pd.DataFrame | None:
     c1, c2, c3, c4 = st.columns(4)
     bucket = c1.selectbox("Bucket", ["1h", "1d"], key="mon_bucket")
     slice_by = c2.selectbox("Split by", SLICES, key="mon_by")
@@ -142,14 +178,22 @@ def series_section(monitor: dict[str, Any]) -> pd.DataFrame | None:
             f"(post some with `dialogue-judge monitor log {monitor['id']} responses.jsonl`)."
         )
         return None
+    scales = rubric_scales()
+    alerting = alerting_slice(alerts, slice_by)
     for (rubric_id, aspect_name, judge), group in rows.groupby(["rubric_id", "aspect", "judge"], sort=True):
         st.subheader(f"{rubric_id} · {aspect_name} · {charts.short_judge(judge)}")
-        st.caption("Mean verdict per bucket with its 95% t interval (band), one line per " + slice_by)
+        scale = scales.get(str(rubric_id))
+        on = f" on the rubric's scale {scale[0]:g}–{scale[1]:g} (clipped to it)" if scale else ""
+        flagged = f"; **{slice_by} {alerting}**, the one the open alert is about, in red" if alerting else ""
+        st.caption(f"Mean verdict per bucket with its 95% t interval (band){on}, one line per {slice_by}{flagged}")
         key = f"mon_chart_{rubric_id}_{aspect_name}_{abs(hash(judge)) % 10_000}"
-        widgets.chart(charts.series_chart(group, slice_by), key=key)
+        widgets.chart(charts.series_chart(group, slice_by, scale=scale, alerting=alerting), key=key)
+        note = too_small_text(charts.series_frame(group, slice_by, scale=scale), slice_by)
+        if note:
+            st.caption(note)
         if group["contradiction_rate"].notna().any():
             st.caption("Contradiction rate (share of the fact sheet contradicted, mean per response)")
-            widgets.chart(charts.series_chart(group, slice_by, "contradiction_rate"), key=f"{key}_c")
+            widgets.chart(charts.series_chart(group, slice_by, "contradiction_rate", alerting=alerting), key=f"{key}_c")
     shown = rows.assign(bucket_start=rows["bucket_start"].dt.strftime("%Y-%m-%d %H:%M"))
     widgets.table(shown.drop(columns=[s for s in SLICES if s != slice_by]), "monitor_series", "mon_series")
     return rows
@@ -212,7 +256,7 @@ def render() -> None:
     status_section(monitor)
     alerts = widgets.guard(api.monitor_alerts, state.conn(), str(monitor["id"]), what="the alerts")
     alert_banner(alerts or [])
-    rows = series_section(monitor)
+    rows = series_section(monitor, alerts or [])
     if rows is not None:
         bucket_section(monitor, rows)
     if alerts is not None:

@@ -4,6 +4,7 @@ its throughput and an ETA; start a run from a JSONL file."""
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pandas as pd
@@ -283,18 +284,33 @@ def live_section() -> None:
 
 
 def upload_form() -> None:
+    """Start a run from a JSONL file. The form sends one Idempotency-Key until it starts a run (a second click of the
+    same form is answered with that run, not a second one), then is cleared; the confirmation, with a link to the
+    run, stays above it."""
+    ss = st.session_state
+    generation = int(ss.setdefault("upload_generation", 0))
+    idempotency_key = str(ss.setdefault("upload_key", str(uuid.uuid4())))
+    started = ss.get("upload_started")
+    if started:
+        st.success(
+            f"Started run `{started.get('id')}`: {started.get('n_items')} items, {started.get('n_judgments')} "
+            f"judgments — [open it](runs?run={started.get('id')}) (selected below)."
+        )
     with st.expander("Start a run from a JSONL file", expanded=False):
         rubric_list = widgets.guard(api.rubrics, state.conn(), what="the rubrics", quiet=True) or []
         ids = [str(r.get("id")) for r in rubric_list]
-        with st.form("new_run"):
-            upload = st.file_uploader("Items (JSONL: one item per line)", type=["jsonl", "json", "txt"])
-            name = st.text_input("Name")
-            rubrics = st.multiselect("Rubrics", ids, default=[i for i in ids if i == "rsum-single"][:1])
-            judges = st.text_area("Judges (one per line)", placeholder="openai:gpt-4o-mini")
-            modes = st.multiselect("Modes", MODES, default=["single"])
+        k = f"upload_{generation}"
+        with st.form(f"new_run_{generation}"):
+            upload = st.file_uploader("Items (JSONL: one item per line)", type=["jsonl", "json", "txt"], key=f"{k}_f")
+            name = st.text_input("Name", key=f"{k}_name")
+            rubrics = st.multiselect(
+                "Rubrics", ids, default=[i for i in ids if i == "rsum-single"][:1], key=f"{k}_rubrics"
+            )
+            judges = st.text_area("Judges (one per line)", placeholder="openai:gpt-4o-mini", key=f"{k}_judges")
+            modes = st.multiselect("Modes", MODES, default=["single"], key=f"{k}_modes")
             left, right = st.columns(2)
-            baseline = left.text_input("Baseline system (pairwise, optional)")
-            orders = right.selectbox("Pairwise orders", ["both", "random"])
+            baseline = left.text_input("Baseline system (pairwise, optional)", key=f"{k}_baseline")
+            orders = right.selectbox("Pairwise orders", ["both", "random"], key=f"{k}_orders")
             submitted = st.form_submit_button("Start run", type="primary")
         if not submitted:
             return
@@ -312,14 +328,15 @@ def upload_form() -> None:
             name=name or upload.name.rsplit(".", 1)[0],
             baseline=baseline or None,
             orders=orders,
+            idempotency_key=idempotency_key,
             what="the new run",
         )
         if created is not None:
-            st.success(
-                f"Started run `{created.get('id')}`: {created.get('n_items')} items, "
-                f"{created.get('n_judgments')} judgments."
-            )
+            ss["upload_started"] = created
+            ss["upload_generation"] = generation + 1  # a fresh, empty form
+            ss["upload_key"] = str(uuid.uuid4())  # and a new key for the next run it starts
             state.select_run(str(created.get("id")))
+            st.rerun()
 
 
 def render() -> None:

@@ -42,6 +42,7 @@ JUDGMENT_FRAME_COLUMNS = [
     "cache_write_tokens",
     "list_cost_usd",
     "cache_saved_usd",
+    "provider_calls",
 ]
 _QUERY_COLUMNS = [*JUDGMENT_FRAME_COLUMNS, "judgment_scale_min", "judgment_scale_max"]
 
@@ -76,6 +77,7 @@ _JUDGMENTS_QUERY = (
         Judgment.cache_write_tokens,
         Judgment.list_cost_usd,
         Judgment.cache_saved_usd,
+        Judgment.provider_calls,
         Judgment.scale_min,
         Judgment.scale_max,
     )

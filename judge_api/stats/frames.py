@@ -57,6 +57,9 @@ LIST_COST_USD = "list_cost_usd"
 """The same tokens at list price (no cache, no batch); missing (NaN) for frames from before it was stored."""
 CACHE_SAVED_USD = "cache_saved_usd"
 CACHED = "cached"
+PROVIDER_CALLS = "provider_calls"
+"""Requests to the provider that it answered and billed for this judgment (retries that reached it included): none
+for a cache hit, a reference metric or an imported verdict."""
 SOURCE = "source"
 """Imported verdicts: the SHA-256 of the file they came from (None for the service's own judge calls)."""
 REFERENCE_JUDGE = "reference"
@@ -120,6 +123,7 @@ JUDGMENT_COLUMNS: tuple[str, ...] = (
     CACHE_WRITE_TOKENS,
     LIST_COST_USD,
     CACHE_SAVED_USD,
+    PROVIDER_CALLS,
 )
 JUDGMENT_REQUIRED: tuple[str, ...] = (ITEM_ID, MODE, SYSTEM_A, ASPECT, JUDGE, STATUS)
 
@@ -136,7 +140,7 @@ _FLOAT_COLUMNS = (
     LIST_COST_USD,
     CACHE_SAVED_USD,
 )
-_INT_COLUMNS = (SAMPLE_INDEX, INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS, CACHE_WRITE_TOKENS)
+_INT_COLUMNS = (SAMPLE_INDEX, INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS, CACHE_WRITE_TOKENS, PROVIDER_CALLS)
 _OPTIONAL_STR_COLUMNS = (SYSTEM_B, ORDER, OUTCOME, SOURCE)
 _STR_COLUMNS = (RUN_ID, ITEM_ID, MODE, SYSTEM_A, ASPECT, JUDGE, RUBRIC_ID, RUBRIC_VERSION, STATUS)
 
@@ -253,6 +257,14 @@ def validate_judgments(df: pd.DataFrame) -> pd.DataFrame:
         out[COST_USD] = 0.0
     if CONFIDENCE not in df.columns:
         out[CONFIDENCE] = 1.0
+    if PROVIDER_CALLS not in df.columns:  # a frame from elsewhere: one call per finished verdict a judge was asked for
+        asked = (
+            out[STATUS].isin(FINISHED_STATUSES).to_numpy()
+            & ~out[CACHED].to_numpy(dtype=bool)
+            & out[SOURCE].isna().to_numpy()
+            & (out[JUDGE] != REFERENCE_JUDGE).to_numpy()
+        )
+        out[PROVIDER_CALLS] = asked.astype("int64")
 
     # the reference metrics' pseudo-judge scores on 0..1 (judge_api.reference_metrics); its pseudo-rubric is in no
     # rubric folder, so a frame built from storage may not know that scale

@@ -13,8 +13,10 @@ references are CJK and were split on whitespace; computed by the caller,
 
 ``cost``: totals of input / output tokens, cost (USD) and latency over all rows, and means per
 *finished* judgment (done + failed + unparseable) of the service's own; ``n_cached`` counts cached verdicts,
-``n_provider_calls`` the finished rows that were not cached and ``n_imported`` the finished imported verdicts
-(``source`` set: no call, left out of the means), so that ``n_cached + n_provider_calls + n_imported == n_finished``.
+``n_imported`` the finished imported verdicts (``source`` set: no call, left out of the means) and
+``n_provider_calls`` the requests the provider answered and billed (the frame's ``provider_calls``, retries that
+reached it included; a cache hit, a reference metric and an imported verdict make none): the number the run
+endpoint and the dashboard's Runs page give.
 
 The result contains only dicts, lists, str, int, float, bool and None (NaN / inf become None), so
 ``json.dumps(report, allow_nan=False)`` works.  Empty frames and runs in which every judgment failed
@@ -109,7 +111,11 @@ _COST_COLUMNS = (
 
 
 def _cost_block(
-    cols: Mapping[str, np.ndarray], finished: np.ndarray, cached: np.ndarray, imported: np.ndarray
+    cols: Mapping[str, np.ndarray],
+    finished: np.ndarray,
+    cached: np.ndarray,
+    imported: np.ndarray,
+    calls: np.ndarray,
 ) -> dict[str, Any]:
     called = finished & ~imported  # an imported verdict cost this service nothing: not in the means
 
@@ -137,7 +143,7 @@ def _cost_block(
         "latency_ms": total(F.LATENCY_MS),
         "n_finished": int(finished.sum()),
         "n_cached": int((called & cached).sum()),
-        "n_provider_calls": int((called & ~cached).sum()),
+        "n_provider_calls": int(calls.sum()),
         "n_imported": int((finished & imported).sum()),
         "mean_input_tokens": mean(F.INPUT_TOKENS),
         "mean_output_tokens": mean(F.OUTPUT_TOKENS),
@@ -153,12 +159,13 @@ def cost_section(judgments: pd.DataFrame) -> dict[str, Any]:
     finished = df[F.STATUS].isin(F.FINISHED_STATUSES).to_numpy()
     cached = df[F.CACHED].to_numpy(dtype=bool)
     imported = df[F.SOURCE].notna().to_numpy()
-    out = _cost_block(cols, finished, cached, imported)
+    calls = df[F.PROVIDER_CALLS].to_numpy(dtype="int64")
+    out = _cost_block(cols, finished, cached, imported, calls)
     codes, judges = pd.factorize(df[F.JUDGE], sort=True)
     per_judge = []
     for k, judge in enumerate(judges):
         m = codes == k
-        block = _cost_block({c: v[m] for c, v in cols.items()}, finished[m], cached[m], imported[m])
+        block = _cost_block({c: v[m] for c, v in cols.items()}, finished[m], cached[m], imported[m], calls[m])
         per_judge.append({"judge": str(judge), **block})
     out["per_judge"] = per_judge
     return out

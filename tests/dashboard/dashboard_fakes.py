@@ -476,6 +476,9 @@ class FakeApi:
         if path == "/v1/runs/jsonl" and request.method == "POST":
             key = request.headers.get("idempotency-key")
             self.posts.append((path, {"body": request.content.decode(), "query": query, "key": key}))
+            if "run_new" not in self.runs:  # the started run is listed and readable from now on, as the API's
+                self.runs["run_new"] = {"rows": [], "summary": {**summary("run_new", [], "items"), "n_items": 1}}
+                self.ratings["run_new"] = []
             return httpx.Response(
                 202,
                 json={"id": "run_new", "status": "queued", "n_items": 1, "n_judgments": 3, "url": "/v1/runs/run_new"},

@@ -30,7 +30,7 @@ def test_series_chart_with_bands_per_version_and_the_bucket_opens_in_the_explore
     charts = at.get("vega_lite_chart")
     assert len(charts) >= 3  # rsum-single, fact-check and its contradiction rate
     spec = str(charts[0].proto.spec)
-    assert '"mark": {"type": "area"' in spec.replace("'", '"') or "area" in spec  # the interval band
+    assert '"mark": {"type": "rule"' in spec.replace("'", '"')  # the interval band of each bucket
     assert "ci_low" in spec and "ci_high" in spec and "version" in spec
     series = next(d.value for d in at.dataframe if "ci_low" in d.value.columns)
     assert set(series["version"]) == {"v1", "v2"}
