@@ -18,6 +18,7 @@ SCORE_COLUMNS = [
     "mean",
     "ci_low",
     "ci_high",
+    "ci_warning",
     "median",
     "std",
     "n_total",
@@ -143,11 +144,12 @@ def reference_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
             "CI low": r.get("ci_low"),
             "CI high": r.get("ci_high"),
             "Items": r.get("n"),
+            "CI note": r.get("ci_warning") or "",
         }
         for r in section_list(report, "scores")
         if r.get("judge") == REFERENCE
     ]
-    return frame(rows, ["System", "Metric", "Mean", "CI low", "CI high", "Items"])
+    return frame(rows, ["System", "Metric", "Mean", "CI low", "CI high", "Items", "CI note"])
 
 
 def ranking_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -168,6 +170,7 @@ def paired_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
             "mean_diff",
             "ci_low",
             "ci_high",
+            "ci_warning",
             "p_value",
         ],
     )

@@ -260,8 +260,9 @@ def build_report(
             "seed": seed,
             "ci": ci,
             "ci_method": {
-                "scores": "percentile bootstrap over items",
-                "paired": "paired percentile bootstrap over items; Wilcoxon signed-rank p",
+                "scores": "hull of the Student t and bootstrap-t intervals over items, clipped to the scale "
+                "(ci_warning: one item, all scores equal, or fewer than 10 items)",
+                "paired": "the same over paired differences (bounded by the scale's width); Wilcoxon signed-rank p",
                 "win_rate": "Wilson score interval, ties counted as half wins",
                 "ranking": "Bradley-Terry (MM), percentile bootstrap over items",
                 "reference_metrics": "ParlAI normalisation; F1 of tokens; BLEU-1/2 nltk sentence_bleu with "

@@ -49,6 +49,7 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
                 ci_label,
                 "median",
                 "std",
+                "CI note",
                 "failed",
                 "unparseable",
                 "pending",
@@ -64,6 +65,7 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
                     fmt_ci(r["ci_low"], r["ci_high"]),
                     fmt(r["median"]),
                     fmt(r["std"]),
+                    r.get("ci_warning") or "",
                     fmt(r["n_failed"]),
                     fmt(r["n_unparseable"]),
                     fmt(r["n_pending"]),
@@ -101,7 +103,7 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
     out.append(
         (
             "Paired comparisons (x - y)",
-            ["aspect", "judge", "x", "y", "pairs", "mean diff", ci_label, "Wilcoxon p"],
+            ["aspect", "judge", "x", "y", "pairs", "mean diff", ci_label, "Wilcoxon p", "CI note"],
             [
                 [
                     r["aspect"],
@@ -112,6 +114,7 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
                     fmt(r["mean_diff"]),
                     fmt_ci(r["ci_low"], r["ci_high"]),
                     fmt(r["p_value"], 3),
+                    r.get("ci_warning") or "",
                 ]
                 for r in report.get("paired") or []
             ],
