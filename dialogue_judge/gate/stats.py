@@ -45,9 +45,9 @@ of a fixed-sample test at ``alpha / 2``. A sign or sign-flip permutation test wo
 the median (or assumes symmetry), not the mean: with drops +10 (p = 0.8) or -30 (mean 2 < D = 5), 10 items are all
 +10 11% of the time and an exact sign test then rejects at 1/1024, so neither is used. The price of validity on a
 bounded scale is the number of items: a drop of 10 on every item needs ~120 items to fail against D = 5 on 1-100 (no
-valid test can do it under ~93: a 1-in-22 chance of a 99-point gain leaves the mean at 5). With ``sequential=False`` (or when the verdicts already exist) the final
-test alone is run at the full ``alpha``. ``tests/gate/test_gate_stats.py`` measures the error rates by
-simulation rather than assuming them.
+valid test can do it under ~93: a 1-in-22 chance of a 99-point gain leaves the mean at 5).
+With ``sequential=False`` (or when the verdicts already exist) the final test alone is run at the full ``alpha``.
+``tests/gate/test_gate_stats.py`` measures the error rates by simulation rather than assuming them.
 
 The reported p-value is *adjusted*: the smallest alpha at which the gate would have made the same decision at the
 same look (``4m / K`` for the confidence sequence with capital ``K``, ``4m p`` for the one-sided p-value of the

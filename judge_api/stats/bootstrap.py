@@ -189,12 +189,12 @@ def mean_interval(
     mean = float(x.mean())
     tail = (1.0 - ci) / 2.0
     if float(x.max()) == float(x.min()):
-        warning = f"all {n} {what} equal: no sampling interval"
+        equal = f"all {n} {what} equal: no sampling interval"
         if bounds is None:
-            return MeanInterval(None, None, warning)
+            return MeanInterval(None, None, equal)
         unseen = 1.0 - tail ** (1.0 / n)
         low, high = mean - (mean - bounds[0]) * unseen, mean + (bounds[1] - mean) * unseen
-        return MeanInterval(low, high, f"{warning}; the scale's worst case for {n} items")
+        return MeanInterval(low, high, f"{equal}; the scale's worst case for {n} items")
     se = float(x.std(ddof=1)) / math.sqrt(n)
     t_crit = float(sps.t.ppf(1.0 - tail, n - 1))
     t_star = _bootstrap_t(x, n_boot, rng)
