@@ -35,6 +35,8 @@ RANK_COLUMNS = [
     "elo",
     "elo_ci_low",
     "elo_ci_high",
+    "ci_unbounded",
+    "component",
     "strength",
     "n_comparisons",
     "wins",

@@ -145,16 +145,18 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
     out.append(
         (
             "Ranking (Bradley-Terry)",
-            ["aspect", "judge", "rank", "system", "elo", ci_label, "comparisons"],
+            ["aspect", "judge", "group", "rank", "system", "elo", ci_label, "comparisons", "never compared with"],
             [
                 [
                     r["aspect"],
                     who(r, panel_label),
+                    fmt(r.get("component")),
                     fmt(r["rank"]),
                     r["system"],
                     fmt(r["elo"], 0),
-                    fmt_ci(r["elo_ci_low"], r["elo_ci_high"], 0),
+                    fmt_elo_ci(r),
                     fmt(r["n_comparisons"]),
+                    ", ".join(r.get("not_compared_with") or []),
                 ]
                 for r in report.get("ranking") or []
             ],
@@ -269,3 +271,11 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
             )
         )
     return out
+
+
+def fmt_elo_ci(row: Mapping[str, Any]) -> str:
+    """The Elo interval; a side with no bound (the system won or lost every comparison) reads as infinite."""
+    low, high = row.get("elo_ci_low"), row.get("elo_ci_high")
+    if row.get("ci_unbounded") and (low is not None or high is not None):
+        return f"[{'-inf' if low is None else fmt(low, 0)}, {'+inf' if high is None else fmt(high, 0)}]"
+    return fmt_ci(low, high, 0)
