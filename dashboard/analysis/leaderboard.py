@@ -120,7 +120,9 @@ def paper_frame(report: Mapping[str, Any] | None, judge: str | None = None) -> p
         values = r.get("values") or {}
         row: dict[str, Any] = {"Judge": judge if judge == REFERENCE else r.get("judge"), "System": r.get("system")}
         row.update({METRIC_LABELS.get(m, m): (r.get("metrics") or {}).get(m) for m in metrics})
+        row.update({f"{METRIC_LABELS.get(m, m)} n": (r.get("metrics_n") or {}).get(m) for m in metrics})
         row.update({a.capitalize(): values.get(a) for a in aspects})
+        row.update({f"{a.capitalize()} n": (r.get("n") or {}).get(a) for a in aspects})
         row["Average"] = r.get("average") if judge != REFERENCE else None
         row["Items"] = r.get("n_items")
         rows.append(row)
@@ -131,6 +133,8 @@ def paper_frame(report: Mapping[str, Any] | None, judge: str | None = None) -> p
         *[a.capitalize() for a in aspects],
         "Average",
         "Items",
+        *[f"{METRIC_LABELS.get(m, m)} n" for m in metrics],
+        *[f"{a.capitalize()} n" for a in aspects],
     ]
     df = frame(rows, columns)
     return df.sort_values("Average", ascending=False, na_position="last").reset_index(drop=True) if len(df) else df

@@ -21,7 +21,10 @@ Conventions
   together; bounded by +/- the scale's width; with its ``ci_warning``), and scipy's Wilcoxon signed-rank
   test (two-sided, ``zero_method="wilcox"``: zero differences are dropped; all differences zero gives ``p = 1.0``).
 * Paper table (Wang et al. 2023, recursive summarisation): mean item score per system and aspect,
-  ``average`` = unweighted mean of that system's aspect means.
+  ``average`` = unweighted mean of that system's aspect means. Per judge and aspect the systems are compared on
+  the items they all have a score for (a system judged only on the items it did not fail must not rise above one
+  judged on all of them); when they share none, each system's own items are used and the counts say so
+  (``paper_cell_counts``: the n behind every cell, and whether it is the shared set).
 """
 
 from __future__ import annotations
@@ -327,6 +330,32 @@ def ordered_aspects(aspects: list[str] | np.ndarray | pd.Index) -> list[str]:
     return first + sorted(present - set(first))
 
 
+def _paper_items(items: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[str, str], bool]]:
+    """The item scores the paper table averages: per (judge, aspect), those of the items every system there has;
+    all of them when the systems share no item. Also whether each (judge, aspect) block is on shared items."""
+    if items.empty:
+        return items, {}
+    kept = []
+    shared: dict[tuple[str, str], bool] = {}
+    for (judge, aspect), block in items.groupby([F.JUDGE, F.ASPECT], sort=False):
+        per_system = [set(g[F.ITEM_ID]) for _, g in block.groupby(SYSTEM, sort=False)]
+        common = set.intersection(*per_system)
+        shared[(str(judge), str(aspect))] = bool(common)
+        kept.append(block[block[F.ITEM_ID].isin(common)] if common else block)
+    return pd.concat(kept, ignore_index=True), shared
+
+
+def paper_cell_counts(items: pd.DataFrame) -> pd.DataFrame:
+    """Per judge x system x aspect: ``n`` (the items behind the paper table's cell) and ``shared`` (True when the
+    cell is averaged over the items every system of that judge and aspect has)."""
+    used, shared = _paper_items(items)
+    if used.empty:
+        return pd.DataFrame(columns=[F.JUDGE, SYSTEM, F.ASPECT, "n", "shared"])
+    counts = used.groupby([F.JUDGE, SYSTEM, F.ASPECT], sort=True)[F.ITEM_ID].nunique().rename("n").reset_index()
+    counts["shared"] = [shared[(str(j), str(a))] for j, a in zip(counts[F.JUDGE], counts[F.ASPECT], strict=True)]
+    return counts
+
+
 def paper_table(
     judgments: pd.DataFrame, judge: str | None = None, *, items: pd.DataFrame | None = None
 ) -> pd.DataFrame:
@@ -341,7 +370,8 @@ def paper_table(
     if items.empty:
         return pd.DataFrame(columns=[F.JUDGE, SYSTEM, "average", "n_items"])
     aspects = ordered_aspects(items[F.ASPECT].unique())
-    means = items.groupby([F.JUDGE, SYSTEM, F.ASPECT], sort=True)[F.SCORE].mean().unstack(F.ASPECT)
+    used, _ = _paper_items(items)
+    means = used.groupby([F.JUDGE, SYSTEM, F.ASPECT], sort=True)[F.SCORE].mean().unstack(F.ASPECT)
     means = means.reindex(columns=aspects)
     means["average"] = means[aspects].mean(axis=1, skipna=True)
     means["n_items"] = items.groupby([F.JUDGE, SYSTEM], sort=True)[F.ITEM_ID].nunique()

@@ -65,3 +65,14 @@ def test_leaderboard_frames_show_the_interval_warning_and_n() -> None:
     paired = paired_frame(report)
     assert paired.loc[0, "n_pairs"] == 1
     assert paired.loc[0, "ci_warning"] == "1 item: no interval of the mean of differences"
+
+
+def test_paper_frame_shows_the_n_behind_each_cell() -> None:
+    """Issue 41: references on 4 of 10 items: the F1 cell says 4, the aspect cell 10."""
+    from dashboard.analysis import paper_frame
+
+    report = {"paper_table": {"metrics": ["f1"], "aspects": ["coherence"], "rows": [
+        {"judge": "j", "system": "A", "metrics": {"f1": 0.5}, "values": {"coherence": 70.0}, "average": 70.0,
+         "n_items": 10, "metrics_n": {"f1": 4}, "n": {"coherence": 10}}]}}  # fmt: skip
+    row = paper_frame(report, "j").iloc[0]
+    assert (row["F1"], row["F1 n"], row["Coherence n"], row["Items"]) == (0.5, 4, 10, 10)

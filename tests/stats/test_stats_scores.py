@@ -220,3 +220,34 @@ def test_interval_of_ten_normal_scores_is_at_least_the_student_t_interval() -> N
     half = 2.262 * x.std(ddof=1) / np.sqrt(10)
     assert r["ci_low"] <= x.mean() - half + 1e-9 and r["ci_high"] >= x.mean() + half - 1e-9
     assert r["ci_warning"] is None
+
+
+def test_paper_table_compares_systems_on_the_items_they_share() -> None:
+    """A judged on 10 items (mean 60), B only on the 5 it did not fail (mean 70): B was put above A, while on the
+    5 shared items A beats B by 10 on every one."""
+    rows = [(str(i), "A", "coherence", "j", 80 if i < 5 else 40, "done", 0) for i in range(10)]
+    rows += [(str(i), "B", "coherence", "j", 70, "done", 0) for i in range(5)]
+    rows += [(str(i), "B", "coherence", "j", None, "failed", 0) for i in range(5, 10)]
+    df = single(rows)
+    table = S.paper_table(df).set_index("system")
+    assert table.loc["A", "coherence"] == 80.0 and table.loc["B", "coherence"] == 70.0
+    counts = S.paper_cell_counts(S.item_scores(df)).set_index("system")
+    assert counts.loc["A", "n"] == counts.loc["B", "n"] == 5 and counts["shared"].all()
+
+
+def test_paper_table_cells_carry_their_n_and_say_when_items_are_not_shared() -> None:
+    """References on 4 of 10 items: F1 was averaged over 4 items under a row saying 10, with no n shown."""
+    from judge_api.stats.render import report_to_table
+    from judge_api.stats.report import build_report
+
+    rows = [(str(i), "A", "coherence", "j", 70, "done", 0) for i in range(10)]
+    rows += [(str(i), "A", "f1", "reference", 0.5, "done", 0) for i in range(4)]
+    rows += [(str(i), "B", "coherence", "j", 60, "done", 0) for i in range(10, 13)]  # no item shared with A
+    df = single(rows)
+    df.loc[df["judge"] == "reference", ["scale_min", "scale_max"]] = (0.0, 1.0)
+    section = build_report(df, n_boot=20)["paper_table"]
+    a = next(r for r in section["rows"] if r["system"] == "A")
+    assert a["n_items"] == 10 and a["metrics_n"] == {"f1": 4} and a["n"] == {"coherence": 10}
+    assert a["shared"]["coherence"] is False and section["compared_on"].startswith("each system's own items")
+    text = report_to_table(build_report(df, n_boot=20))
+    assert "0.500 (4)" in text and "70.00 (10, not shared)" in text

@@ -91,8 +91,8 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
                 [
                     who(r, panel_label),
                     r["system"],
-                    *[fmt((r.get("metrics") or {}).get(m), 3) for m in metrics],
-                    *[fmt(r["values"].get(a)) for a in pt["aspects"]],
+                    *[with_n(fmt((r.get("metrics") or {}).get(m), 3), r, "metrics_n", m) for m in metrics],
+                    *[with_n(fmt(r["values"].get(a)), r, "n", a) for a in pt["aspects"]],
                     fmt(r["average"]),
                 ]
                 for r in pt["rows"]
@@ -279,3 +279,12 @@ def fmt_elo_ci(row: Mapping[str, Any]) -> str:
     if row.get("ci_unbounded") and (low is not None or high is not None):
         return f"[{'-inf' if low is None else fmt(low, 0)}, {'+inf' if high is None else fmt(high, 0)}]"
     return fmt_ci(low, high, 0)
+
+
+def with_n(text: str, row: Mapping[str, Any], counts: str, column: str) -> str:
+    """A paper-table cell with the items behind it, and a mark when they are not the set the systems share."""
+    n = (row.get(counts) or {}).get(column)
+    if n is None or text == "-":
+        return text
+    shared = (row.get("shared") or {}).get(column)
+    return f"{text} ({n}{'' if shared is not False else ', not shared'})"
