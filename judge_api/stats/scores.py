@@ -160,7 +160,9 @@ def score_summary(
         else:
             x = grp[F.SCORE].to_numpy(dtype="float64")
             smin, smax = _group_scale(grp)
-            interval = mean_interval(x, n_boot=n_boot, rng=rng_for(seed, "scores", *key), ci=ci, bounds=(smin, smax))
+            has_scale = grp[F.SCALE_MIN].notna().any() and grp[F.SCALE_MAX].notna().any() and smax > smin
+            bounds = (smin, smax) if has_scale else None  # the data's own range is not a bound on the mean
+            interval = mean_interval(x, n_boot=n_boot, rng=rng_for(seed, "scores", *key), ci=ci, bounds=bounds)
             edges, per_value = histogram_edges(smin, smax, max_bins)
             hist = np.bincount(_bin_index(x, edges), minlength=len(edges) - 1)
             rec.update(

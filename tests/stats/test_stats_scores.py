@@ -251,3 +251,11 @@ def test_paper_table_cells_carry_their_n_and_say_when_items_are_not_shared() -> 
     assert a["shared"]["coherence"] is False and section["compared_on"].startswith("each system's own items")
     text = report_to_table(build_report(df, n_boot=20))
     assert "0.500 (4)" in text and "70.00 (10, not shared)" in text
+
+
+def test_equal_scores_without_a_scale_get_no_interval_rather_than_a_point() -> None:
+    df = single([(str(i), "A", "c", "j", 80, "done", 0) for i in range(12)])
+    df["scale_min"], df["scale_max"] = np.nan, np.nan
+    r = S.score_summary(df, n_boot=100).iloc[0]
+    assert pd.isna(r["ci_low"]) and pd.isna(r["ci_high"])
+    assert r["ci_warning"] == "all 12 scores equal: no sampling interval"
