@@ -18,6 +18,7 @@ SCORE_COLUMNS = [
     "mean",
     "ci_low",
     "ci_high",
+    "ci_warning",
     "median",
     "std",
     "n_total",
@@ -34,6 +35,8 @@ RANK_COLUMNS = [
     "elo",
     "elo_ci_low",
     "elo_ci_high",
+    "ci_unbounded",
+    "component",
     "strength",
     "n_comparisons",
     "wins",
@@ -117,7 +120,9 @@ def paper_frame(report: Mapping[str, Any] | None, judge: str | None = None) -> p
         values = r.get("values") or {}
         row: dict[str, Any] = {"Judge": judge if judge == REFERENCE else r.get("judge"), "System": r.get("system")}
         row.update({METRIC_LABELS.get(m, m): (r.get("metrics") or {}).get(m) for m in metrics})
+        row.update({f"{METRIC_LABELS.get(m, m)} n": (r.get("metrics_n") or {}).get(m) for m in metrics})
         row.update({a.capitalize(): values.get(a) for a in aspects})
+        row.update({f"{a.capitalize()} n": (r.get("n") or {}).get(a) for a in aspects})
         row["Average"] = r.get("average") if judge != REFERENCE else None
         row["Items"] = r.get("n_items")
         rows.append(row)
@@ -128,6 +133,8 @@ def paper_frame(report: Mapping[str, Any] | None, judge: str | None = None) -> p
         *[a.capitalize() for a in aspects],
         "Average",
         "Items",
+        *[f"{METRIC_LABELS.get(m, m)} n" for m in metrics],
+        *[f"{a.capitalize()} n" for a in aspects],
     ]
     df = frame(rows, columns)
     return df.sort_values("Average", ascending=False, na_position="last").reset_index(drop=True) if len(df) else df
@@ -143,11 +150,12 @@ def reference_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
             "CI low": r.get("ci_low"),
             "CI high": r.get("ci_high"),
             "Items": r.get("n"),
+            "CI note": r.get("ci_warning") or "",
         }
         for r in section_list(report, "scores")
         if r.get("judge") == REFERENCE
     ]
-    return frame(rows, ["System", "Metric", "Mean", "CI low", "CI high", "Items"])
+    return frame(rows, ["System", "Metric", "Mean", "CI low", "CI high", "Items", "CI note"])
 
 
 def ranking_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -168,6 +176,7 @@ def paired_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
             "mean_diff",
             "ci_low",
             "ci_high",
+            "ci_warning",
             "p_value",
         ],
     )

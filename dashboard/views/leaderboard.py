@@ -24,7 +24,10 @@ def score_section(report: dict, judge: str | None) -> None:
     widgets.chart(charts.score_means_chart(scores, aspects), key="lb_scores")
     widgets.table(scores, "scores", "lb_scores_t")
     st.subheader("Paper table (mean scores)")
-    st.caption("Systems × aspects as printed in the seed paper; Average is the mean of the aspect means.")
+    st.caption(
+        "Systems × aspects as printed in the seed paper; Average is the mean of the aspect means. Each aspect is "
+        "compared on the items every system has (the '… n' columns)."
+    )
     paper = analysis.paper_frame(report, judge)
     widgets.table(paper.drop(columns=["Judge"]) if judge else paper, "paper_table", "lb_paper")
     with st.expander("Score distributions and paired comparisons"):

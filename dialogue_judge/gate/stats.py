@@ -27,8 +27,11 @@ split in two halves (and, with ``m`` gated aspects, each aspect gets ``alpha / m
    ``>= 1 - alpha / 2``, so any number of looks, at any time, is allowed. An aspect stops as soon as the sequence
    excludes the tolerance.
 2. **The final fixed-sample test**, once, when the items run out (or the budget stops the run): a two-sided
-   ``1 - alpha / 2`` interval on everything judged: Student t for the mean drop (standard deviation floored at 1%
-   of the scale width) or Tango's score interval for the loss rate (the score interval for a difference of paired
+   ``1 - alpha / 2`` interval on everything judged: for the mean drop, the inversion of a fixed-sample betting test
+   (``bounded_mean_test``: an equal mixture of products ``prod(1 + lambda (x_i - m))`` over fixed bets, an e-value
+   for any distribution on the bounded scale, so valid at every n; a t interval is not: five drops of exactly 10
+   gave p = 0.0007 against D = 5, and two-point drops with mean below D failed 32% of builds at n = 5), or Tango's
+   score interval for the loss rate (the score interval for a difference of paired
    proportions: losses and wins are the discordant pairs, ties the concordant ones; valid and sharp with many
    ties, where a Wilson interval on half-counted ties is needlessly wide and a t interval breaks down).
 
@@ -38,9 +41,13 @@ spending? Because a small early sample cannot rule out rare large effects: when 
 and leaves the rest untouched, 16 items show no damage 18% of the time and a t interval would declare them safe.
 The betting sequence only stops early on evidence that no bounded distribution explains away; large regressions
 (the calls worth saving) still stop early, and ordinary cases are settled by the final test, whose power is that
-of a fixed-sample test at ``alpha / 2``. With ``sequential=False`` (or when the verdicts already exist) the final
-test alone is run at the full ``alpha``. ``tests/gate/test_gate_stats.py`` measures the error rates by
-simulation rather than assuming them.
+of a fixed-sample test at ``alpha / 2``. A sign or sign-flip permutation test would be sharper at small n but tests
+the median (or assumes symmetry), not the mean: with drops +10 (p = 0.8) or -30 (mean 2 < D = 5), 10 items are all
++10 11% of the time and an exact sign test then rejects at 1/1024, so neither is used. The price of validity on a
+bounded scale is the number of items: a drop of 10 on every item needs ~120 items to fail against D = 5 on 1-100 (no
+valid test can do it under ~93: a 1-in-22 chance of a 99-point gain leaves the mean at 5).
+With ``sequential=False`` (or when the verdicts already exist) the final test alone is run at the full ``alpha``.
+``tests/gate/test_gate_stats.py`` measures the error rates by simulation rather than assuming them.
 
 The reported p-value is *adjusted*: the smallest alpha at which the gate would have made the same decision at the
 same look (``4m / K`` for the confidence sequence with capital ``K``, ``4m p`` for the one-sided p-value of the
@@ -89,10 +96,9 @@ MIN_BATCH = 10
 """Smallest automatic batch (items judged between two looks)."""
 TARGET_LOOKS = 10
 """The automatic batch size aims at about this many looks."""
+BOUNDED_METHOD = "bounded-mean betting test"
 MIN_ITEMS_FINAL_TEST = 5
 """The final fixed-sample test never decides on fewer usable items than this."""
-SD_FLOOR_FRACTION = 0.01
-"""Single mode: the final test floors the standard deviation of the drops at this share of the scale width."""
 
 
 # -- batches ---------------------------------------------------------------------------------------------------
@@ -129,25 +135,89 @@ class FixedTest:
     sd: float | None = None
 
 
-def t_test(drops: ArrayLike, max_drop: float, alpha: float, *, sd_floor: float = 1.0) -> FixedTest:
-    """Student-t interval (two-sided level ``1 - alpha``) of the mean drop and the one-sided tests against D."""
+BET_FRACTIONS = (1.0, 0.75, 0.5, 0.25, 0.125, 1.0 / 16.0, 1.0 / 32.0, 1.0 / 64.0)
+"""Single mode's final test: the fixed bets ``lambda = c / m`` (``c / (1 - m)`` downwards) mixed with equal weight."""
+
+
+def _log_evalues(unit: np.ndarray, m: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """``log E+`` and ``log E-`` at hypothesised means ``m`` (broadcast against the rows of ``unit``, values in
+    [0, 1], last axis = items): the equal mixture over ``BET_FRACTIONS`` of the products ``prod(1 + lambda (x - m))``
+    with ``lambda = c / m`` (up) and ``prod(1 - lambda (x - m))`` with ``lambda = c / (1 - m)`` (down).
+
+    Each product has expectation <= 1 when the mean is <= m (up) or >= m (down), for *any* distribution on
+    [0, 1], so the mixture is an e-value and ``min(1, 1 / E)`` a valid p-value (Markov's inequality), whatever n.
+    """
+    m_arr = np.clip(np.asarray(m, dtype="float64"), 1e-12, 1.0 - 1e-12)[..., None, None]
+    c = np.asarray(BET_FRACTIONS, dtype="float64")[:, None]
+    x = unit[..., None, :]
+    with np.errstate(divide="ignore"):
+        log_up = np.log1p(c * (x / m_arr - 1.0)).sum(axis=-1)
+        log_down = np.log1p(c * ((1.0 - x) / (1.0 - m_arr) - 1.0)).sum(axis=-1)
+    g = math.log(len(BET_FRACTIONS))
+    return _logsumexp(log_up) - g, _logsumexp(log_down) - g
+
+
+def _logsumexp(a: np.ndarray) -> np.ndarray:
+    top = np.max(a, axis=-1)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return safe + np.log(np.exp(a - safe[..., None]).sum(axis=-1))
+
+
+def bounded_mean_p_values(unit: ArrayLike, m: float) -> tuple[np.ndarray, np.ndarray]:
+    """One-sided p-values ``(H0: mean <= m, H0: mean >= m)`` for values in [0, 1] (rows = samples, vectorised)."""
+    x = np.asarray(unit, dtype="float64")
+    log_up, log_down = _log_evalues(x, m)
+    return np.minimum(1.0, np.exp(-log_up)), np.minimum(1.0, np.exp(-log_down))
+
+
+def bounded_mean_test(
+    drops: ArrayLike, max_drop: float, alpha: float, *, scale: Scale, bounds: bool = True
+) -> FixedTest:
+    """Interval (two-sided level ``1 - alpha``) of the mean drop and the one-sided tests against D, valid for every
+    distribution of the drops on ``[-(max - min), max - min]`` and every n: the tests of :func:`_log_evalues`,
+    inverted for the interval (``E+`` falls and ``E-`` rises with m, so each bound is found by bisection; skipped
+    with ``bounds=False``, the decision needs only the p-values)."""
     x = _finite(drops)
     n = int(x.size)
-    if n < 2:
-        return FixedTest(n, float(x.mean()) if n else None, None, None, None, None)
-    mean = float(x.mean())
-    sd = max(float(x.std(ddof=1)), float(sd_floor))
-    se = sd / math.sqrt(n)
-    t_crit = float(sps.t.ppf(1.0 - alpha / 2.0, n - 1))
-    t_stat = (mean - max_drop) / se
+    if n == 0:
+        return FixedTest(0, None, None, None, None, None)
+    unit = scale.to_unit(x)
+    barrier = math.log(2.0 / alpha)
+    grid = np.linspace(0.0, 1.0, 65)
+
+    def bound(index: int) -> float:
+        lo, hi = 0.0, 1.0
+        log_e = _log_evalues(unit, grid)[index]
+        rejected = log_e >= barrier
+        if index == 0:  # low: the largest m still rejected by E+ (E+ falls with m)
+            if not rejected.any():
+                return 0.0
+            k = int(np.flatnonzero(rejected)[-1])
+            lo, hi = float(grid[k]), float(grid[min(k + 1, grid.size - 1)])
+        else:  # high: the smallest m rejected by E-
+            if not rejected.any():
+                return 1.0
+            k = int(np.flatnonzero(rejected)[0])
+            lo, hi = float(grid[max(k - 1, 0)]), float(grid[k])
+        for _ in range(30):
+            mid = (lo + hi) / 2.0
+            hit = bool(_log_evalues(unit, mid)[index] >= barrier)
+            if (index == 0) == hit:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2.0
+
+    p_up, p_down = bounded_mean_p_values(unit, scale.threshold_to_unit(max_drop))
     return FixedTest(
         n,
-        mean,
-        mean - t_crit * se,
-        mean + t_crit * se,
-        float(sps.t.sf(t_stat, n - 1)),
-        float(sps.t.cdf(t_stat, n - 1)),
-        float(x.std(ddof=1)),
+        float(x.mean()),
+        scale.from_unit(bound(0)) if bounds else None,
+        scale.from_unit(bound(1)) if bounds else None,
+        float(p_up),
+        float(p_down),
+        float(x.std(ddof=1)) if n > 1 else None,
     )
 
 
@@ -266,16 +336,21 @@ def evaluate_aspect(
             return AspectEvidence(
                 "undecided", "", n, estimate, low, high, 1.0 - cs_alpha, "betting confidence sequence", p
             )
-    sd_floor = SD_FLOOR_FRACTION * scale.width
     test = (
-        t_test(x, threshold, alpha_final, sd_floor=sd_floor)
+        bounded_mean_test(x, threshold, alpha_final, scale=scale, bounds=report_bounds)
         if scale.mode == "single"
         else tango_test(x, threshold, alpha_final)
     )
-    method = "Student t interval" if scale.mode == "single" else "Tango score interval"
+    method = BOUNDED_METHOD if scale.mode == "single" else "Tango score interval"
     factor = 2.0 * alpha / alpha_final  # one-sided p vs alpha_final / 2, expressed against alpha
     decision: Decision = "undecided"
-    if final and n >= MIN_ITEMS_FINAL_TEST and test.ci_low is not None and test.ci_high is not None:
+    if final and n >= MIN_ITEMS_FINAL_TEST and scale.mode == "single":
+        # the interval is the inversion of these tests; deciding on the p-values needs no bisection
+        if test.p_regression is not None and test.p_regression <= alpha_final / 2.0:
+            decision = "regression"
+        elif test.p_no_regression is not None and test.p_no_regression <= alpha_final / 2.0:
+            decision = "no_regression"
+    elif final and n >= MIN_ITEMS_FINAL_TEST and test.ci_low is not None and test.ci_high is not None:
         if test.ci_low > threshold:
             decision = "regression"
         elif test.ci_high < threshold:

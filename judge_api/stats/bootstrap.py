@@ -14,15 +14,22 @@ an integer scale, paired differences of such scores) the resampled mean only dep
 distinct value is drawn, which is multinomial; ``bootstrap_means`` then draws those counts directly
 (``rng.multinomial``), which has exactly the same distribution as index resampling at O(n_boot x K)
 instead of O(n_boot x n) cost.
+
+The report's means (scores, paired differences) use :func:`mean_interval` instead of the percentile interval: at
+small n the percentile interval is too narrow (coverage 0.84 at n = 5, 0.90 at n = 10 for normal scores, 0.65 at
+n = 10 for skewed ones) and zero-width when the values are all equal (issue 41).
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy import stats as sps
 
 REPORT_N_BOOT = 1000
 """The report's replicates when a caller asks for none (``GET /v1/runs/{id}/report``): the CLI and the dashboard
@@ -117,3 +124,86 @@ def bootstrap_ratio_ci(
         top, bottom = weights @ num, weights @ den
         replicates.append(np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan))
     return percentile_ci(np.concatenate(replicates), ci)
+
+
+MIN_N_AT_LEVEL = 10
+"""Below this many items the mean's interval is still given, with a ``ci_warning``: on skewed scores it may cover
+less than its level (measured in ``bench/bench_small_n.py``)."""
+SE_FLOOR_SHARE = 1.0 / 3.0
+"""Bootstrap-t: a resample's standard error is floored at this share of the sample's (a resample of few distinct
+values can have none, and its t would be infinite)."""
+
+
+@dataclass(frozen=True)
+class MeanInterval:
+    low: float | None
+    high: float | None
+    warning: str | None = None
+    """Why the interval is missing, or is a worst case rather than a sampling interval, or may undercover."""
+
+
+def _bootstrap_t(x: np.ndarray, n_boot: int, rng: np.random.Generator) -> NDArray[np.float64]:
+    """Studentised replicates ``(mean* - mean) / max(se*, SE_FLOOR_SHARE * se)`` over items resampled."""
+    n = x.size
+    mean = float(x.mean())
+    se = float(x.std(ddof=1)) / math.sqrt(n)
+    uniq, counts = np.unique(x, return_counts=True)
+    if uniq.size * 4 <= n:
+        weights = rng.multinomial(n, counts / n, size=n_boot).astype("float64")
+        sums, squares = weights @ uniq, weights @ (uniq * uniq)
+    else:
+        blocks = list(resample_counts(n, n_boot, rng))
+        sums = np.concatenate([w @ x for w in blocks])
+        squares = np.concatenate([w @ (x * x) for w in blocks])
+    means = sums / n
+    variances = np.maximum(squares - n * means * means, 0.0) / (n - 1)
+    ses = np.maximum(np.sqrt(variances / n), SE_FLOOR_SHARE * se)
+    return np.asarray((means - mean) / ses, dtype="float64")
+
+
+def mean_interval(
+    values: ArrayLike,
+    *,
+    n_boot: int,
+    rng: np.random.Generator,
+    ci: float = 0.95,
+    bounds: tuple[float, float] | None = None,
+    what: str = "scores",
+) -> MeanInterval:
+    """The interval of a mean that keeps its level at small n: the hull of the Student t interval and the
+    bootstrap-t interval (which follows skewed scores), clipped to ``bounds`` (the values' scale) when known.
+
+    No honest sampling interval exists for one item (``None`` and a warning) or for values that are all equal
+    (zero spread says nothing about the items not seen): then, with ``bounds``, the worst case over every
+    distribution on them, ``mean -/+ (mean - low | high - mean) * q`` with ``q = 1 - ((1 - ci) / 2) ** (1 / n)``
+    (the chance that a value at the scale's end goes unseen in n items), and a warning. ``n_boot <= 0``: no
+    interval (the caller asked for none).
+    """
+    x = np.asarray(values, dtype="float64")
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    if n == 0 or n_boot <= 0:
+        return MeanInterval(None, None)
+    if n == 1:
+        return MeanInterval(None, None, f"1 item: no interval of the mean of {what}")
+    mean = float(x.mean())
+    tail = (1.0 - ci) / 2.0
+    if float(x.max()) == float(x.min()):
+        equal = f"all {n} {what} equal: no sampling interval"
+        if bounds is None:
+            return MeanInterval(None, None, equal)
+        unseen = 1.0 - tail ** (1.0 / n)
+        low, high = mean - (mean - bounds[0]) * unseen, mean + (bounds[1] - mean) * unseen
+        return MeanInterval(low, high, f"{equal}; the scale's worst case for {n} items")
+    se = float(x.std(ddof=1)) / math.sqrt(n)
+    t_crit = float(sps.t.ppf(1.0 - tail, n - 1))
+    t_star = _bootstrap_t(x, n_boot, rng)
+    q_low, q_high = np.quantile(t_star, [tail, 1.0 - tail])
+    low = min(mean - t_crit * se, mean - float(q_high) * se)
+    high = max(mean + t_crit * se, mean - float(q_low) * se)
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    warning: str | None = None
+    if n < MIN_N_AT_LEVEL:
+        warning = f"only {n} items: the interval may cover less than {round(100 * ci)}% on skewed {what}"
+    return MeanInterval(float(low), float(high), warning)

@@ -13,8 +13,17 @@ Convention
 * Scale: ``strength`` is the log strength ``log p_i`` centred to mean 0 over systems; ``elo`` is
   ``400 * log10(p_i) + 1000`` (so a 400 point gap means 10:1 odds).
 * Uncertainty: percentile bootstrap over *items* (all comparisons of a resampled item travel with it),
-  ``n_boot`` replicates, refitting the model on each replicate.  ``rank`` 1 is the strongest system
-  (ties in the point estimate share the smaller rank).
+  ``n_boot`` replicates, refitting the model on each replicate, widened to the Wilson-consistent interval of the
+  system's win rate ``w`` (ties half) over its ``n`` comparisons: ``(S - 1) / S * logit(Wilson bound)`` for a
+  component of ``S`` systems (exact for two systems, where the centred strength is ``logit(w) / 2``). The bootstrap
+  alone collapses to a point when one side always wins or every comparison is a tie (A beat B 5/5: Elo
+  [1208, 1208], while the Wilson interval of the win rate is [0.566, 1.0]). A system that won (lost) every
+  comparison has no upper (lower) bound: the side is ``None`` and ``ci_unbounded`` says which.
+* Connected components: systems are ranked only against systems they are linked to by comparisons (directly or
+  through others). Each component (``component``, 1-based, by its first system's name) gets its own fit, so
+  the prior's virtual ties never order systems that were not compared; ``rank`` is the rank within the
+  component, and ``not_compared_with`` lists the systems this one never met directly.
+  ``rank`` 1 is the strongest system of its component (ties in the point estimate share the smaller rank).
 """
 
 from __future__ import annotations
@@ -24,10 +33,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import sparse
+from scipy.sparse.csgraph import connected_components
 
 from judge_api.stats import frames as F
 from judge_api.stats.bootstrap import percentile_ci, resample_counts, rng_for
-from judge_api.stats.preferences import combine_orders
+from judge_api.stats.preferences import combine_orders, wilson_interval
 
 LOG10 = float(np.log(10.0))
 
@@ -42,6 +52,9 @@ RANKING_COLUMNS = [
     "elo",
     "elo_ci_low",
     "elo_ci_high",
+    "ci_unbounded",
+    "component",
+    "not_compared_with",
     "n_comparisons",
     "wins",
     "ties",
@@ -126,19 +139,37 @@ def bradley_terry_table(
     systems = F.distinct(combined[F.SYSTEM_A], combined[F.SYSTEM_B])
     s = len(systems)
     contrib, wtl = _item_contributions(combined, systems)
-    point = fit_bradley_terry(np.asarray(contrib.sum(axis=0)).reshape(s, s), prior=prior)
-    boots: list[np.ndarray] = []
+    totals = np.asarray(contrib.sum(axis=0)).reshape(s, s)
+    met = (totals + totals.T) > 0
+    n_parts, labels = connected_components(sparse.csr_matrix(met), directed=False)
+    point = np.zeros(s)
+    boot = np.full((max(n_boot, 0), s), np.nan)
+    rank = np.zeros(s, dtype=np.int64)
+    order = sorted(range(n_parts), key=lambda c: min(systems[i] for i in np.flatnonzero(labels == c)))
+    component = {c: k + 1 for k, c in enumerate(order)}
     rng = rng_for(seed, "bradley_terry", *key)
-    n_items = contrib.shape[0]
     contrib_t = contrib.T.tocsr()
-    for counts in resample_counts(n_items, n_boot, rng):
-        w = np.asarray(contrib_t @ counts.T).T.reshape(-1, s, s)
-        boots.append(fit_bradley_terry(w, prior=prior))
-    boot = np.concatenate(boots) if boots else np.empty((0, s))
-    rank = pd.Series(-point).rank(method="min").astype("int64").to_numpy()
+    blocks = [
+        np.asarray(contrib_t @ counts.T).T.reshape(-1, s, s)
+        for counts in resample_counts(contrib.shape[0], n_boot, rng)
+    ]
+    resampled = np.concatenate(blocks) if blocks else np.empty((0, s, s))
+    for c in range(n_parts):
+        members = np.flatnonzero(labels == c)
+        sub_wins = totals[np.ix_(members, members)]
+        point[members] = fit_bradley_terry(sub_wins, prior=prior)
+        if resampled.shape[0]:
+            boot[:, members] = fit_bradley_terry(resampled[:, members][:, :, members], prior=prior)
+        rank[members] = pd.Series(-point[members]).rank(method="min").astype("int64").to_numpy()
+    n_each = wtl.sum(axis=0).astype("float64")
+    win_low, win_high = wilson_interval(wtl[0] + wtl[1] / 2.0, n_each, ci)
     records: list[dict[str, Any]] = []
     for i, name in enumerate(systems):
+        size = int((labels == labels[i]).sum())
         lo, hi = percentile_ci(boot[:, i], ci) if boot.size else (None, None)
+        unbounded = None
+        if lo is not None and hi is not None and size > 1:
+            lo, hi, unbounded = _widened(lo, hi, float(win_low[i]), float(win_high[i]), (size - 1) / size, wtl[:, i])
         records.append(
             {
                 "system": name,
@@ -149,13 +180,37 @@ def bradley_terry_table(
                 "elo": to_elo(point[i]),
                 "elo_ci_low": None if lo is None else to_elo(lo),
                 "elo_ci_high": None if hi is None else to_elo(hi),
+                "ci_unbounded": unbounded,
+                "component": component[int(labels[i])],
+                "not_compared_with": [systems[j] for j in range(s) if j != i and not met[i, j]],
                 "n_comparisons": int(wtl[:, i].sum()),
                 "wins": int(wtl[0, i]),
                 "ties": int(wtl[1, i]),
                 "losses": int(wtl[2, i]),
             }
         )
-    return pd.DataFrame.from_records(records, columns=cols).sort_values(["rank", "system"]).reset_index(drop=True)
+    out = pd.DataFrame.from_records(records, columns=cols)
+    return out.sort_values(["component", "rank", "system"]).reset_index(drop=True)
+
+
+def _logit(p: float) -> float:
+    return float(np.log(p) - np.log1p(-p))
+
+
+def _widened(
+    lo: float, hi: float, win_low: float, win_high: float, factor: float, wtl: np.ndarray
+) -> tuple[float | None, float | None, str | None]:
+    """The bootstrap interval widened to the Wilson-consistent one; a side is None when the system won (lost)
+    every comparison, where no finite bound exists."""
+    all_won, all_lost = wtl[1] == 0 and wtl[2] == 0, wtl[0] == 0 and wtl[1] == 0
+    low: float | None = lo if win_low <= 0.0 else min(lo, factor * _logit(win_low))
+    high: float | None = hi if win_high >= 1.0 else max(hi, factor * _logit(win_high))
+    if all_won:
+        high = None
+    if all_lost:
+        low = None
+    unbounded = "high" if all_won else "low" if all_lost else None
+    return low, high, unbounded
 
 
 def to_elo(log_strength: float) -> float:

@@ -55,7 +55,7 @@ from judge_api.stats.panel import (
 )
 from judge_api.stats.preferences import combine_orders, preference_summary
 from judge_api.stats.ranking import bradley_terry
-from judge_api.stats.scores import item_scores, paired_comparisons, paper_table, score_summary
+from judge_api.stats.scores import item_scores, paired_comparisons, paper_cell_counts, paper_table, score_summary
 
 SECTIONS = (
     "meta",
@@ -175,9 +175,19 @@ METRIC_LABELS = {"f1": "F1", "bleu-1": "BLEU-1", "bleu-2": "BLEU-2", "bertscore"
 """Display names of the reference metrics, in the paper table's column order."""
 
 
-def _paper_section(table: pd.DataFrame) -> dict[str, Any]:
+def _paper_section(table: pd.DataFrame, counts: pd.DataFrame | None = None) -> dict[str, Any]:
     """The paper table: systems x judge aspects per judge, with the reference metrics (same for every judge) as
-    extra columns on each row, as the recursive-summarisation paper shows F1 / BLEU beside the judge's scores."""
+    extra columns on each row, as the recursive-summarisation paper shows F1 / BLEU beside the judge's scores.
+
+    Each row also carries the n behind every cell (``n``: per aspect, ``metrics_n``: per metric) and ``shared``
+    (per aspect and metric: True when the systems are compared on the items they all have); ``compared_on`` says
+    it for the whole table."""
+    n_of: dict[tuple[Any, Any, Any], int] = {}
+    shared_of: dict[tuple[Any, Any, Any], bool] = {}
+    if counts is not None:
+        for c in counts.to_dict(orient="records"):
+            n_of[(c[F.JUDGE], c["system"], c[F.ASPECT])] = int(c["n"])
+            shared_of[(c[F.JUDGE], c["system"], c[F.ASPECT])] = bool(c["shared"])
     fixed = {F.JUDGE, "system", "average", "n_items"}
     aspects = [c for c in table.columns if c not in fixed]
     reference = table[table[F.JUDGE] == REFERENCE_JUDGE]
@@ -197,10 +207,18 @@ def _paper_section(table: pd.DataFrame) -> dict[str, Any]:
             "values": {a: r.get(a) for a in judge_aspects},
             "average": r["average"],
             "n_items": r["n_items"],
+            "n": {a: n_of.get((r[F.JUDGE], r["system"], a)) for a in judge_aspects},
+            "metrics_n": {m: n_of.get((REFERENCE_JUDGE, r["system"], m)) for m in metrics},
+            "shared": {
+                **{a: shared_of.get((r[F.JUDGE], r["system"], a)) for a in judge_aspects},
+                **{m: shared_of.get((REFERENCE_JUDGE, r["system"], m)) for m in metrics},
+            },
         }
         for r in records
     ]
-    return {"metrics": metrics, "aspects": judge_aspects, "rows": rows}
+    flags = [v for row in rows for v in row["shared"].values() if v is not None]
+    compared_on = "shared items" if all(flags) else "each system's own items where the systems share none"
+    return {"metrics": metrics, "aspects": judge_aspects, "rows": rows, "compared_on": compared_on}
 
 
 def panel_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -264,8 +282,9 @@ def build_report(
             "seed": seed,
             "ci": ci,
             "ci_method": {
-                "scores": "percentile bootstrap over items",
-                "paired": "paired percentile bootstrap over items; Wilcoxon signed-rank p",
+                "scores": "hull of the Student t and bootstrap-t intervals over items, clipped to the scale "
+                "(ci_warning: one item, all scores equal, or fewer than 10 items)",
+                "paired": "the same over paired differences (bounded by the scale's width); Wilcoxon signed-rank p",
                 "win_rate": "Wilson score interval, ties counted as half wins",
                 "ranking": "Bradley-Terry (MM), percentile bootstrap over items",
                 "reference_metrics": "ParlAI normalisation; F1 of tokens; BLEU-1/2 nltk sentence_bleu with "
@@ -275,7 +294,7 @@ def build_report(
         "counts": {**counts_section(stored), "imported": imported},
         "scores": score_summary(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
         "paired": paired_comparisons(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
-        "paper_table": _paper_section(paper_table(df, items=items)),
+        "paper_table": _paper_section(paper_table(df, items=items), paper_cell_counts(items)),
         "preferences": preference_summary(df, ci=ci, combined=combined),
         "ranking": bradley_terry(df, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
         "agreement": None,

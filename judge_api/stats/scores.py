@@ -8,18 +8,23 @@ Conventions
 * Status counts are judgment *rows* (samples included) and are always reported next to the
   statistics: ``n_total = n_done + n_failed + n_unparseable + n_pending + n_cancelled`` where
   ``n_pending`` counts both ``pending`` and ``running`` rows.  Nothing is dropped silently.
-* ``std`` is the sample standard deviation (ddof=1) of item scores; the CI of the mean is a
-  percentile bootstrap over items (``bootstrap.py``).
+* ``std`` is the sample standard deviation (ddof=1) of item scores; the CI of the mean is
+  ``bootstrap.mean_interval`` over items: the hull of the Student t and bootstrap-t intervals, clipped to the
+  scale; none for one item, the scale's worst case when all scores are equal, and then (or below 10 items) a
+  ``ci_warning`` saying so.
 * The histogram covers the rubric scale ``[scale_min, scale_max]``: one bin per integer value when the
   scale is integral with at most ``max_bins`` points (e.g. 1-10, 0-2), otherwise ``max_bins`` equal
   width bins (1-100 -> ten bins; the top edge belongs to the last bin).  Item means are binned, so
   they agree with ``n``.
 * Paired comparison of systems X and Y (per aspect x judge): differences ``X - Y`` on the items where
-  both have an item score; mean difference, percentile bootstrap CI of it (items resampled, so pairs
-  stay together), and scipy's Wilcoxon signed-rank test (two-sided, ``zero_method="wilcox"``:
-  zero differences are dropped; all differences zero gives ``p = 1.0``).
+  both have an item score; mean difference, its ``mean_interval`` (items resampled, so pairs stay
+  together; bounded by +/- the scale's width; with its ``ci_warning``), and scipy's Wilcoxon signed-rank
+  test (two-sided, ``zero_method="wilcox"``: zero differences are dropped; all differences zero gives ``p = 1.0``).
 * Paper table (Wang et al. 2023, recursive summarisation): mean item score per system and aspect,
-  ``average`` = unweighted mean of that system's aspect means.
+  ``average`` = unweighted mean of that system's aspect means. Per judge and aspect the systems are compared on
+  the items they all have a score for (a system judged only on the items it did not fail must not rise above one
+  judged on all of them); when they share none, each system's own items are used and the counts say so
+  (``paper_cell_counts``: the n behind every cell, and whether it is the shared set).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from judge_api.stats import frames as F
-from judge_api.stats.bootstrap import bootstrap_means, percentile_ci, rng_for
+from judge_api.stats.bootstrap import mean_interval, rng_for
 
 SYSTEM = "system"
 GROUP_KEYS = [SYSTEM, F.ASPECT, F.JUDGE]
@@ -135,6 +140,7 @@ def score_summary(
         "std",
         "ci_low",
         "ci_high",
+        "ci_warning",
         F.SCALE_MIN,
         F.SCALE_MAX,
         "histogram",
@@ -149,13 +155,14 @@ def score_summary(
         rec: dict[str, Any] = dict(zip(GROUP_KEYS, key, strict=True))
         grp = grouped.get(key)
         if grp is None or grp.empty:
-            rec.update(n=0, mean=np.nan, median=np.nan, std=np.nan, ci_low=np.nan, ci_high=np.nan)
+            rec.update(n=0, mean=np.nan, median=np.nan, std=np.nan, ci_low=np.nan, ci_high=np.nan, ci_warning=None)
             rec.update({F.SCALE_MIN: np.nan, F.SCALE_MAX: np.nan, "histogram": None})
         else:
             x = grp[F.SCORE].to_numpy(dtype="float64")
-            boots = bootstrap_means(x, n_boot, rng_for(seed, "scores", *key))
-            lo, hi = percentile_ci(boots, ci)
             smin, smax = _group_scale(grp)
+            has_scale = grp[F.SCALE_MIN].notna().any() and grp[F.SCALE_MAX].notna().any() and smax > smin
+            bounds = (smin, smax) if has_scale else None  # the data's own range is not a bound on the mean
+            interval = mean_interval(x, n_boot=n_boot, rng=rng_for(seed, "scores", *key), ci=ci, bounds=bounds)
             edges, per_value = histogram_edges(smin, smax, max_bins)
             hist = np.bincount(_bin_index(x, edges), minlength=len(edges) - 1)
             rec.update(
@@ -163,8 +170,9 @@ def score_summary(
                 mean=float(x.mean()),
                 median=float(np.median(x)),
                 std=float(x.std(ddof=1)) if x.size > 1 else np.nan,
-                ci_low=lo,
-                ci_high=hi,
+                ci_low=interval.low,
+                ci_high=interval.high,
+                ci_warning=interval.warning,
             )
             rec.update({F.SCALE_MIN: smin, F.SCALE_MAX: smax})
             rec["histogram"] = {
@@ -193,8 +201,15 @@ def wilcoxon_p(diffs: np.ndarray) -> float | None:
 
 
 def _paired_record(
-    x: np.ndarray, y: np.ndarray, key: tuple[str, str, str, str], n_boot: int, seed: int, ci: float
+    x: np.ndarray,
+    y: np.ndarray,
+    key: tuple[str, str, str, str],
+    n_boot: int,
+    seed: int,
+    ci: float,
+    width: float | None = None,
 ) -> dict[str, Any]:
+    """``width``: the scale's width (differences lie within +/- it), None when unknown."""
     both = np.isfinite(x) & np.isfinite(y)
     d = x[both] - y[both]
     aspect, judge, sx, sy = key
@@ -208,16 +223,20 @@ def _paired_record(
         "n_y_only": int((~np.isfinite(x) & np.isfinite(y)).sum()),
     }
     if d.size == 0:
-        rec.update(mean_x=np.nan, mean_y=np.nan, mean_diff=np.nan, ci_low=np.nan, ci_high=np.nan)
+        rec.update(mean_x=np.nan, mean_y=np.nan, mean_diff=np.nan, ci_low=np.nan, ci_high=np.nan, ci_warning=None)
         rec.update(p_value=None, n_x_better=0, n_y_better=0, n_equal=0)
         return rec
-    lo, hi = percentile_ci(bootstrap_means(d, n_boot, rng_for(seed, "paired", *key)), ci)
+    bounds = None if width is None else (-width, width)
+    interval = mean_interval(
+        d, n_boot=n_boot, rng=rng_for(seed, "paired", *key), ci=ci, bounds=bounds, what="differences"
+    )
     rec.update(
         mean_x=float(x[both].mean()),
         mean_y=float(y[both].mean()),
         mean_diff=float(d.mean()),
-        ci_low=lo,
-        ci_high=hi,
+        ci_low=interval.low,
+        ci_high=interval.high,
+        ci_warning=interval.warning,
         p_value=wilcoxon_p(d),
         n_x_better=int((d > 0).sum()),
         n_y_better=int((d < 0).sum()),
@@ -239,11 +258,20 @@ PAIRED_COLUMNS = [
     "mean_diff",
     "ci_low",
     "ci_high",
+    "ci_warning",
     "p_value",
     "n_x_better",
     "n_y_better",
     "n_equal",
 ]
+
+
+def _scale_width(items: pd.DataFrame) -> float | None:
+    """The width of the rubric scale of these item scores (None when the rows carry no scale)."""
+    low, high = items[F.SCALE_MIN].min(), items[F.SCALE_MAX].max()
+    if pd.isna(low) or pd.isna(high) or float(high) <= float(low):
+        return None
+    return float(high) - float(low)
 
 
 def _wide(items: pd.DataFrame) -> pd.DataFrame:
@@ -270,7 +298,7 @@ def paired_comparison(
     nan = np.full(0 if wide is None else len(wide), np.nan)
     x = wide[system_x].to_numpy("float64") if wide is not None and system_x in wide else nan
     y = wide[system_y].to_numpy("float64") if wide is not None and system_y in wide else nan
-    return _paired_record(x, y, (aspect, judge, system_x, system_y), n_boot, seed, ci)
+    return _paired_record(x, y, (aspect, judge, system_x, system_y), n_boot, seed, ci, _scale_width(sub))
 
 
 def paired_comparisons(
@@ -286,12 +314,14 @@ def paired_comparisons(
     if items.empty:
         return pd.DataFrame(columns=PAIRED_COLUMNS)
     records = []
+    widths = {key: _scale_width(group) for key, group in items.groupby([F.ASPECT, F.JUDGE], sort=False)}
     for (aspect, judge), block in _wide(items).groupby(level=[0, 1], sort=True):
         block = block.dropna(axis=1, how="all")
         for sx, sy in combinations(sorted(block.columns), 2):
             x = block[sx].to_numpy("float64")
             y = block[sy].to_numpy("float64")
-            records.append(_paired_record(x, y, (aspect, judge, sx, sy), n_boot, seed, ci))
+            width = widths.get((aspect, judge))
+            records.append(_paired_record(x, y, (aspect, judge, sx, sy), n_boot, seed, ci, width))
     return pd.DataFrame.from_records(records, columns=PAIRED_COLUMNS)
 
 
@@ -300,6 +330,32 @@ def ordered_aspects(aspects: list[str] | np.ndarray | pd.Index) -> list[str]:
     present = {str(a) for a in aspects}
     first = [a for a in PAPER_ASPECTS if a in present]
     return first + sorted(present - set(first))
+
+
+def _paper_items(items: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[str, str], bool]]:
+    """The item scores the paper table averages: per (judge, aspect), those of the items every system there has;
+    all of them when the systems share no item. Also whether each (judge, aspect) block is on shared items."""
+    if items.empty:
+        return items, {}
+    kept = []
+    shared: dict[tuple[str, str], bool] = {}
+    for (judge, aspect), block in items.groupby([F.JUDGE, F.ASPECT], sort=False):
+        per_system = [set(g[F.ITEM_ID]) for _, g in block.groupby(SYSTEM, sort=False)]
+        common = set.intersection(*per_system)
+        shared[(str(judge), str(aspect))] = bool(common)
+        kept.append(block[block[F.ITEM_ID].isin(common)] if common else block)
+    return pd.concat(kept, ignore_index=True), shared
+
+
+def paper_cell_counts(items: pd.DataFrame) -> pd.DataFrame:
+    """Per judge x system x aspect: ``n`` (the items behind the paper table's cell) and ``shared`` (True when the
+    cell is averaged over the items every system of that judge and aspect has)."""
+    used, shared = _paper_items(items)
+    if used.empty:
+        return pd.DataFrame(columns=[F.JUDGE, SYSTEM, F.ASPECT, "n", "shared"])
+    counts = used.groupby([F.JUDGE, SYSTEM, F.ASPECT], sort=True)[F.ITEM_ID].nunique().rename("n").reset_index()
+    counts["shared"] = [shared[(str(j), str(a))] for j, a in zip(counts[F.JUDGE], counts[F.ASPECT], strict=True)]
+    return counts
 
 
 def paper_table(
@@ -316,7 +372,8 @@ def paper_table(
     if items.empty:
         return pd.DataFrame(columns=[F.JUDGE, SYSTEM, "average", "n_items"])
     aspects = ordered_aspects(items[F.ASPECT].unique())
-    means = items.groupby([F.JUDGE, SYSTEM, F.ASPECT], sort=True)[F.SCORE].mean().unstack(F.ASPECT)
+    used, _ = _paper_items(items)
+    means = used.groupby([F.JUDGE, SYSTEM, F.ASPECT], sort=True)[F.SCORE].mean().unstack(F.ASPECT)
     means = means.reindex(columns=aspects)
     means["average"] = means[aspects].mean(axis=1, skipna=True)
     means["n_items"] = items.groupby([F.JUDGE, SYSTEM], sort=True)[F.ITEM_ID].nunique()

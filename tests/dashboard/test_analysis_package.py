@@ -48,3 +48,31 @@ def test_no_module_imports_streamlit() -> None:
             if isinstance(node, ast.ImportFrom)
         }
         assert "streamlit" not in imported, module_name
+
+
+def test_leaderboard_frames_show_the_interval_warning_and_n() -> None:
+    """Issue 41: where the dashboard shows a score or paired interval, it shows its n and its ci_warning."""
+    from dashboard.analysis import paired_frame, scores_frame
+
+    report = {
+        "scores": [{"system": "A", "aspect": "c", "judge": "j", "n": 1, "ci_low": None, "ci_high": None,
+                    "ci_warning": "1 item: no interval of the mean of scores"}],
+        "paired": [{"aspect": "c", "judge": "j", "system_x": "A", "system_y": "B", "n_pairs": 1,
+                    "ci_warning": "1 item: no interval of the mean of differences"}],
+    }  # fmt: skip
+    scores = scores_frame(report)
+    assert scores.loc[0, "n"] == 1 and scores.loc[0, "ci_warning"] == "1 item: no interval of the mean of scores"
+    paired = paired_frame(report)
+    assert paired.loc[0, "n_pairs"] == 1
+    assert paired.loc[0, "ci_warning"] == "1 item: no interval of the mean of differences"
+
+
+def test_paper_frame_shows_the_n_behind_each_cell() -> None:
+    """Issue 41: references on 4 of 10 items: the F1 cell says 4, the aspect cell 10."""
+    from dashboard.analysis import paper_frame
+
+    report = {"paper_table": {"metrics": ["f1"], "aspects": ["coherence"], "rows": [
+        {"judge": "j", "system": "A", "metrics": {"f1": 0.5}, "values": {"coherence": 70.0}, "average": 70.0,
+         "n_items": 10, "metrics_n": {"f1": 4}, "n": {"coherence": 10}}]}}  # fmt: skip
+    row = paper_frame(report, "j").iloc[0]
+    assert (row["F1"], row["F1 n"], row["Coherence n"], row["Items"]) == (0.5, 4, 10, 10)

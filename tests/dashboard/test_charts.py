@@ -61,7 +61,8 @@ def test_frames_keep_columns_a_newer_report_adds() -> None:
 # -- leaderboard -----------------------------------------------------------------------------------------
 def test_paper_table_matches_the_seed_layout(report: dict[str, Any]) -> None:
     table = analysis.paper_frame(report, judge=analysis.judges_of(report)[0])
-    assert list(table.columns) == ["Judge", "System", "Engagingness", "Coherence", "Consistency", "Average", "Items"]
+    seed = ["Judge", "System", "Engagingness", "Coherence", "Consistency", "Average", "Items"]
+    assert list(table.columns) == [*seed, "Engagingness n", "Coherence n", "Consistency n"]  # the n behind each cell
     assert table["System"].tolist() == ["rsum", "memgpt", "vanilla"]
     row = table.iloc[0]
     assert row["Average"] == pytest.approx(np.mean([row["Engagingness"], row["Coherence"], row["Consistency"]]))

@@ -85,7 +85,7 @@ def test_gate_against_a_running_service(
             "--api",
             service.api_url,
             "--max-drop",
-            "3",
+            "20",
             "--json",
             tmp_path / "runs.json",
         )

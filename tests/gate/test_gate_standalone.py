@@ -85,7 +85,7 @@ def test_runner_leaves_the_process_settings_alone(sim: SimulatorProcess, tmp_pat
 
 
 def test_in_memory_sides_and_the_gate_from_python(sim: SimulatorProcess, tmp_path: Path) -> None:
-    data = plant(tmp_path, 40, -15.0, seed=12)
+    data = plant(tmp_path, 40, -40.0, seed=12)
     items = [json.loads(line) for line in data.items.read_text().splitlines()]
     candidate = {
         json.loads(line)["id"]: json.loads(line)["response"] for line in data.responses.read_text().splitlines()
@@ -109,7 +109,7 @@ def test_in_memory_sides_and_the_gate_from_python(sim: SimulatorProcess, tmp_pat
 
 
 def test_run_ids_in_the_standalone_database_reuse_their_verdicts(sim: SimulatorProcess, tmp_path: Path) -> None:
-    data = plant(tmp_path / "runs", 30, -15.0, seed=15)
+    data = plant(tmp_path / "runs", 30, -40.0, seed=15)
     database = tmp_path / "cache" / "gate.db"
     run_ids = []
     for path in (data.baseline, data.candidate):

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
 from dialogue_judge.gate import stats as gs
 
@@ -30,6 +31,12 @@ def loss_values(rng: np.random.Generator, n: int, p_loss: float, p_tie: float) -
     return rng.choice([1.0, 0.5, 0.0], size=n, p=[p_loss, p_tie, 1.0 - p_loss - p_tie])
 
 
+def t_interval_low(values: np.ndarray, alpha: float) -> float:
+    """Lower bound of a plain two-sided ``1 - alpha`` Student t interval of the mean."""
+    se = float(values.std(ddof=1)) / math.sqrt(values.size)
+    return float(values.mean()) - float(sps.t.ppf(1.0 - alpha / 2.0, values.size - 1)) * se
+
+
 def rates(outcomes: list[gs.SequentialOutcome]) -> dict[str, float]:
     decisions = np.array([o.decision for o in outcomes])
     return {d: float((decisions == d).mean()) for d in ("regression", "no_regression", "undecided")}
@@ -48,7 +55,7 @@ def repeat(make: object, reps: int, **kwargs: object) -> list[gs.SequentialOutco
 
 
 def test_false_alarm_rate_under_no_change_is_measured_below_alpha() -> None:
-    reps, n = 1000, 96
+    reps, n = 1000, 400
     no_change = rates(repeat(lambda r: drops(r, n, 0.0), reps, scale=SINGLE, threshold=3.0))
     strict = rates(repeat(lambda r: drops(r, n, 0.0), reps, scale=SINGLE, threshold=0.0))
     print(
@@ -58,7 +65,7 @@ def test_false_alarm_rate_under_no_change_is_measured_below_alpha() -> None:
     print(f"single, no change, D=0 (no tolerance), N={n}, {reps} reps: false alarm {strict['regression']:.4f}")
     assert no_change["regression"] <= ALPHA + TOLERANCE
     assert strict["regression"] <= ALPHA + TOLERANCE
-    assert no_change["no_regression"] >= 0.95  # and it does pass: not undecided on noise
+    assert no_change["no_regression"] >= 0.95  # and it does pass: not undecided on noise (given enough items)
 
 
 def test_error_rate_at_the_tolerance_boundary_despite_ten_looks() -> None:
@@ -81,8 +88,7 @@ def test_naive_repeated_looks_would_inflate_the_false_alarm_rate() -> None:
     for seed in range(reps):
         values = drops(np.random.default_rng(seed), n, 0.0)
         for n_k in looks:
-            test = gs.t_test(values[:n_k], 0.0, ALPHA)
-            if test.ci_low is not None and test.ci_low > 0.0:
+            if t_interval_low(values[:n_k], ALPHA) > 0.0:
                 naive += 1
                 break
         outcome = gs.sequential_decision(values, scale=SINGLE, threshold=0.0, alpha=ALPHA, looks=looks)
@@ -140,7 +146,7 @@ def test_few_collapsed_items_do_not_pass_early() -> None:
 # -- power and early stopping --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("shift", "n"), [(-15.0, 96), (-6.0, 96)])
+@pytest.mark.parametrize(("shift", "n"), [(-15.0, 96), (-6.0, 400)])
 def test_planted_regressions_are_caught(shift: float, n: int) -> None:
     outcome = rates(repeat(lambda r: drops(r, n, shift), 200, scale=SINGLE, threshold=3.0))
     print(f"\nshift {shift}, D=3, N={n}: caught {outcome['regression']:.3f}")
@@ -215,9 +221,10 @@ def test_tango_interval_properties() -> None:
     assert all(a > b for a, b in itertools.pairwise(zs))
 
 
-def test_single_degenerate_drops_use_the_floor_not_a_zero_width_interval() -> None:
-    test = gs.t_test(np.zeros(30), 3.0, 0.05, sd_floor=0.99)
+def test_single_degenerate_drops_get_an_interval_of_positive_width() -> None:
+    test = gs.bounded_mean_test(np.zeros(400), 3.0, 0.05, scale=SINGLE)
     assert test.ci_low is not None and test.ci_high is not None and test.ci_low < 0 < test.ci_high < 3.0
+    assert test.p_no_regression is not None and test.p_no_regression < 0.025
 
 
 def test_adjusted_p_value_matches_the_decision() -> None:
@@ -229,3 +236,75 @@ def test_adjusted_p_value_matches_the_decision() -> None:
         drops(np.random.default_rng(3), 96, -3.0), scale=SINGLE, threshold=3.0, alpha=ALPHA, final=True
     )
     assert undecided.decision == "undecided" and undecided.p_value is not None and undecided.p_value > ALPHA
+
+
+# -- small n (issue 41): the final test holds its level for every distribution on the bounded scale ---------------
+
+
+def test_five_identical_drops_above_the_tolerance_do_not_fail_the_build() -> None:
+    """Five drops of exactly 10 with D = 5: a candidate that loses 99 points on 1 item in 22 (mean drop 5) shows
+    this 79% of the time, so no test valid on the 1-100 scale may call it a regression (the t test: p = 0.0007)."""
+    evidence = gs.evaluate_aspect(np.full(5, 10.0), scale=SINGLE, threshold=5.0, alpha=ALPHA, final=True)
+    assert evidence.decision == "undecided"
+    assert evidence.p_value is not None and evidence.p_value > ALPHA
+    assert evidence.ci_low is not None and evidence.ci_low < 5.0 < 10.0 < (evidence.ci_high or 0.0)
+
+
+TWO_POINT_AT_SMALL_N = [
+    # scale, drops, probabilities, tolerance D (true mean drop <= D)
+    (SINGLE, (10.0, -30.0), (0.8, 0.2), 5.0),  # mean 2
+    (gs.Scale("single", 1, 10), (1.0, -1.0), (0.75, 0.25), 0.5),  # mean exactly D
+]
+
+
+@pytest.mark.parametrize("n", [5, 10])
+@pytest.mark.parametrize(("scale", "values", "probabilities", "max_drop"), TWO_POINT_AT_SMALL_N)
+def test_two_point_drops_under_the_tolerance_fail_at_most_alpha_over_two(
+    n: int, scale: gs.Scale, values: tuple[float, float], probabilities: tuple[float, float], max_drop: float
+) -> None:
+    """The issue's distributions: the t test with a floored SD failed 32% (1-100) and 24% (1-10) of these builds at
+    n = 5. The promise is <= alpha / 2 = 2.5% false FAILs."""
+    reps = 2000
+    rng = np.random.default_rng(41)
+    draws = rng.choice(np.asarray(values), size=(reps, n), p=np.asarray(probabilities))
+    decisions = [
+        gs.sequential_decision(row, scale=scale, threshold=max_drop, alpha=ALPHA, looks=gs.look_schedule(n)).decision
+        for row in draws
+    ]
+    false_fail = float(np.mean([d == "regression" for d in decisions]))
+    print(f"\ntwo-point drops {values} p={probabilities}, D={max_drop}, n={n}: false FAIL {false_fail:.4f}")
+    assert false_fail <= ALPHA / 2
+
+
+def test_a_rare_collapse_at_the_tolerance_does_not_pass_on_thirty_items() -> None:
+    """Mean drop exactly D = 5: 5% of the items collapse by 99 points, the rest unchanged. 30 items show no collapse
+    21% of the time; the t test with a floored SD passed those builds."""
+    reps, n = 2000, 30
+    rng = np.random.default_rng(7)
+    draws = np.where(rng.random((reps, n)) < 5.0 / 99.0, 99.0, 0.0)
+    decisions = [
+        gs.sequential_decision(row, scale=SINGLE, threshold=5.0, alpha=ALPHA, looks=gs.look_schedule(n)).decision
+        for row in draws
+    ]
+    false_pass = float(np.mean([d == "no_regression" for d in decisions]))
+    print(f"\n5% collapse by 99 points (mean drop = D = 5), n={n}: false PASS {false_pass:.4f}")
+    assert false_pass <= ALPHA / 2
+
+
+def test_a_clear_regression_still_fails_with_thirty_items() -> None:
+    """Power: a 30-point drop (judge-like noise) on 30 items, D = 5, fails the build."""
+    outcome = rates(repeat(lambda r: drops(r, 30, -30.0), 200, scale=SINGLE, threshold=5.0))
+    print(f"\nshift -30, D=5, N=30: caught {outcome['regression']:.3f}")
+    assert outcome["regression"] >= 0.95
+
+
+def test_bounded_interval_agrees_with_its_tests() -> None:
+    x = drops(np.random.default_rng(5), 60, -20.0)
+    test = gs.bounded_mean_test(x, 5.0, 0.025, scale=SINGLE)
+    assert test.ci_low is not None and test.ci_high is not None
+    assert test.ci_low < float(x.mean()) < test.ci_high
+    assert test.p_regression is not None and (test.p_regression <= 0.0125) == (test.ci_low > 5.0)
+    at_low = gs.bounded_mean_test(x, test.ci_low - 0.05, 0.025, scale=SINGLE)
+    above_low = gs.bounded_mean_test(x, test.ci_low + 0.05, 0.025, scale=SINGLE)
+    assert at_low.p_regression is not None and at_low.p_regression <= 0.0125
+    assert above_low.p_regression is not None and above_low.p_regression > 0.0125

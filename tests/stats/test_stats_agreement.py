@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from judge_api.stats import agreement as A
 
@@ -211,3 +212,29 @@ def test_no_human_data() -> None:
     assert A.score_agreement(judgments, None).empty
     assert A.score_alpha(judgments, None).empty
     assert A.preference_agreement(judgments, None) == {"judge_vs_human": [], "human_vs_human": []}
+
+
+# -- small n (issue 41): exact / permutation correlation p-values --------------------------------------------------
+
+
+def test_three_systems_in_perfect_order_get_the_exact_p_not_zero() -> None:
+    """system_spearman_p was 0.0 for three systems in perfect order; 2 of the 3! orderings are as extreme."""
+    out = A.correlations([55.0, 60.0, 71.0], [2.0, 3.5, 4.0])
+    assert out["spearman_p"] == pytest.approx(1 / 3) and out["kendall_p"] == pytest.approx(1 / 3)
+    assert out["pearson_p"] is not None and out["pearson_p"] >= 1 / 3 - 1e-9
+
+
+def test_five_pairs_in_perfect_order_get_the_exact_spearman_p() -> None:
+    """spearman_p was 1.4e-24 for n = 5 in perfect order; exactly 2 of the 5! orderings reach |rho| = 1."""
+    out = A.correlations([1.0, 2.0, 3.0, 4.0, 5.0], [10.0, 20.0, 25.0, 40.0, 41.0])
+    assert out["spearman"] == pytest.approx(1.0) and out["spearman_p"] == pytest.approx(2 / 120)
+
+
+def test_permutation_p_is_seeded_and_close_to_the_t_approximation_at_moderate_n() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=25)
+    y = x + rng.normal(scale=2.0, size=25)
+    first, second = A.correlations(x, y), A.correlations(x, y)
+    assert first == second
+    t_approx = sps.spearmanr(x, y).pvalue
+    assert first["spearman_p"] == pytest.approx(t_approx, abs=0.03)

@@ -91,3 +91,57 @@ def test_deterministic_for_a_seed_and_empty_input() -> None:
     pd.testing.assert_frame_equal(a, b)
     empty = R.bradley_terry(df.iloc[:0])
     assert empty.empty and list(empty.columns) == R.RANKING_COLUMNS
+
+
+# -- small n (issue 41): intervals that do not collapse, ranks only within connected comparisons -------------------
+
+
+def _pairs(*matches: tuple[str, str, int, int, int]) -> pd.DataFrame:
+    """(a, b, wins of a, ties, losses of a) per pair, one item per comparison, both orders agreeing."""
+    rows = []
+    for a, b, wins, ties, losses in matches:
+        outcomes = ["win"] * wins + ["tie"] * ties + ["loss"] * losses
+        for i, outcome in enumerate(outcomes):
+            row = {"item_id": f"{a}-{b}-{i}", "mode": "pairwise", "system_a": a, "system_b": b}
+            rows.append({**row, "aspect": "o", "judge": "j", "outcome": outcome, "status": "done"})
+    return pd.DataFrame(rows)
+
+
+def test_a_clean_sweep_of_five_items_has_no_upper_bound_and_a_wilson_lower_one() -> None:
+    """A beats B on all 5 items: the bootstrap gave Elo [1208, 1208]; the Wilson interval is [0.566, 1.0]."""
+    table = R.bradley_terry(_pairs(("A", "B", 5, 0, 0)), n_boot=200).set_index("system")
+    a, b = table.loc["A"], table.loc["B"]
+    assert pd.isna(a["elo_ci_high"]) and a["ci_unbounded"] == "high"  # null in the report JSON
+    assert pd.isna(b["elo_ci_low"]) and b["ci_unbounded"] == "low"
+    wilson_low = 0.5655  # Wilson 95% lower bound of 5/5
+    assert a["strength_ci_low"] == pytest.approx(np.log(wilson_low / (1 - wilson_low)) / 2, abs=1e-3)
+    assert a["elo_ci_low"] < a["elo"]
+
+
+def test_twenty_ties_get_an_interval_of_positive_width() -> None:
+    """All ties over 20 items: [1000, 1000] before; the Wilson interval of a 0.5 win rate over 20 is [0.30, 0.70]."""
+    table = R.bradley_terry(_pairs(("A", "B", 0, 20, 0)), n_boot=200).set_index("system")
+    a = table.loc["A"]
+    assert a["elo"] == pytest.approx(1000.0)
+    assert a["elo_ci_low"] < 950 and a["elo_ci_high"] > 1050 and a["ci_unbounded"] is None
+
+
+def test_systems_never_compared_are_not_ranked_against_each_other() -> None:
+    """A beat B 10/10, C beat D 6/10, no cross comparisons: A was rank 1 and C rank 2 only through the prior."""
+    table = R.bradley_terry(_pairs(("A", "B", 10, 0, 0), ("C", "D", 6, 0, 4)), n_boot=200).set_index("system")
+    assert table.loc[["A", "B", "C", "D"], "component"].tolist() == [1, 1, 2, 2]
+    assert table.loc[["A", "B", "C", "D"], "rank"].tolist() == [1, 2, 1, 2]
+    assert table.loc["A", "not_compared_with"] == ["C", "D"] and table.loc["C", "not_compared_with"] == ["A", "B"]
+    separate = R.bradley_terry(_pairs(("C", "D", 6, 0, 4)), n_boot=200).set_index("system")
+    assert table.loc["C", "strength"] == pytest.approx(separate.loc["C", "strength"])
+
+
+def test_the_report_table_shows_groups_unbounded_sides_and_missing_comparisons() -> None:
+    from judge_api.stats.render import report_to_table
+
+    table = R.bradley_terry(_pairs(("A", "B", 5, 0, 0), ("C", "D", 3, 0, 2)), n_boot=50)
+    records = [{k: (None if not isinstance(v, list) and pd.isna(v) else v) for k, v in r.items()}
+               for r in table.to_dict(orient="records")]  # fmt: skip
+    text = report_to_table({"ranking": records})
+    assert "never compared with" in text and "C, D" in text and "A, B" in text
+    assert "+inf]" in text and "[-inf," in text

@@ -173,3 +173,28 @@ def test_renderers_show_every_part(report: dict[str, Any]) -> None:
     lines = txt.splitlines()
     header = lines.index("Paper table (mean scores)") + 2
     assert len({len(line) for line in lines[header : header + 2]}) == 1  # fixed-width header / rule
+
+
+def test_tables_and_json_carry_the_interval_warning() -> None:
+    """Issue 41: one item per system gives no interval; the report says why, in the JSON and in both tables."""
+    frame = pd.DataFrame(
+        {
+            "item_id": ["1", "1"],
+            "mode": "single",
+            "system_a": ["A", "B"],
+            "aspect": "coherence",
+            "judge": "j",
+            "score": [80.0, 60.0],
+            "status": "done",
+            "sample_index": 0,
+            "scale_min": 1.0,
+            "scale_max": 100.0,
+        }
+    )
+    rep = json.loads(json.dumps(build_report(frame, n_boot=50), default=str))
+    assert [r["ci_warning"] for r in rep["scores"]] == ["1 item: no interval of the mean of scores"] * 2
+    assert rep["paired"][0]["ci_warning"] == "1 item: no interval of the mean of differences"
+    text = report_to_table(rep)
+    assert "1 item: no interval of the mean of scores" in text
+    assert "1 item: no interval of the mean of differences" in text
+    assert "CI note" in report_to_markdown(rep)

@@ -50,6 +50,7 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
                 ci_label,
                 "median",
                 "std",
+                "CI note",
                 "failed",
                 "unparseable",
                 "pending",
@@ -65,6 +66,7 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
                     fmt_ci(r["ci_low"], r["ci_high"]),
                     fmt(r["median"]),
                     fmt(r["std"]),
+                    r.get("ci_warning") or "",
                     fmt(r["n_failed"]),
                     fmt(r["n_unparseable"]),
                     fmt(r["n_pending"]),
@@ -90,8 +92,8 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
                 [
                     who(r, panel_label),
                     r["system"],
-                    *[fmt((r.get("metrics") or {}).get(m), 3) for m in metrics],
-                    *[fmt(r["values"].get(a)) for a in pt["aspects"]],
+                    *[with_n(fmt((r.get("metrics") or {}).get(m), 3), r, "metrics_n", m) for m in metrics],
+                    *[with_n(fmt(r["values"].get(a)), r, "n", a) for a in pt["aspects"]],
                     fmt(r["average"]),
                 ]
                 for r in pt["rows"]
@@ -102,7 +104,7 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
     out.append(
         (
             "Paired comparisons (x - y)",
-            ["aspect", "judge", "x", "y", "pairs", "mean diff", ci_label, "Wilcoxon p"],
+            ["aspect", "judge", "x", "y", "pairs", "mean diff", ci_label, "Wilcoxon p", "CI note"],
             [
                 [
                     r["aspect"],
@@ -113,6 +115,7 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
                     fmt(r["mean_diff"]),
                     fmt_ci(r["ci_low"], r["ci_high"]),
                     fmt(r["p_value"], 3),
+                    r.get("ci_warning") or "",
                 ]
                 for r in report.get("paired") or []
             ],
@@ -143,16 +146,18 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
     out.append(
         (
             "Ranking (Bradley-Terry)",
-            ["aspect", "judge", "rank", "system", "elo", ci_label, "comparisons"],
+            ["aspect", "judge", "group", "rank", "system", "elo", ci_label, "comparisons", "never compared with"],
             [
                 [
                     r["aspect"],
                     who(r, panel_label),
+                    fmt(r.get("component")),
                     fmt(r["rank"]),
                     r["system"],
                     fmt(r["elo"], 0),
-                    fmt_ci(r["elo_ci_low"], r["elo_ci_high"], 0),
+                    fmt_elo_ci(r),
                     fmt(r["n_comparisons"]),
+                    ", ".join(r.get("not_compared_with") or []),
                 ]
                 for r in report.get("ranking") or []
             ],
@@ -268,3 +273,20 @@ def report_tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[
             )
         )
     return out
+
+
+def fmt_elo_ci(row: Mapping[str, Any]) -> str:
+    """The Elo interval; a side with no bound (the system won or lost every comparison) reads as infinite."""
+    low, high = row.get("elo_ci_low"), row.get("elo_ci_high")
+    if row.get("ci_unbounded") and (low is not None or high is not None):
+        return f"[{'-inf' if low is None else fmt(low, 0)}, {'+inf' if high is None else fmt(high, 0)}]"
+    return fmt_ci(low, high, 0)
+
+
+def with_n(text: str, row: Mapping[str, Any], counts: str, column: str) -> str:
+    """A paper-table cell with the items behind it, and a mark when they are not the set the systems share."""
+    n = (row.get(counts) or {}).get(column)
+    if n is None or text == "-":
+        return text
+    shared = (row.get("shared") or {}).get(column)
+    return f"{text} ({n}{'' if shared is not False else ', not shared'})"
