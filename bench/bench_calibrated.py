@@ -14,6 +14,12 @@
    draws: coverage (target >= 0.93) and median width against human-only, over the 15 pairs. The vote-weighted
    expert win rate (every vote counts once) is printed beside the item mean it differs from.
 
+3. **Active against uniform.** A simulated judge whose errors concentrate on a known tenth of the items (noise 60
+   points there, 3 elsewhere), where its samples disagree (the uncertainty a label queue reads). For each strategy
+   and n, 300 draws of a label queue (``stats.label_sampling``) and the inverse-probability weighted estimate
+   (``stats.ppi.ppi_mean_active``): median width and coverage. Printed: the labels ``active`` needs for the width
+   ``uniform`` reaches with 100 (target <= 0.8x), from the 1/width^2 ~ n relation between the grid's points.
+
 Usage::
 
     python bench/bench_calibrated.py                 # 1,000 simulated repetitions, 500 real draws
@@ -29,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from judge_api.stats.ppi import affine_to_scale, ppi_mean
+from judge_api.stats.label_sampling import ACTIVE_BASE, draw
+from judge_api.stats.ppi import affine_to_scale, ppi_mean, ppi_mean_active
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mtbench_human_judgments"
 JUDGES = {
@@ -148,6 +155,37 @@ def real(draws: int, ns: list[int], ci: float, seed: int) -> None:
         )
 
 
+def active_against_uniform(draws: int, ci: float, seed: int) -> None:
+    big_n = 2000
+    items = [f"i{k}" for k in range(big_n)]
+    hard = np.arange(big_n) < big_n // 10
+    uncertainty = ACTIVE_BASE + np.where(hard, 0.6, 0.03)  # the spread of the judge's samples, as a label queue sees
+    rng = np.random.default_rng(seed)
+    print(f"\n3. active against uniform labelling: N = {big_n}, judge errors on a known tenth, {draws} draws")
+    print(f"   {'strategy':<8} {'n':>4} {'median width':>12} {'coverage':>8}")
+    widths: dict[tuple[str, int], float] = {}
+    for strategy in ("uniform", "active"):
+        for n in (50, 100, 150, 200):
+            w, hits = [], 0
+            for r in range(draws):
+                quality = np.clip(rng.normal(1.0, 0.45, big_n), 0.0, 2.0)
+                human = np.clip(np.round(2 * (quality + rng.normal(0.0, 0.25, big_n))) / 2, 0.0, 2.0)
+                noise = np.where(hard, 60.0, 3.0)
+                judge = np.clip(1 + 49.5 * quality + rng.normal(0.0, 1.0, big_n) * noise, 1.0, 100.0)
+                queue = draw(items, n, strategy, seed=r, uncertainty=uncertainty)
+                labeled = np.isin(items, queue.item_ids)
+                pi = np.array([queue.inclusion[i] for i in items])
+                mapped = affine_to_scale(judge, (1.0, 100.0), (0.0, 2.0))
+                est = ppi_mean_active(np.where(labeled, human, np.nan), mapped, labeled, pi, ci=ci).calibrated
+                w.append(est.ci_high - est.ci_low)
+                hits += est.ci_low <= float(human.mean()) <= est.ci_high
+            widths[(strategy, n)] = float(np.median(w))
+            print(f"   {strategy:<8} {n:>4} {widths[(strategy, n)]:>12.4f} {hits / draws:>8.3f}")
+    target = widths[("uniform", 100)]
+    needed = np.mean([n * (widths[("active", n)] / target) ** 2 for n in (50, 100, 150, 200)])
+    print(f"   labels active needs for uniform's width at n = 100: {needed:.0f} ({needed / 100:.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=1000)
@@ -159,6 +197,7 @@ def main() -> None:
     started = time.perf_counter()
     simulated(args.reps, args.big_n, [20, 50, 100], args.ci, args.seed)
     real(args.draws, [25, 50, 100], args.ci, args.seed)
+    active_against_uniform(min(args.draws, 300), args.ci, args.seed)
     print(f"\n({time.perf_counter() - started:.0f} s)")
 
 

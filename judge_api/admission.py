@@ -32,6 +32,7 @@ from judge_api.repository.verdicts import IMPORTED_VERSION
 from judge_api.responders import parse_responder
 from judge_api.rubrics import RubricRegistry
 from judge_api.schemas import JudgeOptions, RunCreate
+from judge_api.stats.label_sampling import STRATEGIES
 from judge_api.strategies import StrategyError, StrategyRegistry, get_strategies
 from judge_api.submit_limit import SubmitRateLimit
 
@@ -227,6 +228,34 @@ def admit_bundle(bundle: Bundle, settings: Settings, registry: RubricRegistry) -
         refusal = responder_refusal(row["responder"], settings)
         if refusal is not None:
             raise field_error([f"{where}.responder"], refusal)
+    _admit_label_queue(bundle, {item.id for item in request.items})
+
+
+def _admit_label_queue(bundle: Bundle, item_ids: set[str]) -> None:
+    """A label queue (issue 37) as ``POST /v1/runs/{id}/label-queue`` stores one: one strategy and seed, each item of
+    the run once, a probability in (0, 1] (the calibrated estimate divides by it), distinct positions."""
+    rows = bundle.rows.get("label_queue_item", [])
+    positions: set[int] = set()
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        where = bundle.where("label_queue_item", index)
+        if row["item_key"] not in item_ids or row["item_key"] in seen:
+            raise field_error(
+                [f"{where}.item_key"], f"{row['item_key']!r} is not an item of the run, or is queued twice"
+            )
+        seen.add(row["item_key"])
+        if row["strategy"] not in STRATEGIES or (row["strategy"], row["seed"]) != (
+            rows[0]["strategy"],
+            rows[0]["seed"],
+        ):
+            raise field_error([f"{where}.strategy"], f"one of {list(STRATEGIES)}, the same on every row of the queue")
+        if not 0.0 < float(row["inclusion_probability"]) <= 1.0:
+            raise field_error([f"{where}.inclusion_probability"], "must be in (0, 1]")
+        position = row.get("position")
+        if position is not None and (position < 0 or position in positions):
+            raise field_error([f"{where}.position"], "positions are distinct and not negative")
+        if position is not None:
+            positions.add(position)
 
 
 def bundle_request(bundle: Bundle) -> RunCreate:

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -240,6 +241,25 @@ class HumanRating(Base):
     scale_min: Mapped[float] = mapped_column(Float)
     scale_max: Mapped[float] = mapped_column(Float)
     meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class LabelQueueItem(Base):
+    """One item of a run's label queue: drawn with a known inclusion probability (``stats.label_sampling``), so the
+    calibrated estimate can weight its label by it. Every eligible item of the draw has a row (``position`` None:
+    not drawn), because the estimate needs the whole design."""
+
+    __tablename__ = "label_queue_items"
+    __table_args__ = (UniqueConstraint("run_id", "item_key", name="uq_label_queue_item"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    item_key: Mapped[str] = mapped_column(String(200))
+    position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    inclusion_probability: Mapped[float] = mapped_column(Float)
+    strategy: Mapped[str] = mapped_column(String(16))
+    seed: Mapped[int] = mapped_column(BigInteger)
+    n_requested: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 

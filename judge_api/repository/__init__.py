@@ -5,7 +5,7 @@ the list to the code.
 Split by who uses it:
 
 - ``runs``, ``projects``, ``rubric_snapshots``, ``ratings``, ``verdicts`` (imported verdicts), ``frames``,
-  ``idempotency_keys``: the API's (and the CLI's) reads and writes.
+  ``idempotency_keys``, ``label_queue``: the API's (and the CLI's) reads and writes.
   Their names are re-exported here, so routes call ``repository.create_run`` and the like.
 - ``claims``: the workers' claim/write path. Workers import it directly (``from judge_api.repository import claims``).
 - ``cache``: the judge cache, used by the workers' batch path and the verdict writer.
@@ -29,6 +29,7 @@ from judge_api.repository.idempotency_keys import (
     prune_idempotency_keys,
     record_idempotency_key,
 )
+from judge_api.repository.label_queue import LabelQueue, label_queue, store_label_queue
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
 from judge_api.repository.ratings import item_systems, upsert_ratings
 from judge_api.repository.rubric_snapshots import (
@@ -62,6 +63,7 @@ __all__ = [
     "JUDGMENT_FILTERS",
     "JUDGMENT_FRAME_COLUMNS",
     "RATING_FRAME_COLUMNS",
+    "LabelQueue",
     "VerdictImportError",
     "cancel_pending",
     "create_run",
@@ -77,6 +79,7 @@ __all__ = [
     "item_systems",
     "judgment_out",
     "judgments_frame",
+    "label_queue",
     "list_judgments",
     "list_runs",
     "memory_audit_frame",
@@ -91,6 +94,7 @@ __all__ = [
     "rubric_versions",
     "run_counts",
     "run_item_keys",
+    "store_label_queue",
     "store_rubric_snapshots",
     "summarize_runs",
     "upsert_ratings",

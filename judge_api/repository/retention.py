@@ -41,6 +41,7 @@ from judge_api.models import (
     HumanRating,
     IdempotencyKey,
     Judgment,
+    LabelQueueItem,
     RubricSnapshot,
     Run,
     RunItem,
@@ -60,6 +61,7 @@ _SKIP: dict[str, set[str]] = {
     "generation": {"id", "run_id", "item_pk", "claim_token", "claimed_at", "enqueued_at"},
     "judgment": {"id", "run_id", "item_pk", "claim_token", "claimed_at", "enqueued_at"},
     "rating": {"id", "run_id"},
+    "label_queue_item": {"id", "run_id"},
     "rubric_snapshot": {"project_id"},  # snapshots are the importing project's own (issue 42, finding 4)
     "cache_entry": set(),
 }
@@ -72,6 +74,7 @@ _MODELS: dict[str, type[Base]] = {
     "generation": Generation,
     "judgment": Judgment,
     "rating": HumanRating,
+    "label_queue_item": LabelQueueItem,
     "rubric_snapshot": RubricSnapshot,
     "cache_entry": CacheEntry,
 }
@@ -134,6 +137,9 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
         )
     removed["judgments"] = _rowcount(session.execute(delete(Judgment).where(Judgment.run_id == run_id)))
     removed["human_ratings"] = _rowcount(session.execute(delete(HumanRating).where(HumanRating.run_id == run_id)))
+    removed["label_queue_items"] = _rowcount(
+        session.execute(delete(LabelQueueItem).where(LabelQueueItem.run_id == run_id))
+    )
     removed["generations"] = _rowcount(session.execute(delete(Generation).where(Generation.run_id == run_id)))
     removed["items"] = _rowcount(session.execute(delete(RunItem).where(RunItem.run_id == run_id)))
     # a retried submission with the run's Idempotency-Key then creates a new run
@@ -174,6 +180,10 @@ def export_run(session: Session, run_id: str, *, shared_cache: bool = False) -> 
         ("generation", select(Generation).where(Generation.run_id == run_id).order_by(Generation.id)),
         ("judgment", select(Judgment).where(Judgment.run_id == run_id).order_by(Judgment.id)),
         ("rating", select(HumanRating).where(HumanRating.run_id == run_id).order_by(HumanRating.id)),
+        (
+            "label_queue_item",
+            select(LabelQueueItem).where(LabelQueueItem.run_id == run_id).order_by(LabelQueueItem.id),
+        ),
     ):
         for obj in session.scalars(query.execution_options(yield_per=_CHUNK)):
             yield _line({"record": kind, **_row(kind, obj)})
@@ -388,6 +398,12 @@ def import_run(
     ratings = bundle.rows.get("rating", [])
     if ratings:
         session.execute(insert(HumanRating), [{**r, "run_id": run_id} for r in ratings])
+    queue = bundle.rows.get("label_queue_item", [])
+    unknown_queued = sorted({q["item_key"] for q in queue} - set(pks))
+    if unknown_queued:
+        raise BundleError("label_queue_item.item_key", f"queued items the bundle does not carry: {unknown_queued[:5]}")
+    for start in range(0, len(queue), _CHUNK):
+        session.execute(insert(LabelQueueItem), [{**q, "run_id": run_id} for q in queue[start : start + _CHUNK]])
     snapshots = [{**s, "project_id": project_id} for s in bundle.rows.get("rubric_snapshot", [])]
     _insert_missing(session, RubricSnapshot, snapshots, ("project_id", "rubric_id", "version"))
     entries = [
@@ -404,6 +420,7 @@ def import_run(
         "judgments": len(judgments),
         "generations": len(generated),
         "human_ratings": len(ratings),
+        "label_queue_items": len(queue),
         "pending": sum(1 for r in rows if r.get("status") == "pending"),
     }
 

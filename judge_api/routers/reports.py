@@ -22,6 +22,7 @@ from judge_api.reference_metrics import LEXICAL_METRICS, REFERENCE_JUDGE
 from judge_api.reference_tokens import tokenisation_section
 from judge_api.stats import frames as F
 from judge_api.stats.bootstrap import REPORT_N_BOOT
+from judge_api.stats.calibrated import Design
 from judge_api.stats.report import build_report, calibrated_report
 
 router = APIRouter(tags=["reports"])
@@ -67,10 +68,19 @@ def report(
         fact_labels=repository.fact_labels_frame(session, run_id),
         memory_audit=repository.memory_audit_frame(session, run_id),
         reference_metrics=_reference_tokens(session, run_id, run.config, judgments),
+        label_design=label_design(session, run_id),
     )
     summary = repository.summarize_runs(session, [run])[0]
     session.commit()  # keep the finished_at the summary stamped, as GET /v1/runs/{id} does: a report is stable
     return {"run": json.loads(summary.model_dump_json()), **result}
+
+
+def label_design(session: Session, run_id: str) -> Design | None:
+    """The run's label queue as the calibrated estimate's sampling design (None without a queue)."""
+    queue = repository.label_queue(session, run_id)
+    if queue is None:
+        return None
+    return Design(queue.strategy, frozenset(item for item, _ in queue.drawn), dict(queue.inclusion))
 
 
 def _reference_tokens(
@@ -125,5 +135,6 @@ def calibrated(
         ci=ci,
         human_prefix=human_prefix,
         panel=panel_settings(run.config),
+        label_design=label_design(session, run_id),
     )
     return {"run_id": run_id, "n_ratings": len(ratings), "calibrated": section}

@@ -25,7 +25,7 @@ from judge_api.schemas.common import (
 )
 from judge_api.schemas.items import FACT_ID_PATTERN, FACT_SOURCE_PATTERN, Fact, Item, Persona, Turn
 from judge_api.schemas.judgments import FactLabelOut, JudgmentOut, Page, WebhookAttemptOut, WebhookDeliveryOut
-from judge_api.schemas.ratings import HumanRatingIn, HumanRatingsIn
+from judge_api.schemas.ratings import HumanRatingIn, HumanRatingsIn, LabelQueueIn
 from judge_api.schemas.rubrics import RubricOut, RubricVersionOut
 from judge_api.schemas.runs import (
     AdaptiveOptions,
@@ -84,6 +84,7 @@ __all__ = [
     "GenerationCounts",
     "HumanRatingIn",
     "HumanRatingsIn",
+    "LabelQueueIn",
     "Item",
     "JudgeEstimate",
     "JudgeOptions",

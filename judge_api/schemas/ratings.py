@@ -61,3 +61,13 @@ class HumanRatingsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ratings: list[HumanRatingIn] = Field(min_length=1, max_length=200_000)
+
+
+class LabelQueueIn(BaseModel):
+    """``POST /v1/runs/{id}/label-queue``: draw the items to label (``stats.label_sampling``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(ge=1, le=100_000, description="items to draw (in expectation for 'active')")
+    strategy: Literal["uniform", "active"] = "uniform"
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)

@@ -20,7 +20,8 @@ the section's notes say so, with how many labels came from a label queue.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ import pandas as pd
 
 from judge_api.stats import frames as F
 from judge_api.stats.agreement import quadratic_weighted_kappa, to_bins
-from judge_api.stats.ppi import PPIEstimate, affine_to_scale, ppi_mean
+from judge_api.stats.ppi import PPIEstimate, affine_to_scale, ppi_mean, ppi_mean_active
 
 MIN_LABELS = 10
 METHOD = "ppi++"
@@ -74,8 +75,55 @@ def _human_only(est: PPIEstimate | None) -> dict[str, Any] | None:
     return {"estimate": h.estimate, "ci_low": h.ci_low, "ci_high": h.ci_high}
 
 
-def _estimate(y: np.ndarray, yhat: np.ndarray, unl: np.ndarray, ci: float) -> PPIEstimate | None:
-    return ppi_mean(y, yhat, unl, ci=ci) if y.size >= MIN_LABELS else None
+@dataclass(frozen=True)
+class Design:
+    """How the labels were drawn: a label queue's strategy, drawn items and every eligible item's probability."""
+
+    strategy: str
+    drawn: frozenset[str]
+    inclusion: Mapping[str, float]
+
+
+def _estimate(
+    y: np.ndarray,
+    yhat: np.ndarray,
+    unl: np.ndarray,
+    ci: float,
+    *,
+    design: Design | None = None,
+    labeled_ids: np.ndarray | None = None,
+    unlabeled_ids: np.ndarray | None = None,
+) -> tuple[PPIEstimate | None, str | None]:
+    """The estimate (None below MIN_LABELS) and the note a null row carries.
+
+    Without a design the labels are taken as a uniform sample (PPI++). With a label queue's design the population is
+    the queue's eligible items and each label is weighted by its item's inclusion probability (``ppi_mean_active``):
+    a uniform queue's labeled items are a simple random sample of it whatever part of the queue is labeled; an
+    active queue's weights are valid only once every drawn item is labeled."""
+    if design is None or labeled_ids is None or unlabeled_ids is None:
+        if y.size < MIN_LABELS:
+            return None, _needs_labels(int(y.size))
+        return ppi_mean(y, yhat, unl, ci=ci), None
+    in_lab = np.array([i in design.inclusion for i in labeled_ids], dtype=bool)
+    in_unl = np.array([i in design.inclusion for i in unlabeled_ids], dtype=bool)
+    y, yhat, lab_ids = y[in_lab], yhat[in_lab], labeled_ids[in_lab]
+    unl, unl_ids = unl[in_unl], unlabeled_ids[in_unl]
+    n, big_n = int(y.size), int(y.size + unl.size)
+    if n < MIN_LABELS:
+        return None, _needs_labels(n)
+    if design.strategy == "active":
+        missing = sum(1 for i in unl_ids if i in design.drawn)
+        if missing:
+            return None, (
+                f"{missing} item(s) drawn by the active label queue are not labeled yet: its inverse-probability "
+                "weights need every drawn item"
+            )
+        inclusion = np.array([design.inclusion[i] for i in [*lab_ids, *unl_ids]], dtype="float64")
+    else:
+        inclusion = np.full(big_n, n / big_n)
+    labeled = np.r_[np.ones(n, dtype=bool), np.zeros(big_n - n, dtype=bool)]
+    values = np.r_[y, np.zeros(big_n - n)]
+    return ppi_mean_active(values, np.r_[yhat, unl], labeled, inclusion, ci=ci), None
 
 
 def _mapped_judge(items: pd.DataFrame, scales: dict[str, tuple[float, float] | str]) -> pd.DataFrame:
@@ -94,7 +142,7 @@ def _mapped_judge(items: pd.DataFrame, scales: dict[str, tuple[float, float] | s
 
 
 def _score_rows(
-    joined: pd.DataFrame, scales: dict[str, tuple[float, float] | str], ci: float, notes: list[str]
+    joined: pd.DataFrame, scales: dict[str, tuple[float, float] | str], ci: float, design: Design | None
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for (judge, aspect, system), g in joined.groupby([F.JUDGE, F.ASPECT, _SYSTEM], sort=True):
@@ -120,7 +168,7 @@ def _score_rows(
         ok = g["judge_h"].notna()
         labeled = ok & g["human"].notna()
         if not ok.any():
-            note = "the judge's scale is unknown, so its scores cannot be put on the humans' scale"
+            unknown = "the judge's scale is unknown, so its scores cannot be put on the humans' scale"
             rows.append(
                 {
                     **row,
@@ -131,16 +179,19 @@ def _score_rows(
                     **_interval(None),
                     "human_only": None,
                     "effective_labels": None,
-                    "note": note,
+                    "note": unknown,
                 }
             )
             continue
         y = g.loc[labeled, "human"].to_numpy(dtype="float64")
-        est = _estimate(
+        est, note = _estimate(
             y,
             g.loc[labeled, "judge_h"].to_numpy(dtype="float64"),
             g.loc[ok & ~labeled, "judge_h"].to_numpy(dtype="float64"),
             ci,
+            design=design,
+            labeled_ids=g.loc[labeled, F.ITEM_ID].astype(str).to_numpy(),
+            unlabeled_ids=g.loc[ok & ~labeled, F.ITEM_ID].astype(str).to_numpy(),
         )
         rows.append(
             {
@@ -152,13 +203,13 @@ def _score_rows(
                 **_interval(est),
                 "human_only": _human_only(est),
                 "effective_labels": None if est is None else _round(est.effective_labels),
-                "note": None if est is not None else _needs_labels(int(labeled.sum())),
+                "note": note,
             }
         )
     return rows
 
 
-def _difference_rows(joined: pd.DataFrame, ci: float) -> list[dict[str, Any]]:
+def _difference_rows(joined: pd.DataFrame, ci: float, design: Design | None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     usable = joined[joined["judge_h"].notna()]
     for (judge, aspect), g in usable.groupby([F.JUDGE, F.ASPECT], sort=True):
@@ -176,7 +227,10 @@ def _difference_rows(joined: pd.DataFrame, ci: float) -> list[dict[str, Any]]:
             else:
                 has = np.zeros(len(both_judged), dtype=bool)
                 d_y = np.array([], dtype="float64")
-            est = _estimate(d_y, d_hat[has], d_hat[~has], ci)
+            ids = both_judged.index.astype(str).to_numpy()
+            est, note = _estimate(
+                d_y, d_hat[has], d_hat[~has], ci, design=design, labeled_ids=ids[has], unlabeled_ids=ids[~has]
+            )
             rows.append(
                 {
                     "judge": judge,
@@ -187,7 +241,7 @@ def _difference_rows(joined: pd.DataFrame, ci: float) -> list[dict[str, Any]]:
                     "n_labeled": int(has.sum()),
                     "n_judged": len(d_hat),
                     "human_only": _human_only(est),
-                    "note": None if est is not None else _needs_labels(int(has.sum())),
+                    "note": note,
                 }
             )
     return rows
@@ -236,7 +290,7 @@ def _win_rate_rows(combined: pd.DataFrame, ratings: pd.DataFrame, ci: float) -> 
     for (judge, aspect, a, b), g in joined.groupby([F.JUDGE, F.ASPECT, "first", "second"], sort=True):
         labeled = g["human"].notna().to_numpy()
         yhat = g["judge_share"].to_numpy(dtype="float64")
-        est = _estimate(g["human"].to_numpy(dtype="float64")[labeled], yhat[labeled], yhat[~labeled], ci)
+        est, note = _estimate(g["human"].to_numpy(dtype="float64")[labeled], yhat[labeled], yhat[~labeled], ci)
         rows.append(
             {
                 "judge": judge,
@@ -247,7 +301,7 @@ def _win_rate_rows(combined: pd.DataFrame, ratings: pd.DataFrame, ci: float) -> 
                 "n_labeled": int(labeled.sum()),
                 "n_judged": len(g),
                 "human_only": _human_only(est),
-                "note": None if est is not None else _needs_labels(int(labeled.sum())),
+                "note": note,
             }
         )
     return rows
@@ -283,13 +337,14 @@ def _ranking(scores: list[dict[str, Any]], differences: list[dict[str, Any]]) ->
 
 
 def _judge_rows(joined: pd.DataFrame, judgments: pd.DataFrame, ci: float) -> list[dict[str, Any]]:
+    """Per judge x aspect, pooled over systems (the (item, system) pairs as units, labels taken as uniform)."""
     rows: list[dict[str, Any]] = []
     usable = joined[joined["judge_h"].notna()]
     for (judge, aspect), g in usable.groupby([F.JUDGE, F.ASPECT], sort=True):
         labeled = g["human"].notna().to_numpy()
         jh = g["judge_h"].to_numpy(dtype="float64")
         y = g["human"].to_numpy(dtype="float64")[labeled]
-        est = _estimate(y, jh[labeled], jh[~labeled], ci)
+        est, _ = _estimate(y, jh[labeled], jh[~labeled], ci)
         mine = judgments[(judgments[F.JUDGE] == judge) & (judgments[F.ASPECT] == aspect)]
         finished = mine[mine[F.STATUS].isin(F.FINISHED_STATUSES)]
         cost = float(finished[F.COST_USD].fillna(0.0).sum())
@@ -329,13 +384,14 @@ def calibrated_section(
     items: pd.DataFrame,
     combined: pd.DataFrame,
     ci: float = 0.95,
-    labels_from_queue: Iterable[tuple[str, str]] = (),
+    design: Design | None = None,
 ) -> dict[str, Any] | None:
     """The ``calibrated`` section (module docstring); None when the run has no human ratings.
 
     ``judgments``: the validated frame (with the panel's rows); ``items``: its ``scores.item_scores``; ``combined``:
-    its ``preferences.combine_orders``; ``labels_from_queue``: the (item_id, system) units labeled through a label
-    queue (the rest count as labeled outside any queue).
+    its ``preferences.combine_orders``; ``design``: the run's label queue, if it has one. With a queue and every
+    score label on a drawn item, the score and difference rows weight the labels by the queue's inclusion
+    probabilities; with labels outside the queue, every label is taken as a uniform sample, and a note says so.
     """
     if ratings is None:
         return None
@@ -349,23 +405,32 @@ def calibrated_section(
     joined["human_scale_lo"] = joined[F.ASPECT].map(lambda a: bounds[a][0] if a in bounds else None)
     joined["human_scale_hi"] = joined[F.ASPECT].map(lambda a: bounds[a][1] if a in bounds else None)
     notes: list[str] = []
-    scores = _score_rows(joined, scales, ci, notes)
-    differences = _difference_rows(joined, ci)
+    units = set(zip(humans[F.ITEM_ID].astype(str), humans[F.SYSTEM].astype(str), strict=True))
+    drawn = design.drawn if design is not None else frozenset()
+    from_queue = sum(1 for item, _ in units if item in drawn)
+    outside = len(units) - from_queue
+    weighted = design if design is not None and outside == 0 else None
+    scores = _score_rows(joined, scales, ci, weighted)
+    differences = _difference_rows(joined, ci, weighted)
     win_rates = _win_rate_rows(combined, r, ci)
     if not scores and not win_rates:
         return None
-    queued = set(labels_from_queue)
-    units = set(zip(humans[F.ITEM_ID].astype(str), humans[F.SYSTEM].astype(str), strict=True))
-    from_queue = len(units & queued)
-    outside = len(units) - from_queue
-    if outside:
+    if weighted is not None:
         notes.append(
-            f"{outside} of {len(units)} labeled (item, system) pairs came from no label queue: their intervals "
-            "assume those items are a uniform random sample of the judged items of their system."
+            f"Every label came from the run's {weighted.strategy} label queue: each is weighted by its item's "
+            "inclusion probability, so the intervals are valid by design (items judged after the draw are left out)."
+        )
+    elif outside:
+        notes.append(
+            f"{outside} of {len(units)} labeled (item, system) pairs came from no label queue: every interval "
+            "assumes the labeled items are a uniform random sample of the judged items of their system."
         )
     return F.jsonable(
         {
             "method": METHOD,
+            "design": "uniform"
+            if weighted is None
+            else f"label queue ({weighted.strategy}), inverse-probability weighted",
             "ci": ci,
             "min_labels": MIN_LABELS,
             "labels_from_queue": from_queue,

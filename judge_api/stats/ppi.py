@@ -137,3 +137,56 @@ def affine_to_scale(values: np.ndarray, source: tuple[float, float], target: tup
     if not s_hi > s_lo:
         raise ValueError(f"the source scale [{s_lo}, {s_hi}] is empty")
     return t_lo + (np.asarray(values, dtype="float64") - s_lo) * (t_hi - t_lo) / (s_hi - s_lo)
+
+
+def ppi_mean_active(
+    y: object,
+    yhat: object,
+    labeled: object,
+    inclusion: object,
+    *,
+    ci: float = 0.95,
+    small_sample: bool = True,
+) -> PPIEstimate:
+    """The active-inference estimate (Zrnic & Candès 2024) of the mean of ``y`` over all the items.
+
+    Every item ``i`` has the judge's prediction ``yhat[i]``, an inclusion probability ``inclusion[i]`` and whether
+    it was labeled (``labeled[i]``, drawn independently with that probability); ``y[i]`` is read where labeled. The
+    estimate is the mean of ``z_i = lam * yhat_i + (y_i - lam * yhat_i) * labeled_i / pi_i``, unbiased for any
+    probabilities, with a normal (or, with ``small_sample``, t) interval from the ``z``'s spread and ``lam`` the
+    variance-minimising value in [0, 1]. ``human_only`` is the same with ``lam = 0`` (inverse-probability weighting
+    of the labels alone).
+    """
+    yhat_v = _as_vector(yhat, "yhat")
+    labeled_v = np.asarray(labeled, dtype=bool).reshape(-1)
+    pi = _as_vector(inclusion, "inclusion")
+    big_n = yhat_v.size
+    if labeled_v.size != big_n or pi.size != big_n:
+        raise ValueError("yhat, labeled and inclusion differ in length")
+    if np.any((pi <= 0.0) | (pi > 1.0)):
+        raise ValueError("every inclusion probability must be in (0, 1]")
+    n = int(labeled_v.sum())
+    if n == 0:
+        raise ValueError("no labeled item")
+    y_raw = np.asarray(y, dtype="float64").reshape(-1)
+    if y_raw.size != big_n:
+        raise ValueError("y and yhat differ in length")
+    y_v = np.where(labeled_v, y_raw, 0.0)
+    if not np.all(np.isfinite(y_v)):
+        raise ValueError("y holds a missing or infinite value on a labeled item")
+    weight = labeled_v / pi
+    a = yhat_v * (1.0 - weight)  # z = lam * a + b
+    b = y_v * weight
+    a_var = float(np.var(a))
+    lam = 0.0 if not a_var > 0.0 else float(np.clip(-float(np.mean((a - a.mean()) * (b - b.mean()))) / a_var, 0, 1))
+    z_q = _quantile(ci, n, small_sample)
+    ddof = 1 if small_sample and big_n >= 2 else 0
+
+    def interval(z: np.ndarray) -> MeanInterval:
+        mean = float(np.mean(z))
+        se = float(np.std(z, ddof=ddof)) / math.sqrt(big_n)
+        return MeanInterval(mean, mean - z_q * se, mean + z_q * se, se)
+
+    return PPIEstimate(
+        calibrated=interval(lam * a + b), human_only=interval(b), lam=lam, n_labeled=n, n_unlabeled=big_n - n
+    )

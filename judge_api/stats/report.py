@@ -37,7 +37,7 @@ from judge_api.stats import frames as F
 from judge_api.stats.agreement import preference_agreement, score_agreement, score_alpha
 from judge_api.stats.bias import BiasThresholds, bias_report
 from judge_api.stats.bootstrap import REPORT_N_BOOT
-from judge_api.stats.calibrated import calibrated_section
+from judge_api.stats.calibrated import Design, calibrated_section
 from judge_api.stats.consistency import self_consistency_section
 from judge_api.stats.facts import facts_section
 from judge_api.stats.memory import memory_audit_section
@@ -253,6 +253,7 @@ def build_report(
     fact_labels: pd.DataFrame | None = None,
     memory_audit: pd.DataFrame | None = None,
     reference_metrics: Mapping[str, Any] | None = None,
+    label_design: Design | None = None,
 ) -> dict[str, Any]:
     """Every statistic of a run as one JSON-serialisable dict (see the module docstring).
 
@@ -267,7 +268,8 @@ def build_report(
     None without fact-check judgments). ``memory_audit`` (``stats.memory.audit_rows`` of the memory-audit judgments)
     fills the ``memory_audit`` section (``stats.memory.memory_audit_section``; None without memory-audit judgments).
     ``reference_metrics`` (``judge_api.reference_tokens.tokenisation_section``: how the reference metrics tokenised
-    the items, with its warning) is the ``reference_metrics`` section as given.
+    the items, with its warning) is the ``reference_metrics`` section as given. ``label_design`` (the run's label
+    queue) lets the ``calibrated`` section weight the labels by their inclusion probabilities.
     """
     stored = F.validate_judgments(judgments)
     settings = panel_config(panel)
@@ -342,7 +344,7 @@ def build_report(
             ),
         }
         human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
-        report["calibrated"] = calibrated_section(df, human, items=items, combined=combined, ci=ci)
+        report["calibrated"] = calibrated_section(df, human, items=items, combined=combined, ci=ci, design=label_design)
     out = F.jsonable(report)
     assert isinstance(out, dict)
     _mark_imported(out, imported)
@@ -369,6 +371,7 @@ def calibrated_report(
     ci: float = 0.95,
     human_prefix: str | None = None,
     panel: Mapping[str, Any] | None = None,
+    label_design: Design | None = None,
 ) -> dict[str, Any] | None:
     """The report's ``calibrated`` section alone (``stats.calibrated``), as ``build_report`` would give it."""
     if ratings is None:
@@ -378,7 +381,8 @@ def calibrated_report(
     r = F.validate_ratings(ratings)
     human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
     items = item_scores(df, validated=True)
-    return calibrated_section(df, human, items=items, combined=combine_orders(df, validated=True), ci=ci)
+    combined = combine_orders(df, validated=True)
+    return calibrated_section(df, human, items=items, combined=combined, ci=ci, design=label_design)
 
 
 def _mark_imported(report: dict[str, Any], imported: Mapping[str, Any]) -> None:

@@ -32,6 +32,7 @@ TABLES = (
     "rubric_snapshots",
     "idempotency_keys",
     "generations",
+    "label_queue_items",
 )
 JUDGE = "openai-compatible:sim-judge@http://127.0.0.1:9/v1"  # never called: no worker runs in these tests
 

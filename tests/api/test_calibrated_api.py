@@ -50,7 +50,7 @@ def overrated_run(api_factory: ApiFactory, sim: SimulatorProcess) -> tuple[Api, 
     return api, run_id, truth
 
 
-def _rate(api: Api, run_id: str, truth: dict[str, np.ndarray], items: range) -> None:
+def _rate(api: Api, run_id: str, truth: dict[str, np.ndarray], items: range | list[int]) -> None:
     ratings = [
         {
             "item_id": f"it{i}",
@@ -102,3 +102,76 @@ def test_a_bad_level_is_a_422_naming_ci(api: Api, ci: str) -> None:
     response = api.client.get(f"/v1/runs/{run_id}/calibrated", params={"ci": ci})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"][-1] == "ci"
+
+
+def _rate_items(api: Api, run_id: str, truth: dict[str, np.ndarray], item_ids: list[str]) -> None:
+    _rate(api, run_id, truth, [int(i.removeprefix("it")) for i in item_ids])
+
+
+def test_a_uniform_label_queue_is_seeded_recorded_and_weights_the_estimate(
+    overrated_run: tuple[Api, str, dict[str, np.ndarray]],
+) -> None:
+    api, run_id, truth = overrated_run
+    assert api.client.get(f"/v1/runs/{run_id}/label-queue").status_code == 404
+    too_many = api.client.post(f"/v1/runs/{run_id}/label-queue", json={"n": N_ITEMS + 1})
+    assert too_many.status_code == 422 and too_many.json()["detail"][0]["loc"][-1] == "n"
+    bad = api.client.post(f"/v1/runs/{run_id}/label-queue", json={"n": 5, "strategy": "smart"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "strategy"
+    assert api.row_counts()["label_queue_items"] == 0
+    made = api.client.post(f"/v1/runs/{run_id}/label-queue", json={"n": 15, "seed": 7})
+    assert made.status_code == 201, made.text
+    queue = made.json()
+    assert (queue["strategy"], queue["n_drawn"], queue["n_eligible"], queue["n_labeled"]) == ("uniform", 15, 40, 0)
+    assert {i["inclusion_probability"] for i in queue["items"]} == {15 / 40}
+    again = api.client.post(f"/v1/runs/{run_id}/label-queue", json={"n": 15, "seed": 7})
+    assert again.status_code == 409
+    drawn = [i["item_id"] for i in queue["items"]]
+    assert len(set(drawn)) == 15
+    _rate_items(api, run_id, truth, drawn[:12])
+    shown = api.client.get(f"/v1/runs/{run_id}/label-queue").json()
+    assert shown["n_labeled"] == 12 and [i["labeled"] for i in shown["items"]] == [True] * 12 + [False] * 3
+    section = api.client.get(f"/v1/runs/{run_id}/calibrated").json()["calibrated"]
+    assert section["design"].startswith("label queue (uniform)")
+    assert (section["labels_from_queue"], section["labels_outside_queue"]) == (36, 0)
+    assert [r["system"] for r in section["ranking"]] == ["v3", "v2", "v1"]
+    # a label outside the queue: every label is then taken as a uniform sample, and the notes say so
+    outside = next(f"it{i}" for i in range(N_ITEMS) if f"it{i}" not in drawn)
+    _rate_items(api, run_id, truth, [outside])
+    mixed = api.client.get(f"/v1/runs/{run_id}/calibrated").json()["calibrated"]
+    assert mixed["design"] == "uniform" and mixed["labels_outside_queue"] == 3
+    assert "came from no label queue" in mixed["notes"][0]
+    # the queue travels with the run's export, and the run's deletion counts it
+    bundle = api.client.get(f"/v1/runs/{run_id}/export").text
+    assert bundle.count('"record":"label_queue_item"') == N_ITEMS
+    removed = api.client.delete(f"/v1/runs/{run_id}").json()
+    assert removed["deleted"]["label_queue_items"] == N_ITEMS
+    assert api.row_counts()["label_queue_items"] == 0
+
+
+def test_an_active_queue_waits_for_every_drawn_item(
+    overrated_run: tuple[Api, str, dict[str, np.ndarray]],
+) -> None:
+    api, run_id, truth = overrated_run
+    made = api.client.post(f"/v1/runs/{run_id}/label-queue", json={"n": 20, "strategy": "active", "seed": 3})
+    assert made.status_code == 201, made.text
+    queue = made.json()
+    probabilities = [i["inclusion_probability"] for i in queue["items"]]
+    assert all(0 < p <= 1 for p in probabilities)
+    drawn = [i["item_id"] for i in queue["items"]]
+    assert len(drawn) >= 12  # Poisson sampling: 20 in expectation
+    _rate_items(api, run_id, truth, drawn[:-1])
+    waiting = api.client.get(f"/v1/runs/{run_id}/calibrated").json()["calibrated"]
+    assert {r["estimate"] for r in waiting["scores"]} == {None}
+    assert all("not labeled yet" in r["note"] for r in waiting["scores"])
+    _rate_items(api, run_id, truth, drawn[-1:])
+    done = api.client.get(f"/v1/runs/{run_id}/calibrated").json()["calibrated"]
+    assert done["design"].startswith("label queue (active)")
+    for row in done["scores"]:
+        assert row["estimate"] is not None and row["ci_low"] <= float(truth[row["system"]].mean()) <= row["ci_high"]
+
+
+def test_a_queue_needs_single_mode_scores(api: Api) -> None:
+    run_id = api.submit()["id"]  # nothing judged: no worker runs here
+    response = api.client.post(f"/v1/runs/{run_id}/label-queue", json={"n": 1})
+    assert response.status_code == 409 and "no done single-mode judgment" in response.json()["detail"]
+    assert api.row_counts()["label_queue_items"] == 0
