@@ -269,6 +269,8 @@ NO_VALUES_IN: dict[tuple[str, str], str] = {
     ("POST", "/v1/runs/{run_id}/retry"): "re-queues the run's own rows (never an imported verdict); no values in",
     ("POST", "/v1/runs/{run_id}/cancel"): "marks the run's own pending rows cancelled; no values in",
     ("POST", "/v1/runs/prune"): "deletes the project's old runs; no values in",
+    ("POST", "/v1/runs/{run_id}/label-queue"): "draws among the run's own judged items (n, strategy and seed are "
+    "bounded by its schema); no rubric, judge, responder or URL in",
 }
 
 
