@@ -151,7 +151,7 @@ def test_an_imported_http_responder_to_loopback_is_never_called(secured_api: Api
     [
         ("openai-compatible:m@http://127.0.0.1:{port}/v1", "judge refused by the worker: base URL"),
         ("openai-compatible:m@http://127.0.0.1:9/v1/../../{port}", "judge refused by the worker: base URL"),
-        ("no-such-provider:m", "no-such-provider"),
+        ("no-such-provider:m", "judge 'no-such-provider:m': unknown provider"),  # not an "internal error"
     ],
     ids=["unlisted URL", "dot segments out of the listed prefix", "not a judge"],
 )
@@ -173,4 +173,4 @@ def test_an_imported_judgment_with_a_refused_judge_is_never_asked(
         rows = list(session.scalars(select(Judgment).where(Judgment.run_id == run_id)))
         outcomes = [(r.status, r.error or "", r.score) for r in rows]
     assert outcomes and all(status == "failed" and score is None for status, _, score in outcomes)
-    assert all(reason in error for _, error, _ in outcomes), outcomes
+    assert all(error.startswith(reason) for _, error, _ in outcomes), outcomes
