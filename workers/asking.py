@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from judge_api import logs, repository, tracing
 from judge_api.cachekeys import request_options
 from judge_api.config import Settings
-from judge_api.judges import JudgeSpec, parse_judge
+from judge_api.judges import JudgeSpec, JudgeSpecError, parse_judge
 from judge_api.models import Run, utcnow
 from judge_api.pricing import bill, load_prices
 from judge_api.reach import judge_refusal
@@ -175,7 +175,10 @@ class Asker:
             rubric = self._rubric(judgment.project_id, judgment.rubric_id, judgment.rubric_version)
         except RubricError as exc:
             return {"status": "failed", "error": str(exc)}
-        spec = parse_judge(judgment.judge)
+        try:
+            spec = parse_judge(judgment.judge)
+        except JudgeSpecError as exc:  # a row stored by another path than the validated submission
+            return {"status": "failed", "error": str(exc)}
         refusal = judge_refusal(spec, self.settings)  # a row stored by any path: checked again before anything runs
         if refusal is not None:
             return {"status": "failed", "error": f"judge refused by the worker: {refusal}"}

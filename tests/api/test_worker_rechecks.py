@@ -148,8 +148,19 @@ def test_an_imported_http_responder_to_loopback_is_never_called(secured_api: Api
     assert exported.status_code == 200 and "hunter2" not in exported.text
 
 
-def test_an_imported_judgment_with_an_unlisted_judge_url_is_never_asked(secured_api: Api, listener: Listener) -> None:
-    judge = f"openai-compatible:m@http://127.0.0.1:{listener.port}/v1"
+@pytest.mark.parametrize(
+    ("judge", "reason"),
+    [
+        ("openai-compatible:m@http://127.0.0.1:{port}/v1", "judge refused by the worker: base URL"),
+        ("openai-compatible:m@http://127.0.0.1:9/v1/../../{port}", "judge refused by the worker: base URL"),
+        ("no-such-provider:m", "judge 'no-such-provider:m': unknown provider"),  # not an "internal error"
+    ],
+    ids=["unlisted URL", "dot segments out of the listed prefix", "not a judge"],
+)
+def test_an_imported_judgment_with_a_refused_judge_is_never_asked(
+    secured_api: Api, listener: Listener, judge: str, reason: str
+) -> None:
+    judge = judge.format(port=listener.port)
     _, records = exported_lines(secured_api, run_body(n_items=1))
     for record in records:
         if record["record"] == "judgment":
@@ -164,4 +175,4 @@ def test_an_imported_judgment_with_an_unlisted_judge_url_is_never_asked(secured_
         rows = list(session.scalars(select(Judgment).where(Judgment.run_id == run_id)))
         outcomes = [(r.status, r.error or "", r.score) for r in rows]
     assert outcomes and all(status == "failed" and score is None for status, _, score in outcomes)
-    assert all("judge refused by the worker" in error and "DJ_JUDGE_URL_ALLOWLIST" in error for _, error, _ in outcomes)
+    assert all(error.startswith(reason) for _, error, _ in outcomes), outcomes
