@@ -32,6 +32,7 @@ from judge_api.repository.verdicts import IMPORTED_VERSION
 from judge_api.responders import parse_responder
 from judge_api.rubrics import RubricRegistry
 from judge_api.schemas import JudgeOptions, RunCreate
+from judge_api.schemas.ratings import MAX_RATINGS
 from judge_api.stats.label_sampling import STRATEGIES
 from judge_api.strategies import StrategyError, StrategyRegistry, get_strategies
 from judge_api.submit_limit import SubmitRateLimit
@@ -216,6 +217,9 @@ def admit_bundle(bundle: Bundle, settings: Settings, registry: RubricRegistry) -
     except HTTPException as exc:
         raise _in_bundle(exc, bundle) from None
     _admit_judgments(bundle, request, settings, registry)
+    ratings = bundle.rows.get("rating", [])
+    if len(ratings) > MAX_RATINGS:
+        raise field_error(["rating"], f"{len(ratings)} ratings exceed the limit of {MAX_RATINGS}, as a request's")
     systems = request.systems or {}
     seen: set[tuple[str, str]] = set()
     for index, row in enumerate(bundle.rows.get("generation", [])):
@@ -223,7 +227,7 @@ def admit_bundle(bundle: Bundle, settings: Settings, registry: RubricRegistry) -
         if row["system"] not in systems:
             raise field_error([f"{where}.system"], f"{row['system']!r} is not one of the run's systems")
         if (row["item_key"], row["system"]) in seen:
-            raise field_error([where], f"a second generation of item {row['item_key']!r} by {row['system']!r}")
+            raise field_error([where], f"item {row['item_key']!r} by {row['system']!r} twice")
         seen.add((row["item_key"], row["system"]))
         refusal = responder_refusal(row["responder"], settings)
         if refusal is not None:

@@ -287,10 +287,16 @@ def parse_bundle(lines: Iterable[str]) -> Bundle:
     keys = [i["item_key"] for i in bundle.rows.get("item", [])]
     if len(set(keys)) != len(keys):
         raise BundleError("item.item_key", "an item key appears twice")
-    for kind in ("judgment", "generation"):
+    for kind in ("judgment", "generation", "rating"):
         unknown = sorted({r["item_key"] for r in bundle.rows.get(kind, [])} - set(keys))
         if unknown:
             raise BundleError(f"{kind}.item_key", f"{kind}s of items the bundle does not carry: {unknown[:5]}")
+    rated: dict[tuple[Any, ...], int] = {}
+    for index, rating in enumerate(bundle.rows.get("rating", [])):
+        key = (rating["item_key"], rating["system"], rating.get("system_b") or "", rating["aspect"], rating["rater"])
+        if key in rated:
+            raise BundleError(bundle.where("rating", index), f"the same rating as {bundle.where('rating', rated[key])}")
+        rated[key] = index
     return bundle
 
 

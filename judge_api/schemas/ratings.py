@@ -57,10 +57,13 @@ class HumanRatingIn(BaseModel):
         return self.scale_min, self.scale_max
 
 
+MAX_RATINGS = 200_000  # per request, and per imported bundle
+
+
 class HumanRatingsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    ratings: list[HumanRatingIn] = Field(min_length=1, max_length=200_000)
+    ratings: list[HumanRatingIn] = Field(min_length=1, max_length=MAX_RATINGS)
 
 
 class LabelQueueIn(BaseModel):

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from sqlalchemy import select, update
 
 from judge_api.db import session_scope
 from judge_api.models import CacheEntry, Judgment, Run
 from judge_simulator.process import SimulatorProcess
 
-from .conftest import Api, ApiFactory, run_body
+from .conftest import Api, ApiFactory, item, run_body
 from .test_cache_isolation import judged, private_body, two_projects
 
 
@@ -174,3 +175,36 @@ def test_a_guessed_cache_key_brings_nothing_of_the_victims_reply(
         session.execute(update(Judgment).where(Judgment.run_id == attacker_run).values(cache_key=victim_key))
     text = attackers_export()
     assert victim_reply not in text and '"record":"cache_entry"' not in text
+
+
+# -- attacked again: rows twice ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("record", ["item", "judgment", "generation", "rating"])
+def test_a_bundle_carrying_a_row_twice_is_refused_naming_it(api_factory: ApiFactory, record: str) -> None:
+    """Old: a judgment or rating line repeated hit a unique constraint while storing (500). Now each is a 422
+    naming the line (or the field), before anything is stored."""
+    api = api_factory(auth=True)
+    api.create_key("alpha", ["submit", "read"], "alpha")
+    body = run_body(items=[item(0, systems=("a",))], systems={"x": "http:http://127.0.0.1:9/v1/respond"})
+    lines = bundle_of(api, "alpha", body)
+    rating = {"item_id": "item-0", "system": "a", "aspect": "overall", "rater": "r", "value": 3, "scale_min": 1}
+    rated = api.client.post(
+        f"/v1/runs/{lines[0]['run']['id']}/human-ratings",
+        json={"ratings": [{**rating, "scale_max": 5}]},
+        headers=api.as_key("alpha"),
+    )
+    assert rated.status_code == 201, rated.text
+    exported = api.client.get(f"/v1/runs/{lines[0]['run']['id']}/export", headers=api.as_key("alpha"))
+    lines = [json.loads(line) for line in exported.text.splitlines()]
+    if record == "judgment":  # a run with systems has none before its responses: one as a finished run has
+        lines = bundle_of(api, "alpha", run_body())
+    [first] = [line for line in lines if line["record"] == record][:1]
+    # the bundle's run is gone (old code answered 409 for its id), so only the row twice is at fault
+    assert api.client.delete(f"/v1/runs/{lines[0]['run']['id']}", headers=api.as_key("alpha")).status_code == 200
+    before = api.row_counts()
+    response = imported(api, "alpha", [*lines, first])
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert record in problem["loc"][1] and ("same" in problem["msg"] or "twice" in problem["msg"]), problem
+    assert api.row_counts() == before
