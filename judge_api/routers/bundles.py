@@ -51,7 +51,8 @@ async def import_run(
     exists here already; nothing is stored unless all of it is. Unfinished judgments are queued here."""
     body = (await request.body()).decode("utf-8", errors="replace")
     try:
-        bundle = retention.parse_bundle(body.splitlines())
+        # reading a large bundle takes seconds of CPU: in the thread pool, off the event loop (issue 42, finding 7)
+        bundle = await run_in_threadpool(retention.parse_bundle, body.splitlines())
     except retention.BundleError as exc:
         raise HTTPException(
             422, detail=[{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
