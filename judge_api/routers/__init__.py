@@ -15,6 +15,7 @@ from judge_api.routers import (
     facts,
     health,
     judgments,
+    limits,
     metrics,
     monitors,
     ratings,
@@ -27,6 +28,7 @@ from judge_api.routers import (
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     metrics.router,
+    limits.router,
     rubrics.router,
     bundles.router,
     runs.router,

@@ -24,7 +24,7 @@ RULE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 SLICE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+ -]{0,99}$"
 WINDOW_PATTERN = r"^[1-9][0-9]{0,3}[hdw]$"  # 24h, 7d, 2w
 MAX_RETENTION_DAYS = 3650
-MAX_ALERT_RULES = 50
+MAX_ALERT_RULES = 50  # the ceiling of DJ_MAX_RULES_PER_MONITOR (judge_api.config), checked by the routes
 SliceBy = Literal["version", "system", "segment"]
 
 
