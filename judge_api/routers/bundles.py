@@ -17,6 +17,7 @@ from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import session_scope
 from judge_api.deps import app_settings, get_session, require, run_or_404
+from judge_api.gcpause import call_paused
 from judge_api.repository import retention
 
 router = APIRouter(tags=["runs"])
@@ -52,7 +53,7 @@ async def import_run(
     body = (await request.body()).decode("utf-8", errors="replace")
     try:
         # reading a large bundle takes seconds of CPU: in the thread pool, off the event loop (issue 42, finding 7)
-        bundle = await run_in_threadpool(retention.parse_bundle, body.splitlines())
+        bundle = await run_in_threadpool(call_paused, retention.parse_bundle, body.splitlines())
     except retention.BundleError as exc:
         raise HTTPException(
             422, detail=[{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
@@ -65,7 +66,7 @@ async def import_run(
             return result
 
     try:
-        result = await run_in_threadpool(store)
+        result = await run_in_threadpool(call_paused, store)
     except retention.RunExists as exc:
         raise HTTPException(
             409, detail=[{"loc": ["body", exc.field], "msg": exc.message, "type": "conflict"}]

@@ -38,6 +38,7 @@ from judge_api.deps import (
     submit_limit,
 )
 from judge_api.errors import field_error
+from judge_api.gcpause import call_paused, collector_paused
 from judge_api.guards import JsonTooDeep, check_storable, loads_json
 from judge_api.models import utcnow
 from judge_api.planning import PlanError, plan_run, run_rubrics, with_placeholders
@@ -215,7 +216,7 @@ def _create(
     who = principal.key_id or "anonymous"
     reservation = rate_limit.reserve(who, settings.runs_per_minute)
     try:
-        with tracing.span("run.submit", project_id=principal.project_id) as current:
+        with collector_paused(), tracing.span("run.submit", project_id=principal.project_id) as current:
             created, stored = _create_reserved(request, principal, background, session, settings, submission, response)
             tracing.set_attribute(current, "run_id", created.id)
     except BaseException:
@@ -404,6 +405,7 @@ async def create_run_jsonl(
     # parsing, planning and storing a large submission takes seconds of CPU: in the thread pool, so the event loop
     # keeps answering every other project's requests meanwhile (issue 42, finding 7)
     return await run_in_threadpool(
+        call_paused,
         _create_from_jsonl,
         body,
         JsonlRunQuery(
