@@ -140,6 +140,8 @@ def one_round(url: str, route: str, items: list[dict[str, Any]], keys: tuple[str
         raise SystemExit(f"{route} submission: HTTP {result.get('status')}: {result.get('n_judgments')}")
     result["max_delay_s"] = max(delays)
     result["median_delay_s"] = statistics.median(delays)
+    result["p99_delay_s"] = sorted(delays)[int(0.99 * (len(delays) - 1))]
+    result["over_budget"] = sum(1 for d in delays if d > 0.2)
     result["polls"] = len(delays)
     return result
 
@@ -198,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"POST /v1/runs{'/jsonl' if route == 'jsonl' else ''}: submission min {min(took):.2f} s, "
                     f"median {statistics.median(took):.2f} s | victim's slowest poll min {min(worst):.3f} s, "
                     f"median {statistics.median(worst):.3f} s ({statistics.median(worst) / idle_median:.0f}x idle) | "
-                    f"victim's median poll {statistics.median(typical) * 1000:.1f} ms | "
+                    f"victim's median poll {statistics.median(typical) * 1000:.1f} ms, p99 "
+                    f"{statistics.median(r['p99_delay_s'] for r in rounds) * 1000:.0f} ms, over 0.2 s: "
+                    f"{sum(r['over_budget'] for r in rounds)} | "
                     f"polls per round {min(r['polls'] for r in rounds)}-{max(r['polls'] for r in rounds)}"
                 )
         finally:
