@@ -1,9 +1,9 @@
 """dialogue-judge dashboard: ``streamlit run dashboard/app.py`` (``dialogue-judge up`` starts it).
 
-Reads everything through the service's HTTP API at ``DJ_API_URL`` (default http://127.0.0.1:8000) with the
-key in ``DJ_API_KEY``; both can be changed in the sidebar. One module per page under ``views/`` (not
-``pages/``: Streamlit switches to its legacy multipage mode, bypassing ``st.navigation``, whenever a
-``pages/`` folder sits beside the entry script).
+Reads everything through the service's HTTP API at ``DJ_API_URL`` (default http://127.0.0.1:8000; configuration
+only) with the key in ``DJ_API_KEY``, or, without one, the key a visitor signs in with (dashboard/state.py).
+One module per page under ``views/`` (not ``pages/``: Streamlit switches to its legacy multipage mode, bypassing
+``st.navigation``, whenever a ``pages/`` folder sits beside the entry script).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ PAGES = [
 # host, which a self-hosted service must not depend on (the pages' own Material icons ship in Streamlit's bundle)
 st.set_page_config(page_title="dialogue-judge", page_icon="⚖️", layout="wide")
 page = st.navigation(PAGES)
+if not state.signed_in():
+    st.stop()
 state.sidebar()
 try:
     page.run()

@@ -1,8 +1,11 @@
-"""Session state shared by the pages: API connection, the selected run, cache revisions.
+"""Session state shared by the pages: API connection, sign-in, the selected run, cache revisions.
 
-The connection comes from ``DJ_API_URL`` (default http://127.0.0.1:8000) and ``DJ_API_KEY`` and can be
-edited in the sidebar; the selected run is kept in the session (and in the ``?run=`` query parameter for
-links).
+The API's URL comes from ``DJ_API_URL`` (default http://127.0.0.1:8000) and nothing else: a visitor cannot point the
+dashboard elsewhere, so no key ever goes to a URL a visitor typed (issue 42, finding 8). The key is the dashboard's
+own ``DJ_API_KEY`` when the deployment configures one (then the dashboard must sit where only trusted people reach
+it: loopback, or behind the reverse proxy's auth, docs/dashboard.md); otherwise a visitor signs in with their own
+API key, kept in their session only and sent only to that URL. The selected run is kept in the session (and in the
+``?run=`` query parameter for links).
 """
 
 from __future__ import annotations
@@ -20,10 +23,19 @@ N_BOOT_CHOICES: tuple[int | None, ...] = (None, 0, 200, 500, 2000)  # None: the 
 FINISHED = ("done", "budget_exhausted", "cancelled", "failed")
 
 
+def configured_url() -> str:
+    """The API's URL, from the deployment's configuration only (never from the session)."""
+    return (os.environ.get("DJ_API_URL") or "").strip().rstrip("/") or DEFAULT_API_URL
+
+
+def configured_key() -> str | None:
+    """The dashboard's own key (``DJ_API_KEY``), if the deployment gives it one."""
+    return (os.environ.get("DJ_API_KEY") or "").strip() or None
+
+
 def init() -> None:
     ss = st.session_state
-    ss.setdefault("api_url", os.environ.get("DJ_API_URL") or DEFAULT_API_URL)
-    ss.setdefault("api_key", os.environ.get("DJ_API_KEY") or "")
+    ss.setdefault("api_key", "")  # a visitor's own key (sign-in); unused when DJ_API_KEY is configured
     ss.setdefault("n_boot", None)
     ss.setdefault("ratings_rev", 0)
     if "run_id" not in ss:
@@ -32,8 +44,30 @@ def init() -> None:
 
 def conn() -> api.Conn:
     init()
-    url = str(st.session_state["api_url"]).strip() or DEFAULT_API_URL
-    return api.Conn(url.rstrip("/"), str(st.session_state["api_key"]).strip() or None)
+    key = configured_key() or str(st.session_state["api_key"]).strip() or None
+    return api.Conn(configured_url(), key)
+
+
+def signed_in() -> bool:
+    """True when the dashboard may show pages: it has a key (its own or the visitor's), or the API needs none.
+    Otherwise a sign-in form is shown (the visitor's API key, kept in their session) and False returned."""
+    init()
+    if conn().key is not None:
+        return True
+    try:
+        api.list_runs(conn(), 0, 1)
+        return True  # auth is off (the embedded default): the API answers without a key
+    except api.ApiError as exc:
+        if exc.status_code not in (401, 403):
+            return True  # unreachable or failing: the pages say so
+    st.title("Sign in")
+    st.caption(f"The API at {configured_url()} needs an API key (read scope). It is kept in this browser session only.")
+    with st.form("sign_in"):
+        typed = st.text_input("API key", type="password")
+        if st.form_submit_button("Sign in") and typed.strip():
+            st.session_state["api_key"] = typed.strip()
+            st.rerun()
+    return False
 
 
 def n_boot() -> int | None:
@@ -75,8 +109,15 @@ def sidebar() -> None:
     ss = st.session_state
     with st.sidebar:
         with st.expander("API connection", expanded=False):
-            st.text_input("API URL", key="api_url", help="DJ_API_URL")
-            st.text_input("API key", key="api_key", type="password", help="DJ_API_KEY; sent as a Bearer token")
+            st.caption(f"API: {configured_url()} (DJ_API_URL, set by the deployment)")
+            if (
+                configured_key() is None
+                and ss.get("api_key")
+                and st.button("Sign out", help="Forget the API key this session signed in with")
+            ):
+                ss["api_key"] = ""
+                api.clear_caches()
+                st.rerun()
             st.selectbox(
                 "Bootstrap resamples (CIs)",
                 N_BOOT_CHOICES,

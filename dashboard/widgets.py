@@ -36,11 +36,9 @@ def guard(fn: Callable[..., T], *args: Any, what: str, quiet: bool = False, **kw
     except ApiError as exc:
         message = f"Could not load {what} from the API: {exc.message}"
         if exc.status_code == 401 or exc.status_code == 403:
-            message += " — check the API key in the sidebar (DJ_API_KEY)."
+            message += " — check the API key (DJ_API_KEY, or sign out and in again in the sidebar)."
         elif exc.status_code == 0:
-            message += (
-                " — is the service running? Start it with `dialogue-judge up`, or set the API URL in the sidebar."
-            )
+            message += " — is the service running? Start it with `dialogue-judge up`, or set DJ_API_URL."
     except Exception as exc:  # a malformed answer must not become a traceback on the page
         message = f"Could not load {what}: {type(exc).__name__}: {exc}"
     if quiet:

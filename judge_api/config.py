@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     max_turns_per_item: int = Field(default=2_000, alias="DJ_MAX_TURNS")
     max_judgments_per_run: int = Field(default=500_000, alias="DJ_MAX_JUDGMENTS")
     runs_per_minute: int = Field(default=60, alias="DJ_RUNS_PER_MINUTE")
+    # monitors: each is evaluated by every sweep and its rules are /metrics series (GET /v1/limits says them)
+    max_monitors_per_project: int = Field(default=100, ge=1, alias="DJ_MAX_MONITORS")
+    max_rules_per_monitor: int = Field(default=20, ge=0, le=50, alias="DJ_MAX_RULES_PER_MONITOR")
     # how long an Idempotency-Key of a submission is remembered (at least a day, the common convention)
     idempotency_ttl_s: float = Field(default=86_400.0, ge=86_400.0, alias="DJ_IDEMPOTENCY_TTL")
 

@@ -7,13 +7,16 @@ import logging
 from typing import cast
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import exc as sa_exc
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
 
 # the driver lost the connection or the server is away: nothing was committed
+MAX_JSON_DEPTH = 100  # levels of arrays and objects a request's JSON may nest (judge_api.guards.loads_json)
 DATABASE_OUTAGES: tuple[type[Exception], ...] = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 
 
@@ -39,7 +42,25 @@ async def database_unavailable(request: Request, exc: Exception) -> JSONResponse
     )
 
 
+async def nested_too_deeply(request: Request, exc: Exception) -> JSONResponse:
+    # a body nested thousands of levels deep (e.g. 100,000 "[") exhausts the parser's recursion: whichever reader hit
+    # it (a JSON Lines line, a bundle, a verdict file), nothing was stored and it is the request's fault, not a 500
+    log.info("request nested too deeply: %s %s", request.method, request.url.path)
+    message = f"the body is nested too deeply (more than {MAX_JSON_DEPTH} levels of JSON arrays and objects)"
+    return JSONResponse({"detail": [{"loc": ["body"], "msg": message, "type": "value_error"}]}, status_code=400)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    # FastAPI answers a JSON body it could not parse with a bare 400 "There was an error parsing the body"; when the
+    # parser gave up on the nesting, say so
+    if isinstance(exc.__cause__, RecursionError):
+        return await nested_too_deeply(request, exc.__cause__)
+    return await http_exception_handler(request, cast(StarletteHTTPException, exc))
+
+
 def install_exception_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RecursionError, nested_too_deeply)
     for outage in DATABASE_OUTAGES:
         app.add_exception_handler(outage, database_unavailable)

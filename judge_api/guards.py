@@ -8,7 +8,39 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from judge_api.errors import field_error
+from judge_api.errors import MAX_JSON_DEPTH, field_error
+
+
+class JsonTooDeep(ValueError):
+    """A JSON text nests arrays and objects deeper than MAX_JSON_DEPTH."""
+
+    def __init__(self) -> None:
+        super().__init__(f"nested too deeply (more than {MAX_JSON_DEPTH} levels of arrays and objects)")
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` that refuses deep nesting with JsonTooDeep (a ValueError) rather than a RecursionError (thousands
+    of levels) or a value deep enough to trip a later step (validation, storage); json.JSONDecodeError as usual."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise JsonTooDeep() from None
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise JsonTooDeep()
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def _value_problem(value: Any) -> str | None:

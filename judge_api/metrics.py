@@ -7,14 +7,17 @@ Every process keeps its own counters (API: ``GET /metrics``; a worker: its ``--m
 samples there, and the worker's exporter sums them (:func:`exposition`). With the ``threads`` pool (the default)
 everything happens in one process and the ordinary registry is exact.
 
-Labels are bounded: the judge (a configured model string), a status, an error kind, an outcome. Never a run or
-judgment id.
+Labels are bounded: the judge (a model string a run names: the first MAX_JUDGE_LABELS distinct ones a process sees
+keep their own series, the rest share ``judge="other"``), a status, an error kind, an outcome; the monitor alert
+gauge's server-issued monitor id and the rule's position (never a name a tenant chose), at most MAX_ALERT_SERIES
+series. Never a run or judgment id.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,6 +41,30 @@ NAMESPACE = "dj"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 WRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+MAX_JUDGE_LABELS = 50  # distinct judge labels per process; judges are named by tenants' runs
+MAX_JUDGE_LABEL_CHARS = 120
+OTHER_JUDGE = "other"
+MAX_ALERT_SERIES = 2000  # monitor alert gauge samples per scrape (DJ_MAX_MONITORS x DJ_MAX_RULES_PER_MONITOR each)
+
+_judge_labels: set[str] = set()
+_judge_labels_lock = threading.Lock()
+
+
+def judge_label(judge: str) -> str:
+    """The judge's label value: itself (cut to MAX_JUDGE_LABEL_CHARS) while fewer than MAX_JUDGE_LABELS distinct
+    judges were seen by this process, else ``other``: tenants name judges, and each label value is series."""
+    label = judge[:MAX_JUDGE_LABEL_CHARS]
+    if label in _judge_labels:
+        return label
+    with _judge_labels_lock:
+        if label in _judge_labels:
+            return label
+        if len(_judge_labels) >= MAX_JUDGE_LABELS:
+            return OTHER_JUDGE
+        _judge_labels.add(label)
+        return label
+
 
 JUDGMENTS = Counter(
     "judgments", "Judgments finished, by final status and judge", ["judge", "status"], namespace=NAMESPACE
@@ -97,6 +124,7 @@ SWEEPER_RESENT = Counter("sweeper_resent", "Judgments the sweeper sent to the qu
 def judgment_finished(judge: str, values: dict[str, Any]) -> None:
     """A judgment's verdict is stored (``values``: the columns written)."""
     status = str(values.get("status", "unknown"))
+    judge = judge_label(judge)
     JUDGMENTS.labels(judge=judge, status=status).inc()
     cost = float(values.get("cost_usd") or 0.0)
     if cost:
@@ -117,8 +145,12 @@ class _CallSeries:
     output_tokens: Any
 
 
-@functools.lru_cache(maxsize=256)
 def _call_series(judge: str) -> _CallSeries:
+    return _call_series_of_label(judge_label(judge))
+
+
+@functools.lru_cache(maxsize=MAX_JUDGE_LABELS + 1)
+def _call_series_of_label(judge: str) -> _CallSeries:
     return _CallSeries(
         IN_FLIGHT.labels(judge=judge),
         PROVIDER_CALLS.labels(judge=judge, outcome="ok"),
@@ -154,6 +186,7 @@ def call_tokens(judge: str, input_tokens: int, output_tokens: int) -> None:
 
 
 def call_failed(judge: str, kind: str, will_retry: bool) -> None:
+    judge = judge_label(judge)
     ERRORS.labels(judge=judge, kind=kind).inc()
     if kind == "rate_limited":
         RATE_LIMITED.labels(judge=judge).inc()
@@ -203,10 +236,13 @@ class QueueCollector(Collector):
 
 
 class AlertCollector(Collector):
-    """``dialogue_judge_monitor_alert{monitor,monitor_name,rule}``: 1 while the rule has an open alert, else 0; one
-    sample per rule of every monitor, read from the database when scraped (the API's ``/metrics``)."""
+    """``dialogue_judge_monitor_alert{monitor,rule_index}``: 1 while the rule has an open alert, else 0; one sample
+    per rule of every monitor, read from the database when scraped (the API's ``/metrics``). The labels are the
+    monitor's id (issued by the server) and the rule's position in its ``alerts``: names are the tenants' choice and
+    ``GET /v1/monitors/{id}`` tells them. At most MAX_ALERT_SERIES samples, open alerts first;
+    ``dialogue_judge_monitor_alert_series_omitted`` counts the rest."""
 
-    def __init__(self, read: Callable[[], list[tuple[str, str, str, bool]]]) -> None:
+    def __init__(self, read: Callable[[], list[tuple[str, int, bool]]]) -> None:
         self.read = read
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -217,11 +253,17 @@ class AlertCollector(Collector):
         family = GaugeMetricFamily(
             "dialogue_judge_monitor_alert",
             "1 while a monitor's alert rule has an open alert (docs/monitoring.md#alerts), else 0",
-            labels=["monitor", "monitor_name", "rule"],
+            labels=["monitor", "rule_index"],
         )
-        for monitor_id, name, rule, is_open in rows:
-            family.add_metric([monitor_id, name, rule], 1.0 if is_open else 0.0)
+        kept = sorted(rows, key=lambda row: (not row[2], row[0], row[1]))[:MAX_ALERT_SERIES]
+        for monitor_id, rule_index, is_open in kept:
+            family.add_metric([monitor_id, str(rule_index)], 1.0 if is_open else 0.0)
         yield family
+        yield GaugeMetricFamily(
+            "dialogue_judge_monitor_alert_series_omitted",
+            f"Monitor alert rules left out of dialogue_judge_monitor_alert (over {MAX_ALERT_SERIES} series)",
+            value=len(rows) - len(kept),
+        )
 
 
 class Collectors(Collector):

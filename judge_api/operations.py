@@ -50,8 +50,8 @@ def queue_state(settings: Settings) -> dict[str, float | None]:
     return state
 
 
-def alert_states() -> list[tuple[str, str, str, bool]]:
-    """(monitor id, monitor name, rule, open?) for the ``dialogue_judge_monitor_alert`` gauge."""
+def alert_states() -> list[tuple[str, int, bool]]:
+    """(monitor id, rule index, open?) for the ``dialogue_judge_monitor_alert`` gauge."""
     from judge_api.repository import alerts
 
     with session_scope() as session:

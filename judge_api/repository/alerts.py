@@ -186,8 +186,9 @@ def list_alerts(
     return total, rows
 
 
-def gauge_rows(session: Session) -> list[tuple[str, str, str, bool]]:
-    """(monitor id, monitor name, rule, open?) for every rule of every monitor: the alert gauge's samples."""
+def gauge_rows(session: Session) -> list[tuple[str, int, bool]]:
+    """(monitor id, rule index, open?) for every rule of every monitor: the alert gauge's samples (no names: they
+    are the tenants' choice, and a label value is a series)."""
     opened = {
         (a, r)
         for a, r in session.execute(
@@ -195,8 +196,7 @@ def gauge_rows(session: Session) -> list[tuple[str, str, str, bool]]:
         )
     }
     out = []
-    for monitor_id, name, rules in session.execute(select(Monitor.id, Monitor.name, Monitor.alerts)):
-        for rule in rules or []:
-            rule_name = str(rule.get("name"))
-            out.append((monitor_id, name, rule_name, (monitor_id, rule_name) in opened))
+    for monitor_id, rules in session.execute(select(Monitor.id, Monitor.alerts)):
+        for index, rule in enumerate(rules or []):
+            out.append((monitor_id, index, (monitor_id, str(rule.get("name"))) in opened))
     return out

@@ -85,6 +85,10 @@ def list_monitors(session: Session, project_id: str | None, offset: int, limit: 
     return total, rows
 
 
+def count_monitors(session: Session, project_id: str) -> int:
+    return int(session.scalar(select(func.count(Monitor.id)).where(Monitor.project_id == project_id)) or 0)
+
+
 def update_run_config(session: Session, monitor: Monitor, run_config: dict[str, Any]) -> None:
     session.execute(
         update(Run).where(Run.id == monitor.run_id).values(config=run_config, name=f"monitor {monitor.name}")

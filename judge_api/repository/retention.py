@@ -264,6 +264,8 @@ def parse_bundle(lines: Iterable[str]) -> Bundle:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BundleError(where, f"not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise BundleError(where, "nested too deeply (thousands of levels of arrays and objects)") from None
         if not isinstance(obj, dict):
             raise BundleError(where, "a bundle line must be a JSON object")
         kind = obj.pop("record", None)

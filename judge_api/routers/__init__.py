@@ -16,6 +16,7 @@ from judge_api.routers import (
     health,
     judgments,
     label_queue,
+    limits,
     metrics,
     monitors,
     ratings,
@@ -28,6 +29,7 @@ from judge_api.routers import (
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     metrics.router,
+    limits.router,
     rubrics.router,
     bundles.router,
     runs.router,

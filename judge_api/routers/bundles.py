@@ -19,6 +19,7 @@ from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.db import session_scope
 from judge_api.deps import app_settings, get_session, require, run_or_404, submit_limit
+from judge_api.gcpause import call_paused
 from judge_api.repository import retention
 from judge_api.repository.projects import DEFAULT_PROJECT
 from judge_api.rubrics import get_registry
@@ -63,7 +64,8 @@ async def import_run(
     are queued here."""
     body = (await request.body()).decode("utf-8", errors="replace")
     try:
-        bundle = retention.parse_bundle(body.splitlines())
+        # reading a large bundle takes seconds of CPU: in the thread pool, off the event loop (issue 42, finding 7)
+        bundle = await run_in_threadpool(call_paused, retention.parse_bundle, body.splitlines())
     except retention.BundleError as exc:
         raise _bundle_error(exc) from None
 
@@ -82,7 +84,7 @@ async def import_run(
                 return result
 
     try:
-        result = await run_in_threadpool(admit_and_store)
+        result = await run_in_threadpool(call_paused, admit_and_store)
     except retention.BundleError as exc:
         raise _bundle_error(exc) from None
     if result["pending"]:

@@ -32,6 +32,7 @@ from judge_api.config import Settings
 from judge_api.db import get_engine, session_scope
 from judge_api.deps import MAX_OFFSET, app_settings, get_session, require
 from judge_api.errors import field_error
+from judge_api.guards import JsonTooDeep, loads_json
 from judge_api.models import Monitor, utcnow
 from judge_api.planning import PlanError, plan_run, run_config, run_rubrics
 from judge_api.pricing import load_prices, unpriced_budget_refusal
@@ -41,6 +42,7 @@ from judge_api.routers.verdicts import inlined_schema
 from judge_api.rubrics import get_registry
 from judge_api.schemas import Item, JudgeOptions, Page, PanelOptions, RunCreate
 from judge_api.schemas.monitors import (
+    AlertRule,
     MonitorCreate,
     MonitorOut,
     MonitorResponseIn,
@@ -250,6 +252,15 @@ def monitor_or_404(session: Session, monitor_id: str, principal: Principal) -> M
     return monitor
 
 
+def check_rule_count(rules: Sequence[AlertRule], settings: Settings) -> None:
+    if len(rules) > settings.max_rules_per_monitor:
+        raise field_error(
+            ["alerts"],
+            f"{len(rules)} alert rules exceed the limit of {settings.max_rules_per_monitor} per monitor "
+            "(DJ_MAX_RULES_PER_MONITOR, GET /v1/limits)",
+        )
+
+
 # -- CRUD --------------------------------------------------------------------------------------------------------
 
 
@@ -260,6 +271,19 @@ def create_monitor(
     session: Session = Depends(get_session),
     settings: Settings = Depends(app_settings),
 ) -> MonitorOut:
+    check_rule_count(request.alerts, settings)
+    if store.count_monitors(session, principal.project_id) >= settings.max_monitors_per_project:
+        raise HTTPException(
+            409,
+            detail=[
+                {
+                    "loc": ["body"],
+                    "msg": f"the project has {settings.max_monitors_per_project} monitors, the limit per project "
+                    "(DJ_MAX_MONITORS, GET /v1/limits): delete one first",
+                    "type": "limit_exceeded",
+                }
+            ],
+        )
     config = checked_config(request.model_dump(mode="json", include=set(CONFIG_FIELDS)), request.name, settings)
     check_callback(request.callback_url, settings)
     check_daily_budget(request.daily_budget_usd, request.judges, settings)
@@ -316,6 +340,8 @@ def update_monitor(
     judges, aspects, options) apply to responses sampled from now on."""
     monitor = monitor_or_404(session, monitor_id, principal)
     given = request.model_fields_set
+    if request.alerts is not None:
+        check_rule_count(request.alerts, settings)
     for name in ("name", "rubrics", "judges", "sample_rate", "alerts"):
         if name in given and getattr(request, name) is None:
             raise field_error([name], f"{name} cannot be cleared (null)")
@@ -372,9 +398,6 @@ def delete_monitor(
 # -- ingestion ---------------------------------------------------------------------------------------------------
 
 
-TOO_DEEP = "not valid JSON: nested too deeply"
-
-
 def parse_responses(body: bytes, settings: Settings) -> list[MonitorResponseIn]:
     """A JSON list or JSON Lines of responses, validated; 422 naming the response (its index) and the field."""
     text = body.decode("utf-8", errors="replace")
@@ -382,11 +405,11 @@ def parse_responses(body: bytes, settings: Settings) -> list[MonitorResponseIn]:
     raw: list[Any]
     if stripped.startswith("["):
         try:
-            parsed = json.loads(text)
+            parsed = loads_json(text)
         except json.JSONDecodeError as exc:
             raise field_error([], f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
-        except RecursionError:
-            raise field_error([], TOO_DEEP) from None
+        except JsonTooDeep as exc:
+            raise field_error([], str(exc)) from None
         raw = parsed
     else:
         raw = []
@@ -394,11 +417,11 @@ def parse_responses(body: bytes, settings: Settings) -> list[MonitorResponseIn]:
             if not line.strip():
                 continue
             try:
-                raw.append(json.loads(line))
+                raw.append(loads_json(line))
             except json.JSONDecodeError as exc:
                 raise field_error([f"line {number}"], f"not valid JSON: {exc.msg}") from None
-            except RecursionError:
-                raise field_error([f"line {number}"], TOO_DEEP) from None
+            except JsonTooDeep as exc:
+                raise field_error([f"line {number}"], str(exc)) from None
     if not raw:
         raise field_error([], "no responses: send a JSON list or JSON Lines of responses")
     if len(raw) > settings.max_items_per_run:

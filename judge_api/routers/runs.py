@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -45,6 +46,8 @@ from judge_api.deps import (
     submit_limit,
 )
 from judge_api.errors import field_error
+from judge_api.gcpause import call_paused, collector_paused
+from judge_api.guards import JsonTooDeep, loads_json
 from judge_api.models import utcnow
 from judge_api.planning import PlanError, run_rubrics, with_placeholders
 from judge_api.repository import batches, generations, retention
@@ -165,6 +168,7 @@ def _create(
     # a refused or failed submission gives its slot back
     with (
         submission_slot(rate_limit, principal, settings) as slot,
+        collector_paused(),
         tracing.span("run.submit", project_id=principal.project_id) as current,
     ):
         created, stored = _create_reserved(request, principal, background, session, settings, submission, response)
@@ -284,8 +288,58 @@ async def create_run_jsonl(
     rate_limit: SubmitRateLimit = Depends(submit_limit),
 ) -> RunCreated:
     """Items as JSON Lines in the body (one item per line); the run's settings as query parameters."""
+    body = await request.body()
+    # parsing, planning and storing a large submission takes seconds of CPU: in the thread pool, so the event loop
+    # keeps answering every other project's requests meanwhile (issue 42, finding 7)
+    return await run_in_threadpool(
+        call_paused,
+        _create_from_jsonl,
+        body,
+        JsonlRunQuery(
+            rubric=rubric,
+            judge=judge,
+            mode=mode,
+            name=name,
+            baseline=baseline,
+            orders=orders,
+            system=system,
+            idempotency_key=idempotency_key,
+        ),
+        principal,
+        background,
+        response,
+        session,
+        settings,
+        rate_limit,
+    )
+
+
+@dataclass(frozen=True)
+class JsonlRunQuery:
+    """The run's settings of ``POST /v1/runs/jsonl``, given as query parameters."""
+
+    rubric: list[str]
+    judge: list[str]
+    mode: list[Literal["single", "pairwise"]]
+    name: str | None
+    baseline: str | None
+    orders: Literal["both", "random"]
+    system: list[str]
+    idempotency_key: str | None
+
+
+def _create_from_jsonl(
+    raw_body: bytes,
+    query: JsonlRunQuery,
+    principal: Principal,
+    background: BackgroundTasks,
+    response: Response,
+    session: Session,
+    settings: Settings,
+    rate_limit: SubmitRateLimit,
+) -> RunCreated:
     systems: dict[str, str] = {}
-    for index, entry in enumerate(system):
+    for index, entry in enumerate(query.system):
         system_name, sep, responder = entry.partition("=")
         if not sep or not system_name.strip() or not responder.strip() or system_name.strip() in systems:
             message = f"{entry!r}: write NAME=RESPONDER, each name once (docs/generation.md)"
@@ -293,32 +347,34 @@ async def create_run_jsonl(
                 422, detail=[{"loc": ["query", "system", index], "msg": message, "type": "value_error"}]
             )
         systems[system_name.strip()] = responder.strip()
-    body = (await request.body()).decode("utf-8", errors="replace")
+    body = raw_body.decode("utf-8", errors="replace")
     items: list[Any] = []
     for number, line in enumerate(body.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            items.append(json.loads(line))
+            items.append(loads_json(line))
         except json.JSONDecodeError as exc:
             raise field_error(["items", f"line {number}"], f"not valid JSON: {exc.msg}") from None
+        except JsonTooDeep as exc:
+            raise field_error(["items", f"line {number}"], str(exc)) from None
     try:
         run_request = RunCreate(
-            name=name,
+            name=query.name,
             items=items,
-            rubrics=rubric,
-            judges=judge,
-            mode=mode,
-            pairing="baseline" if baseline else "all",
-            baseline=baseline,
-            orders=orders,
+            rubrics=query.rubric,
+            judges=query.judge,
+            mode=query.mode,
+            pairing="baseline" if query.baseline else "all",
+            baseline=query.baseline,
+            orders=query.orders,
             systems=systems or None,
         )
     except ValidationError as exc:
         raise HTTPException(
             422, detail=[{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
         ) from None
-    key = parse_idempotency_key(idempotency_key)
+    key = parse_idempotency_key(query.idempotency_key)
     submission = Submission(key, "/v1/runs/jsonl", run_request, principal.project_id, settings.idempotency_ttl_s)
     return _create(run_request, principal, background, session, settings, rate_limit, submission, response)
 
@@ -453,10 +509,17 @@ def prune_runs(
     return {"older_than": older_than, "matched": run_ids, "deleted": deleted, "dry_run": dry_run}
 
 
+MAX_AGE_S = 36_500 * 86_400  # older_than: 100 years, far inside what a date can go back from today
+
+
 def parse_age(text: str) -> timedelta:
     """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` as a duration."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     value = text.strip().lower()
-    if len(value) < 2 or value[-1] not in units or not value[:-1].isdigit():
+    if len(value) < 2 or value[-1] not in units or not value[:-1].isascii() or not value[:-1].isdigit():
         raise ValueError(f"{text!r} is not an age like 30d, 12h, 90m, 45s or 2w")
-    return timedelta(seconds=int(value[:-1]) * units[value[-1]])
+    digits = value[:-1].lstrip("0") or "0"
+    # compared as text first: int() of thousands of digits is refused by Python, and a huge age overflows datetime
+    if len(digits) > len(str(MAX_AGE_S)) or int(digits) * units[value[-1]] > MAX_AGE_S:
+        raise ValueError(f"{text!r} is longer ago than the limit of {MAX_AGE_S // 86400}d (100 years)")
+    return timedelta(seconds=int(digits) * units[value[-1]])

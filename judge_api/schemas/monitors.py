@@ -24,7 +24,7 @@ RULE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 SLICE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@/+ -]{0,99}$"
 WINDOW_PATTERN = r"^[1-9][0-9]{0,3}[hdw]$"  # 24h, 7d, 2w
 MAX_RETENTION_DAYS = 3650
-MAX_ALERT_RULES = 50
+MAX_ALERT_RULES = 50  # the ceiling of DJ_MAX_RULES_PER_MONITOR (judge_api.config), checked by the routes
 # a response's time, in UTC: well inside the calendar, so moving it to UTC and bucketing it cannot overflow
 TIMESTAMP_MIN = datetime(1970, 1, 1)
 TIMESTAMP_MAX = datetime(9000, 1, 1)

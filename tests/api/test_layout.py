@@ -19,6 +19,7 @@ ROUTE_MODULES = [
     ("GET", "/healthz", "health"),
     ("GET", "/readyz", "health"),
     ("GET", "/metrics", "metrics"),
+    ("GET", "/v1/limits", "limits"),
     ("GET", "/v1/rubrics", "rubrics"),
     ("GET", "/v1/rubrics/{rubric_id}/versions", "rubrics"),
     ("GET", "/v1/rubrics/{rubric_id}/versions/{version}", "rubrics"),

@@ -74,7 +74,7 @@ def alerts(api: str, monitor_id: str) -> list[dict[str, Any]]:
 def gauge(api: str) -> dict[tuple[str, str], float]:
     text = httpx.get(f"{api}/metrics", timeout=30).text
     return {
-        (s.labels["monitor"], s.labels["rule"]): s.value
+        (s.labels["monitor"], s.labels["rule_index"]): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
         if s.name == "dialogue_judge_monitor_alert"
@@ -153,7 +153,7 @@ def test_planted_regression_fires_one_signed_alert_no_change_fires_none_and_it_r
             assert payload["alert"]["evidence"]["difference"] == evidence["difference"]
 
             values = gauge(api)
-            assert values[(planted_id, "v-regression")] == 1.0 and values[(steady_id, "v-regression")] == 0.0
+            assert values[(planted_id, "0")] == 1.0 and values[(steady_id, "0")] == 0.0  # rule "v-regression"
             deliveries = httpx.get(f"{api}/v1/monitors/{planted_id}/deliveries", timeout=30).json()
             assert deliveries["total"] == 1 and deliveries["items"][0]["status"] == "delivered"
             assert SECRET not in str(deliveries)
@@ -170,5 +170,5 @@ def test_planted_regression_fires_one_signed_alert_no_change_fires_none_and_it_r
             assert "show no regression" in final[0]["resolution"]["reason"]
             resolved = webhooks.verify(receiver.requests[1].body, receiver.requests[1].headers, SECRET)
             assert resolved["event"] == "alert.resolved" and resolved["alert"]["status"] == "resolved"
-            assert gauge(api)[(planted_id, "v-regression")] == 0.0
+            assert gauge(api)[(planted_id, "0")] == 0.0
             assert alerts(api, steady_id) == [] and len(receiver.requests) == 2
