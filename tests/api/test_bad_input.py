@@ -1377,8 +1377,72 @@ MONITOR_CASES = [
     ),
 ]
 
+CALIBRATION_CASES = [
+    Case("calibrated unknown run", "GET", "/v1/runs/nope/calibrated", 404, None, "run 'nope' not found"),
+    Case(
+        "calibrated level too low",
+        "GET",
+        f"/v1/runs/{RUN}/calibrated",
+        422,
+        ["query", "ci"],
+        "greater than 0.5",
+        params={"ci": 0.4},
+    ),
+    Case(
+        "calibrated level not a number",
+        "GET",
+        f"/v1/runs/{RUN}/calibrated",
+        422,
+        ["query", "ci"],
+        "valid number",
+        params={"ci": "high"},
+    ),
+    Case(
+        "label queue unknown run", "POST", "/v1/runs/nope/label-queue", 404, None, "run 'nope' not found", json={"n": 1}
+    ),
+    Case(
+        "label queue n zero",
+        "POST",
+        f"/v1/runs/{RUN}/label-queue",
+        422,
+        ["body", "n"],
+        "greater than or equal to 1",
+        json={"n": 0},
+    ),
+    Case(
+        "label queue unknown strategy",
+        "POST",
+        f"/v1/runs/{RUN}/label-queue",
+        422,
+        ["body", "strategy"],
+        "'uniform'",
+        json={"n": 1, "strategy": "smart"},
+    ),
+    Case(
+        "label queue extra field",
+        "POST",
+        f"/v1/runs/{RUN}/label-queue",
+        422,
+        ["body", "weights"],
+        "Extra inputs",
+        json={"n": 1, "weights": [1]},
+    ),
+    Case(
+        "label queue nothing judged",
+        "POST",
+        f"/v1/runs/{RUN}/label-queue",
+        409,
+        None,
+        "no done single-mode judgment",
+        json={"n": 1},
+    ),
+    Case("label queue none yet", "GET", f"/v1/runs/{RUN}/label-queue", 404, None, "has no label queue"),
+]
+
+
 ALL_CASES = (
     RUN_CASES
+    + CALIBRATION_CASES
     + ESTIMATE_CASES
     + JSONL_CASES
     + READ_CASES
