@@ -344,7 +344,7 @@ def calibrated_intervals_chart(
         color=alt.Color(
             "interval:N",
             scale=alt.Scale(domain=list(kinds), range=INTERVAL_COLORS[: len(kinds)]),
-            legend=alt.Legend(orient="bottom", title=None),
+            legend=alt.Legend(orient="bottom", title=None, labelLimit=0),  # the mapped interval says so in full
         ),
     )
     rules = base.mark_rule(strokeWidth=3).encode(
