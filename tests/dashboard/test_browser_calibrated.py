@@ -16,7 +16,10 @@ from judge_simulator.process import SimulatorProcess
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
 N_ITEMS, N_RATED = 12, 10
-PEOPLE = {"v1": [40, 35, 52, 45, 30, 48, 41, 38, 50, 44, 36, 47], "v2": [70, 78, 66, 72, 80, 75, 69, 74, 77, 71, 68, 79]}
+PEOPLE = {
+    "v1": [40, 35, 52, 45, 30, 48, 41, 38, 50, 44, 36, 47],
+    "v2": [70, 78, 66, 72, 80, 75, 69, 74, 77, 71, 68, 79],
+}
 OVERRATED = {"v1": 40, "v2": 0}  # the judge puts v1 above v2; the people do not
 LEGEND = """() => [...document.querySelectorAll('.vega-embed svg text')].map(t => t.textContent)"""
 
@@ -33,7 +36,11 @@ def items() -> list[dict[str, Any]]:
 
 
 def test_three_intervals_label_next_and_a_label_from_annotate(
-    sqlite_url: str, redis_url: str, tmp_path: Path, judge_simulator: SimulatorProcess, dashboard: Any  # noqa: F811
+    sqlite_url: str,
+    redis_url: str,
+    tmp_path: Path,
+    judge_simulator: SimulatorProcess,
+    dashboard: Any,  # noqa: F811
 ) -> None:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium)")
