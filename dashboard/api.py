@@ -276,6 +276,18 @@ def ratings(conn: Conn, run_id: str, ratings_rev: int = 0) -> pd.DataFrame:
     return frame
 
 
+@st.cache_data(ttl=30, max_entries=16, show_spinner=False)
+def label_queue(conn: Conn, run_id: str, ratings_rev: int = 0) -> dict[str, Any]:
+    """The run's label queue with what is labeled so far (``GET /label-queue``); ``{}`` when it has none (404)."""
+    del ratings_rev
+    try:
+        return _dict(_get(conn, f"/v1/runs/{run_id}/label-queue"), "the label queue")
+    except ApiError as exc:
+        if exc.status_code == 404:
+            return {}
+        raise
+
+
 # -- writes (never cached) -------------------------------------------------------------------------------
 def post_ratings(conn: Conn, run_id: str, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     client = make_client(conn)
@@ -285,6 +297,7 @@ def post_ratings(conn: Conn, run_id: str, rows: Iterable[Mapping[str, Any]]) -> 
         client.close()
     ratings.clear()
     report.clear()  # the agreement section changes for every session, not just this one
+    label_queue.clear()
     return _dict(result, "the rating upload")
 
 

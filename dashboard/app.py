@@ -26,6 +26,7 @@ PAGES = [
     st.Page("views/leaderboard.py", title="Leaderboard", icon=":material/leaderboard:", url_path="leaderboard"),
     st.Page("views/winrates.py", title="Win / tie / loss", icon=":material/stacked_bar_chart:", url_path="wins"),
     st.Page("views/agreement.py", title="Human agreement", icon=":material/handshake:", url_path="agreement"),
+    st.Page("views/calibrated.py", title="Calibrated", icon=":material/tune:", url_path="calibrated"),
     st.Page("views/bias.py", title="Bias", icon=":material/balance:", url_path="bias"),
     st.Page("views/explorer.py", title="Item explorer", icon=":material/forum:", url_path="explorer"),
     st.Page("views/disagreements.py", title="Disagreements", icon=":material/rule:", url_path="disagreements"),

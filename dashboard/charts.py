@@ -329,6 +329,41 @@ def gap_chart(gaps: pd.DataFrame) -> AltairChart:
     )
 
 
+INTERVAL_COLORS = ["#90a4ae", "#ef6c00", "#1565c0"]  # judge only, human only, calibrated
+
+
+def calibrated_intervals_chart(
+    intervals: pd.DataFrame, kinds: Sequence[str], scale: tuple[float, float] | None, ci_label: str
+) -> AltairChart:
+    """Per system, the judge-only (mapped), human-only and calibrated intervals on the humans' scale, one above the
+    other (``kinds`` in their order)."""
+    domain = alt.Scale(domain=list(scale), zero=False, nice=False) if scale else alt.Scale(zero=False)
+    base = alt.Chart(intervals).encode(
+        y=alt.Y("system:N", title=None, axis=alt.Axis(labelLimit=200)),
+        yOffset=alt.YOffset("interval:N", sort=list(kinds)),
+        color=alt.Color(
+            "interval:N",
+            scale=alt.Scale(domain=list(kinds), range=INTERVAL_COLORS[: len(kinds)]),
+            legend=alt.Legend(orient="bottom", title=None, labelLimit=0),  # the mapped interval says so in full
+        ),
+    )
+    rules = base.mark_rule(strokeWidth=3).encode(
+        x=alt.X("ci_low:Q", title=f"estimate on the humans' scale ({ci_label})", scale=domain), x2="ci_high:Q"
+    )
+    points = base.mark_point(filled=True, size=90).encode(
+        x="estimate:Q",
+        tooltip=[
+            "system:N",
+            "interval:N",
+            alt.Tooltip("estimate:Q", format=".3f"),
+            alt.Tooltip("ci_low:Q", format=".3f"),
+            alt.Tooltip("ci_high:Q", format=".3f"),
+            "n:Q",
+        ],
+    )
+    return alt.layer(rules, points).properties(height=_height(intervals["system"].nunique(), per_row=70))
+
+
 def flip_chart(flips: pd.DataFrame) -> AltairChart:
     """Share of keys whose verdict flips with the presentation order, per pair x aspect."""
     return (

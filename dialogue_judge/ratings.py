@@ -35,6 +35,7 @@ class RatingsFile:
     rows: list[int]  # the file's row (CSV, header = 1) or line (JSONL) of each rating
     ignored: list[str] = field(default_factory=list)  # CSV columns that are not rating fields
     scale_filled: int = 0  # score ratings that took the scale given by the caller
+    unrated: int = 0  # CSV rows with an empty value: a label queue's rows not rated yet (skipped)
 
 
 def read_ratings(path: Path, fmt: str | None = None, scale: tuple[float, float] | None = None) -> RatingsFile:
@@ -43,6 +44,7 @@ def read_ratings(path: Path, fmt: str | None = None, scale: tuple[float, float] 
     fmt = fmt or ("csv" if path.suffix.lower() == ".csv" else "jsonl")
     rows: list[tuple[int, dict[str, Any]]] = []
     ignored: list[str] = []
+    unrated = 0
     if fmt == "csv":
         with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: a byte-order mark is read, not kept
             reader = csv.DictReader(handle)
@@ -52,7 +54,9 @@ def read_ratings(path: Path, fmt: str | None = None, scale: tuple[float, float] 
                 if None in row:
                     raise RatingsFileError(f"{path}: row {number}: more cells than the header has columns")
                 kept = {k.strip(): v for k, v in row.items() if k not in ignored and v not in (None, "")}
-                if kept:
+                if kept and "value" not in kept and "value" in columns:
+                    unrated += 1  # a row of `label-queue --csv` nobody has rated yet
+                elif kept:
                     rows.append((number, kept))
     elif fmt == "jsonl":
         for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
@@ -82,8 +86,9 @@ def read_ratings(path: Path, fmt: str | None = None, scale: tuple[float, float] 
             where = ".".join(str(p) for p in first["loc"])
             raise RatingsFileError(f"{path}: row {number}: {where + ': ' if where else ''}{first['msg']}") from None
     if not out:
-        raise RatingsFileError(f"{path}: no ratings")
-    return RatingsFile(out, [number for number, _ in rows], ignored, filled)
+        unfilled = f" ({unrated} rows have no value yet)" if unrated else ""
+        raise RatingsFileError(f"{path}: no ratings{unfilled}")
+    return RatingsFile(out, [number for number, _ in rows], ignored, filled, unrated)
 
 
 def _fill_scale(path: Path, rows: list[tuple[int, dict[str, Any]]], scale: tuple[float, float] | None) -> int:

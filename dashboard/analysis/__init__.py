@@ -1,9 +1,9 @@
 """Pure pandas transforms from report dicts / frames to the tables the pages show (no Streamlit here).
 
 Every function tolerates missing report sections (returns an empty frame with the expected columns). One module per
-page (``leaderboard``, ``preferences``, ``bias``, ``agreement``, ``disagreements``, ``compare``, ``facts``), the
-item-level frames several pages share (``items``), all built on ``frames``; this package re-exports their names, so
-a page reads ``analysis.scores_frame(report)`` wherever the function lives.
+page (``leaderboard``, ``preferences``, ``bias``, ``agreement``, ``calibrated``, ``disagreements``, ``compare``,
+``facts``), the item-level frames several pages share (``items``), all built on ``frames``; this package
+re-exports their names, so a page reads ``analysis.scores_frame(report)`` wherever the function lives.
 """
 
 from __future__ import annotations
@@ -21,6 +21,24 @@ from dashboard.analysis.agreement import (
 from dashboard.analysis.bias import (
     bias_frame,
     flags_frame,
+)
+from dashboard.analysis.calibrated import (
+    CALIBRATED,
+    GAP_COLUMNS,
+    HUMAN_ONLY,
+    INTERVAL_COLUMNS,
+    INTERVALS,
+    JUDGE_ONLY,
+    LABEL_NEXT_COLUMNS,
+    NOTE_COLUMNS,
+    annotate_link,
+    gap_frame,
+    gap_sentence,
+    human_scale,
+    interval_frame,
+    judge_only_mapped,
+    label_next_frame,
+    notes_frame,
 )
 from dashboard.analysis.compare import (
     comparable,
@@ -90,10 +108,18 @@ from dashboard.analysis.preferences import (
 )
 
 __all__ = [
+    "CALIBRATED",
     "FACT_COLORS",
+    "GAP_COLUMNS",
+    "HUMAN_ONLY",
+    "INTERVALS",
+    "INTERVAL_COLUMNS",
     "JUDGES_HUMAN_COLUMNS",
     "JUDGE_ITEM_COLUMNS",
+    "JUDGE_ONLY",
+    "LABEL_NEXT_COLUMNS",
     "METRIC_LABELS",
+    "NOTE_COLUMNS",
     "ORDER_COLUMNS",
     "OUTCOME_VALUE",
     "PANEL",
@@ -104,6 +130,7 @@ __all__ = [
     "SCORE_COLUMNS",
     "SOURCE_KINDS",
     "alpha_frame",
+    "annotate_link",
     "aspect_order",
     "bias_frame",
     "bins",
@@ -119,16 +146,23 @@ __all__ = [
     "flags_frame",
     "flip_summary",
     "frame",
+    "gap_frame",
+    "gap_sentence",
     "gap_summary",
     "highlight_evidence",
     "histogram_frame",
     "human_item_scores",
+    "human_scale",
     "inter_judge_frame",
+    "interval_frame",
     "item_score_bars",
     "judge_item_scores",
+    "judge_only_mapped",
     "judge_sets_frame",
     "judges_human_frame",
     "judges_of",
+    "label_next_frame",
+    "notes_frame",
     "order_outcomes",
     "orient",
     "pair_label",

@@ -20,6 +20,23 @@ def rubric_options(run: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return mine or [{"id": "(default)", "aspects": ["overall"], "scale": [1, 100], "kind": kind}]
 
 
+def linked_item(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The item a link asked for (``?item=``, the Calibrated page's *Label next*): selected once, when the link is
+    opened, then the rater moves on as usual; None without a link or when the run has no such item."""
+    wanted = st.query_params.get("item")
+    if not wanted:
+        return None
+    item = widgets.guard(api.get_item, state.conn(), str(run["id"]), str(wanted), what=f"item {wanted}")
+    if not item:
+        if item is not None:
+            st.warning(f"This run has no item {wanted!r} (from the link).")
+        return None
+    if st.session_state.get("_ann_linked") != wanted:
+        st.session_state["_ann_linked"] = wanted
+        st.session_state["ann_item"] = str(wanted)
+    return item
+
+
 def pick_item(run: dict[str, Any], done: set[str]) -> dict[str, Any] | None:
     """The rater's queue: unrated items of the chosen page first."""
     first = widgets.guard(api.items_page, state.conn(), str(run["id"]), 0, 1, what="the items")
@@ -31,6 +48,9 @@ def pick_item(run: dict[str, Any], done: set[str]) -> dict[str, Any] | None:
     offset = widgets.pager(total, "ann_items", PAGE)
     page = widgets.guard(api.items_page, state.conn(), str(run["id"]), offset, PAGE, what="the items") or {}
     items = {str(i.get("id")): i for i in page.get("items") or []}
+    linked = linked_item(run)
+    if linked is not None:
+        items.setdefault(str(linked["id"]), linked)
     ordered = [i for i in items if i not in done] + [i for i in items if i in done]
     left = sum(1 for i in items if i not in done)
     if "ann_next" in st.session_state:  # after saving: move on to the next unrated item

@@ -4,7 +4,7 @@ Exit codes: 0 success, 1 a gate found a regression, 2 bad input or the service c
 3 ``submit --wait``: the run finished with nothing usable (outcome 'failed': every judgment failed, could not be
 parsed or was cancelled); a 'partial' run exits 0 with a warning.
 
-One module per command group (``processes``, ``submit``, ``runs``, ``reports``, ``admin``, ``rubrics``,
+One module per command group (``processes``, ``submit``, ``runs``, ``reports``, ``calibration``, ``admin``, ``rubrics``,
 ``importing``, ``generate``, ``facts``, ``gate``, ``monitor``), all built on ``support``; this module only assembles
 them into the app the console script runs.
 """
@@ -15,6 +15,7 @@ import typer
 
 from dialogue_judge.cli import (
     admin,
+    calibration,
     facts,
     gate,
     generate,
@@ -48,6 +49,8 @@ app.command("simulator", context_settings=processes.SIMULATOR_CONTEXT)(processes
 app.command("import-ratings")(importing.import_ratings)
 app.command("import-verdicts")(importing.import_verdicts)
 app.command("agreement")(reports.agreement)
+app.command("calibrated")(calibration.calibrated)
+app.command("label-queue")(calibration.label_queue)
 app.command("convert")(importing.convert)
 app.command("generate")(generate.generate)
 app.command("memory-audit")(facts.memory_audit_cmd)

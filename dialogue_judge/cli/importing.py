@@ -35,6 +35,8 @@ def import_ratings(
         read = read_ratings(file, fmt, scale)
     except RatingsFileError as exc:
         raise fail(str(exc)) from None
+    if read.unrated:
+        console.print(f"skipped {read.unrated} rows with no value (not rated yet)", highlight=False)
     if read.ignored:
         console.print(f"ignored columns: {', '.join(read.ignored)}", highlight=False)
     if scale is not None and read.scale_filled:

@@ -8,7 +8,8 @@ served by ``/facts`` as the API does);
 unparseable) whose report's ``memory_audit`` section is computed by the real ``build_report``;
 ``unparseable``: a run like ``data``'s whose every judgment came back unparseable, the same with human ratings, a
 healthy run to compare it with, and a fact-check run whose every verdict is unparseable;
-``empty``: no runs at all; ``error``: every request answers HTTP 500; ``unreachable``: every request fails to
+``calibrated``: the Calibrated page's runs (``calibrated_fakes``: rated with a label queue, too few labels, no
+ratings); ``empty``: no runs at all; ``error``: every request answers HTTP 500; ``unreachable``: every request fails to
 connect.
 """
 
@@ -21,6 +22,7 @@ from itertools import combinations
 from typing import Any
 from urllib.parse import parse_qs
 
+import calibrated_fakes as cal
 import httpx
 import pandas as pd
 import pytest
@@ -420,6 +422,14 @@ class FakeApi:
                 "summary": {**summary(RUN_M, rows, "memory"), "rubrics": ["memory-audit"]},
             }
             self.ratings[RUN_M] = []
+        if state == "calibrated":
+            self.items = cal.make_items()
+            for k, (run_id, name, rated) in enumerate(
+                ((cal.RUN_C, "rated", cal.N_RATED), (cal.RUN_N, "few labels", 5), (cal.RUN_E, "unrated", 0))
+            ):
+                rows = cal.make_judgments(run_id, _row, 1 + 1000 * k)
+                self.runs[run_id] = {"rows": rows, "summary": {**summary(run_id, rows, name), "n_items": cal.N_ITEMS}}
+                self.ratings[run_id] = cal.make_ratings(rated)
         self.monitors = [make_monitor()] if state == "data" else []
         self.alerts = make_alerts() if state == "data" else []
         self._reports: dict[str, dict[str, Any]] = {}
@@ -562,6 +572,10 @@ class FakeApi:
                     "agreement": self.report(run_id)["agreement"],
                 },
             )
+        if rest == "/label-queue" and request.method == "GET":
+            if run_id != cal.RUN_C:
+                return httpx.Response(404, json={"detail": "this run has no label queue"})
+            return httpx.Response(200, json=cal.label_queue(run_id, self.ratings[run_id]))
         if rest == "/retry":
             return httpx.Response(200, json={"run_id": run_id, "requeued": 1})
         return httpx.Response(404, json={"detail": "Not Found"})

@@ -25,6 +25,7 @@ URLS = {
     "leaderboard": "Leaderboard",
     "wins": "Win / tie / loss",
     "agreement": "Human agreement",
+    "calibrated": "Calibrated",
     "bias": "Bias",
     "explorer": "Item explorer",
     "disagreements": "Disagreements",

@@ -29,6 +29,7 @@ PAGES = {
     "leaderboard": "Leaderboard",
     "winrates": "Win / tie / loss",
     "agreement": "Human agreement",
+    "calibrated": "Calibrated",
     "bias": "Bias",
     "explorer": "Item explorer",
     "disagreements": "Disagreements",

@@ -42,6 +42,8 @@ SURFACE: dict[str, str] = {
         "RUN_ID FILE --format --judge --aspect --turn --item-id --scale-min --scale-max --rubric --api --api-key"
     ),
     "agreement": "RUN_ID --format --human-prefix --api --api-key",
+    "calibrated": "RUN_ID --ci --format --n-boot --human-prefix --api --api-key",
+    "label-queue": ("RUN_ID --n --strategy --seed --show --csv --scale-min --scale-max --format --api --api-key"),
     "convert": "DATASET FILE --limit --every-turn",
     "generate": "ITEMS --system/-s --output/-o --concurrency --max-tokens --memory-out --progress/--no-progress",
     "memory-audit": "FILE --format --n-boot --seed --judge/-j --rubric/-r --cache-dir --no-cache --workers",

@@ -10,6 +10,18 @@ agreement with humans), ``optional_sections`` (fact-check, memory audit, adaptiv
 the arrows run from here to there only.
 """
 
-from judge_api.stats.render.formats import agreement_to_table, report_to_markdown, report_to_table
+from judge_api.stats.render.formats import (
+    agreement_to_table,
+    calibrated_to_markdown,
+    calibrated_to_table,
+    report_to_markdown,
+    report_to_table,
+)
 
-__all__ = ["agreement_to_table", "report_to_markdown", "report_to_table"]
+__all__ = [
+    "agreement_to_table",
+    "calibrated_to_markdown",
+    "calibrated_to_table",
+    "report_to_markdown",
+    "report_to_table",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from judge_api.stats.render.calibrated import calibrated_tables
 from judge_api.stats.render.judges import agreement_tables
 from judge_api.stats.render.tables import report_tables
 
@@ -23,7 +24,11 @@ def report_to_markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown: one ``##`` section with a pipe table per part (empty parts say so)."""
     lines = ["# Evaluation report", ""]
     lines += [line for warning in _warnings(report) for line in (f"> **Warning:** {_escape(warning)}", "")]
-    for title, headers, rows in report_tables(report):
+    return _markdown(lines, report_tables(report))
+
+
+def _markdown(lines: list[str], tables: list[tuple[str, list[str], list[list[str]]]]) -> str:
+    for title, headers, rows in tables:
         lines += [f"## {title}", ""]
         if not rows:
             lines += ["_no data_", ""]
@@ -74,3 +79,24 @@ def agreement_to_table(agreement: Mapping[str, Any] | None) -> str:
     if not agreement:
         return "No agreement figures: the run has no human ratings.\n"
     return _plain(agreement_tables(agreement))
+
+
+NO_CALIBRATED = "No calibrated estimates: the run has no human ratings."
+
+
+def _ci_label(report: Mapping[str, Any]) -> str:
+    return f"{round(100 * float((report.get('meta') or {}).get('ci', 0.95)))}% CI"
+
+
+def calibrated_to_table(report: Mapping[str, Any]) -> str:
+    """The report's ``calibrated`` section alone (with the judge-only intervals of its ``scores``) as plain text."""
+    if not report.get("calibrated"):
+        return NO_CALIBRATED + "\n"
+    return _plain(calibrated_tables(report, _ci_label(report)))
+
+
+def calibrated_to_markdown(report: Mapping[str, Any]) -> str:
+    """The report's ``calibrated`` section alone as Markdown."""
+    if not report.get("calibrated"):
+        return f"# Calibrated estimates\n\n_{NO_CALIBRATED}_\n"
+    return _markdown(["# Calibrated estimates", ""], calibrated_tables(report, _ci_label(report)))
