@@ -1,0 +1,66 @@
+"""Issue 40 review: what the pages show where the report's interval is open or missing, and for systems never
+compared — against the report the fake API builds with the service's own code."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from dashboard_fakes import RUN_A, FakeApi, _row, install
+from streamlit.testing.v1 import AppTest
+
+from dashboard import analysis, charts
+
+APP = "../../dashboard/app.py"
+ORDER = ("rsum", "memgpt", "vanilla")
+
+
+def one_sided_with_an_apart_pair(fake: FakeApi) -> FakeApi:
+    """rsum wins every comparison, vanilla loses every one (the report leaves their upper / lower bound open); x and
+    y only ever met each other (a second component)."""
+    rows = fake.runs[RUN_A]["rows"]
+    for r in rows:
+        if r["mode"] == "pairwise":
+            wins = ORDER.index(r["system_a"]) < ORDER.index(r["system_b"])
+            r.update(preference=2.0 if wins else -2.0, outcome="win" if wins else "loss")
+    for i in range(3):
+        for order in ("ab", "ba"):
+            rows.append(
+                _row(RUN_A, 90_000 + 2 * i + (order == "ba"), item_id=f"msc-{i}", mode="pairwise",
+                     system_a="x", system_b="y", order=order, rubric_id="rsum-pairwise", aspect="overall",
+                     verdict="tie", preference=1.0 if order == "ab" else -1.0, outcome="tie", score=None)
+            )  # fmt: skip
+    fake._reports.clear()
+    return fake
+
+
+def test_an_open_bradley_terry_interval_runs_to_the_edge_and_says_so() -> None:
+    report = one_sided_with_an_apart_pair(FakeApi("data")).report(RUN_A)
+    ranking = analysis.ranking_frame(report)
+    by_system = ranking.set_index("system")
+    assert by_system.at["rsum", "ci_unbounded"] == "high" and pd.isna(by_system.at["rsum", "elo_ci_high"])
+    assert by_system.at["vanilla", "ci_unbounded"] == "low" and pd.isna(by_system.at["vanilla", "elo_ci_low"])
+    d = charts.ranking_chart(ranking).to_dict()
+    drawn = pd.DataFrame(d["datasets"][next(iter(d["datasets"]))]).set_index("system")
+    rule = d["layer"][0]["encoding"]
+    ends = [rule["x"]["field"], rule["x2"]["field"]]
+    # every system the report gives an interval has its rule (was: the open side null, so the winner's and the
+    # loser's intervals were not drawn and they looked the most certain); an open side reaches the axis' edge
+    assert drawn[ends].notna().all().all(), drawn[ends]
+    low, high = rule["x"]["scale"]["domain"]
+    assert drawn.at["rsum", ends[1]] == high and drawn.at["vanilla", ends[0]] == low
+    assert drawn.at["rsum", ends[0]] == pytest.approx(by_system.at["rsum", "elo_ci_low"])
+    assert drawn.at["rsum", "interval"].endswith("to +∞") and drawn.at["vanilla", "interval"].startswith("−∞ to")
+    assert drawn.at["rsum", "unbounded_label"] == "no upper bound →"
+    assert drawn.at["vanilla", "unbounded_label"] == "← no lower bound"
+    assert [layer["mark"]["type"] for layer in d["layer"]] == ["rule", "point", "text"]
+
+
+def test_the_leaderboard_says_which_systems_were_never_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, one_sided_with_an_apart_pair(FakeApi("data")))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["run_id"] = RUN_A
+    at.run()
+    at.switch_page("views/leaderboard.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    warnings = " ".join(str(w.value) for w in at.warning)
+    assert "never compared" in warnings and "x, y" in warnings and "rsum, memgpt, vanilla" in warnings, warnings
