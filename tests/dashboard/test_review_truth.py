@@ -3,6 +3,7 @@ compared — against the report the fake API builds with the service's own code.
 
 from __future__ import annotations
 
+import httpx
 import pandas as pd
 import pytest
 from dashboard_fakes import RUN_A, FakeApi, _row, install
@@ -64,3 +65,25 @@ def test_the_leaderboard_says_which_systems_were_never_compared(monkeypatch: pyt
     assert not at.exception, [e.value for e in at.exception]
     warnings = " ".join(str(w.value) for w in at.warning)
     assert "never compared" in warnings and "x, y" in warnings and "rsum, memgpt, vanilla" in warnings, warnings
+
+
+def test_a_rejected_key_is_not_called_an_unreachable_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeApi("data")
+    answer = fake.handler
+
+    def only_the_right_key(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("authorization") != "Bearer right-key":
+            return httpx.Response(401, json={"detail": "invalid API key"})
+        return answer(request)
+
+    fake.handler = only_the_right_key
+    install(monkeypatch, fake)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["api_key"] = "wrong-key-s3cret"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    sidebar = " ".join(str(e.value) for e in at.sidebar.caption)
+    assert "unreachable" not in sidebar, sidebar  # it answered: the key was refused
+    assert "refused the API key" in sidebar and "401" in sidebar, sidebar
+    shown = " ".join(str(e.value) for kind in ("caption", "error", "markdown", "info") for e in getattr(at, kind))
+    assert "s3cret" not in shown
