@@ -29,6 +29,21 @@ def short_judge(spec: object) -> str:
     return str(spec).split("@", 1)[0]
 
 
+def with_interval_text(df: pd.DataFrame, digits: int, low: str = "ci_low", high: str = "ci_high") -> pd.DataFrame:
+    """``df`` with ``interval``: the 95% CI in words for tooltips, or why there is none (the report's ``ci_warning``,
+    else "no interval"); a tooltip of the bare bounds read "null" where the report gives no interval."""
+    lows = pd.to_numeric(df[low], errors="coerce") if low in df else pd.Series(float("nan"), index=df.index)
+    highs = pd.to_numeric(df[high], errors="coerce") if high in df else pd.Series(float("nan"), index=df.index)
+    warnings = df["ci_warning"] if "ci_warning" in df else pd.Series(None, index=df.index, dtype=object)
+    words = []
+    for lo, hi, warning in zip(lows, highs, warnings, strict=True):
+        if pd.isna(lo) or pd.isna(hi):
+            words.append(str(warning) if isinstance(warning, str) and warning else "no interval")
+        else:
+            words.append(f"{lo:.{digits}f} to {hi:.{digits}f}")
+    return df.assign(interval=words)
+
+
 def score_means_chart(
     scores: pd.DataFrame,
     aspects: Sequence[str] | None = None,
@@ -38,7 +53,7 @@ def score_means_chart(
 ) -> AltairChart:
     """Grouped bars of the mean score per system x aspect with 95% CI error bars (on ``domain`` when given: the
     reference metrics' 0-1)."""
-    df = scores.dropna(subset=["mean"]).copy()
+    df = with_interval_text(scores.dropna(subset=["mean"]), 1)
     order = list(aspects) if aspects else sorted(df["aspect"].dropna().unique())
     systems = df.groupby("system")["mean"].mean().sort_values(ascending=False).index.tolist()
     base = alt.Chart(df).encode(
@@ -49,8 +64,7 @@ def score_means_chart(
         "system:N",
         "aspect:N",
         alt.Tooltip("mean:Q", format=".1f"),
-        alt.Tooltip("ci_low:Q", format=".1f"),
-        alt.Tooltip("ci_high:Q", format=".1f"),
+        alt.Tooltip("interval:N", title="95% CI"),
         "n:Q",
     ]
     bars = base.mark_bar(opacity=0.85).encode(
@@ -323,7 +337,7 @@ def rate_bars(
 
 def delta_chart(deltas: pd.DataFrame) -> AltairChart:
     """Candidate - baseline mean per system x aspect with its paired-bootstrap CI; zero marked."""
-    df = deltas.copy()
+    df = with_interval_text(deltas, 2)
     df["label"] = df["system"].astype(str) + " · " + df["aspect"].astype(str)
     df["direction"] = df["delta"].map(lambda d: "better" if d > 0 else "worse" if d < 0 else "same")
     base = alt.Chart(df).encode(y=alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=260)))
@@ -343,8 +357,7 @@ def delta_chart(deltas: pd.DataFrame) -> AltairChart:
             alt.Tooltip("baseline:Q", format=".2f"),
             alt.Tooltip("candidate:Q", format=".2f"),
             alt.Tooltip("delta:Q", format=".2f"),
-            alt.Tooltip("ci_low:Q", format=".2f"),
-            alt.Tooltip("ci_high:Q", format=".2f"),
+            alt.Tooltip("interval:N", title="95% CI"),
             "n_items:Q",
         ],
     )
@@ -527,7 +540,7 @@ def series_chart(
 
 def memory_figures_chart(figures: pd.DataFrame) -> AltairChart:
     """Memory audit: precision, recall and F1 per system (grouped bars, 0-1) with their 95% CI error bars."""
-    df = figures.dropna(subset=["value"]).copy()
+    df = with_interval_text(figures.dropna(subset=["value"]), 3)
     order = ["precision", "recall", "F1"]
     base = alt.Chart(df).encode(
         x=alt.X("system:N", title=None, axis=alt.Axis(labelAngle=0)), xOffset=alt.XOffset("figure:N", sort=order)
@@ -536,8 +549,7 @@ def memory_figures_chart(figures: pd.DataFrame) -> AltairChart:
         "system:N",
         "figure:N",
         alt.Tooltip("value:Q", format=".3f"),
-        alt.Tooltip("ci_low:Q", format=".3f"),
-        alt.Tooltip("ci_high:Q", format=".3f"),
+        alt.Tooltip("interval:N", title="95% CI"),
         "n_items:Q",
     ]
     bars = base.mark_bar(opacity=0.85).encode(

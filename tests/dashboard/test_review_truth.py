@@ -3,6 +3,8 @@ compared — against the report the fake API builds with the service's own code.
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pandas as pd
 import pytest
@@ -87,3 +89,35 @@ def test_a_rejected_key_is_not_called_an_unreachable_api(monkeypatch: pytest.Mon
     assert "refused the API key" in sidebar and "401" in sidebar, sidebar
     shown = " ".join(str(e.value) for kind in ("caption", "error", "markdown", "info") for e in getattr(at, kind))
     assert "s3cret" not in shown
+
+
+def tooltip_fields(spec: dict[str, Any]) -> list[str]:
+    return [
+        str(t.get("field"))
+        for layer in spec.get("layer", [spec])
+        for t in (layer.get("encoding") or {}).get("tooltip") or []
+        if isinstance(t, dict)
+    ]
+
+
+def test_a_score_with_no_interval_says_why_in_the_chart_not_null(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system judged on one item: the report's interval is null with a ci_warning. Chromium's tooltip of the bare
+    bounds read "ci_low null, ci_high null"; it says the warning instead."""
+    fake = FakeApi("data")
+    fake.runs[RUN_A]["rows"] += [
+        _row(RUN_A, 95_000 + k, item_id="msc-0", mode="single", system_a="solo", rubric_id="rsum-single",
+             aspect=aspect, score=50.0)
+        for k, aspect in enumerate(("engagingness", "coherence", "consistency"))
+    ]  # fmt: skip
+    report = fake.report(RUN_A)
+    scores = analysis.scores_frame(report)
+    solo = scores[scores["system"] == "solo"]
+    assert solo["ci_low"].isna().all() and solo["ci_warning"].str.startswith("1 item").all()
+    d = charts.score_means_chart(scores).to_dict()
+    shown = tooltip_fields(d)
+    assert "ci_low" not in shown and "ci_high" not in shown, shown
+    drawn = pd.DataFrame(d["datasets"][next(iter(d["datasets"]))])
+    said = drawn.loc[drawn["system"] == "solo", "interval"]
+    assert (said == "1 item: no interval of the mean of scores").all(), said
+    bounded = drawn.loc[drawn["system"] == "rsum"].iloc[0]
+    assert bounded["interval"] == f"{bounded['ci_low']:.1f} to {bounded['ci_high']:.1f}"
