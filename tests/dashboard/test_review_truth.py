@@ -121,3 +121,27 @@ def test_a_score_with_no_interval_says_why_in_the_chart_not_null(monkeypatch: py
     assert (said == "1 item: no interval of the mean of scores").all(), said
     bounded = drawn.loc[drawn["system"] == "rsum"].iloc[0]
     assert bounded["interval"] == f"{bounded['ci_low']:.1f} to {bounded['ci_high']:.1f}"
+
+
+@pytest.mark.parametrize("link", ["../keys", "..", "run_aaaa/../../keys"])
+def test_a_run_link_cannot_walk_the_dashboards_key_to_another_route(monkeypatch: pytest.MonkeyPatch, link: str) -> None:
+    """``?run=../keys`` made the dashboard GET /v1/keys with its own key (httpx resolves dot segments); an id is one
+    path segment, so the API answers "not found" for it and no other route is asked."""
+    fake = FakeApi("data")
+    answer = fake.handler
+    asked: list[str] = []
+
+    def recording(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.raw_path.decode().split("?")[0])
+        return answer(request)
+
+    fake.handler = recording
+    install(monkeypatch, fake)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["run"] = link
+    at.run()
+    at.switch_page("views/leaderboard.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert all(path.startswith(("/v1/runs", "/v1/rubrics", "/v1/monitors")) for path in asked), asked
+    assert all(part not in (".", "..") for path in asked for part in path.split("/")), asked  # one segment each
+    assert "not found" in " ".join(str(e.value) for e in at.error).lower()
