@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
+from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
@@ -73,6 +74,12 @@ class Conn(NamedTuple):
     key: str | None = None
 
 
+def seg(value: Any) -> str:
+    """An id as one path segment: a link's ``?run=../keys`` must not walk the dashboard's key to another route."""
+    text = quote(str(value), safe="")
+    return text.replace(".", "%2E") if text.strip(".") == "" else text
+
+
 def make_client(conn: Conn, timeout: float = 120.0) -> ApiClient:
     """One client per call (tests replace this to inject a fake transport)."""
     return ApiClient(conn.url, conn.key or None, timeout=timeout)
@@ -101,7 +108,7 @@ def list_runs(conn: Conn, offset: int = 0, limit: int = 100) -> dict[str, Any]:
 
 @st.cache_data(ttl=2, show_spinner=False)
 def get_run(conn: Conn, run_id: str) -> dict[str, Any]:
-    return _dict(_get(conn, f"/v1/runs/{run_id}"), "the run")
+    return _dict(_get(conn, f"/v1/runs/{seg(run_id)}"), "the run")
 
 
 def run_version(run: Mapping[str, Any]) -> str:
@@ -121,7 +128,7 @@ def rubrics(conn: Conn) -> list[dict[str, Any]]:
 @st.cache_data(ttl=3600, max_entries=64, show_spinner=False)
 def rubric_version(conn: Conn, rubric_id: str, version: str) -> dict[str, Any]:
     """One rubric version's config and template text (a version never changes: cached long)."""
-    return _dict(_get(conn, f"/v1/rubrics/{rubric_id}/versions/{version}"), "the rubric version")
+    return _dict(_get(conn, f"/v1/rubrics/{seg(rubric_id)}/versions/{seg(version)}"), "the rubric version")
 
 
 # -- report ----------------------------------------------------------------------------------------------
@@ -130,7 +137,7 @@ def report(conn: Conn, run_id: str, n_boot: int | None, version: str, ratings_re
     """The run's report (``/report``; ``n_boot`` None: the API's default, as the CLI asks); ``version`` /
     ``ratings_rev`` only key the cache."""
     del version, ratings_rev
-    return _dict(_get(conn, f"/v1/runs/{run_id}/report", n_boot=n_boot), "the report")
+    return _dict(_get(conn, f"/v1/runs/{seg(run_id)}/report", n_boot=n_boot), "the report")
 
 
 # -- judgments -------------------------------------------------------------------------------------------
@@ -162,7 +169,7 @@ def judgments_frame(conn: Conn, run_id: str, version: str) -> pd.DataFrame:
     del version
     client = make_client(conn, timeout=300.0)
     try:
-        text = client.request("GET", f"/v1/runs/{run_id}/judgments.csv")
+        text = client.request("GET", f"/v1/runs/{seg(run_id)}/judgments.csv")
     finally:
         client.close()
     if not isinstance(text, str):
@@ -192,7 +199,7 @@ def judgments_page(
 ) -> dict[str, Any]:
     """One page of ``/judgments`` (full rows: explanation, raw output, error) with API-side filters."""
     return _dict(
-        _get(conn, f"/v1/runs/{run_id}/judgments", offset=offset, limit=min(limit, PAGE_LIMIT), **dict(filters)),
+        _get(conn, f"/v1/runs/{seg(run_id)}/judgments", offset=offset, limit=min(limit, PAGE_LIMIT), **dict(filters)),
         "the judgments",
     )
 
@@ -205,7 +212,7 @@ def item_judgments(conn: Conn, run_id: str, item_id: str, version: str) -> list[
     offset = 0
     while True:
         page = _dict(
-            _get(conn, f"/v1/runs/{run_id}/judgments", offset=offset, limit=PAGE_LIMIT, item_id=item_id),
+            _get(conn, f"/v1/runs/{seg(run_id)}/judgments", offset=offset, limit=PAGE_LIMIT, item_id=item_id),
             "the judgments",
         )
         items = list(page.get("items") or [])
@@ -240,7 +247,8 @@ def fact_labels(conn: Conn, run_id: str, version: str, filters: tuple[tuple[str,
     offset = 0
     while True:
         page = _dict(
-            _get(conn, f"/v1/runs/{run_id}/facts", offset=offset, limit=PAGE_LIMIT, **dict(filters)), "the fact labels"
+            _get(conn, f"/v1/runs/{seg(run_id)}/facts", offset=offset, limit=PAGE_LIMIT, **dict(filters)),
+            "the fact labels",
         )
         items = list(page.get("items") or [])
         rows.extend(items)
@@ -252,13 +260,13 @@ def fact_labels(conn: Conn, run_id: str, version: str, filters: tuple[tuple[str,
 # -- items -----------------------------------------------------------------------------------------------
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
 def items_page(conn: Conn, run_id: str, offset: int = 0, limit: int = 100) -> dict[str, Any]:
-    return _dict(_get(conn, f"/v1/runs/{run_id}/items", offset=offset, limit=limit), "the items")
+    return _dict(_get(conn, f"/v1/runs/{seg(run_id)}/items", offset=offset, limit=limit), "the items")
 
 
 @st.cache_data(ttl=600, max_entries=256, show_spinner=False)
 def get_item(conn: Conn, run_id: str, item_id: str) -> dict[str, Any]:
     """One item's payload; ``{}`` when the run has no such item."""
-    data = _dict(_get(conn, f"/v1/runs/{run_id}/items", item_id=[item_id], limit=1), "the item")
+    data = _dict(_get(conn, f"/v1/runs/{seg(run_id)}/items", item_id=[item_id], limit=1), "the item")
     items = data.get("items") or []
     return dict(items[0]) if items else {}
 
@@ -268,7 +276,7 @@ def get_item(conn: Conn, run_id: str, item_id: str) -> dict[str, Any]:
 def ratings(conn: Conn, run_id: str, ratings_rev: int = 0) -> pd.DataFrame:
     """The run's human ratings as a frame (columns of the data contract's human ratings frame)."""
     del ratings_rev
-    data = _dict(_get(conn, f"/v1/runs/{run_id}/human-ratings"), "the human ratings")
+    data = _dict(_get(conn, f"/v1/runs/{seg(run_id)}/human-ratings"), "the human ratings")
     frame = pd.DataFrame(list(data.get("items") or []))
     for column in RATING_COLUMNS:
         if column not in frame:
@@ -292,7 +300,7 @@ def label_queue(conn: Conn, run_id: str, ratings_rev: int = 0) -> dict[str, Any]
 def post_ratings(conn: Conn, run_id: str, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     client = make_client(conn)
     try:
-        result = client.post(f"/v1/runs/{run_id}/human-ratings", {"ratings": [dict(r) for r in rows]})
+        result = client.post(f"/v1/runs/{seg(run_id)}/human-ratings", {"ratings": [dict(r) for r in rows]})
     finally:
         client.close()
     ratings.clear()
@@ -304,7 +312,7 @@ def post_ratings(conn: Conn, run_id: str, rows: Iterable[Mapping[str, Any]]) -> 
 def agreement(conn: Conn, run_id: str) -> dict[str, Any] | None:
     """``/agreement`` now (uncached); None while the run has no human ratings (HTTP 409)."""
     try:
-        return _dict(_get(conn, f"/v1/runs/{run_id}/agreement"), "the agreement")
+        return _dict(_get(conn, f"/v1/runs/{seg(run_id)}/agreement"), "the agreement")
     except ApiError as exc:
         if exc.status_code == 409:
             return None
@@ -343,7 +351,7 @@ def create_run_jsonl(
 def retry_run(conn: Conn, run_id: str, unparseable: bool = False) -> dict[str, Any]:
     client = make_client(conn)
     try:
-        result = client.post(f"/v1/runs/{run_id}/retry", {"unparseable": True} if unparseable else {})
+        result = client.post(f"/v1/runs/{seg(run_id)}/retry", {"unparseable": True} if unparseable else {})
     finally:
         client.close()
     list_runs.clear()
@@ -369,7 +377,7 @@ def monitor_series(
 ) -> pd.DataFrame:
     """A monitor's series rows (``/series``), bucket_start as UTC timestamps."""
     data = _dict(
-        _get(conn, f"/v1/monitors/{monitor_id}/series", bucket=bucket, by=list(by), rubric=rubric, aspect=aspect),
+        _get(conn, f"/v1/monitors/{seg(monitor_id)}/series", bucket=bucket, by=list(by), rubric=rubric, aspect=aspect),
         "the series",
     )
     frame = pd.DataFrame(list(data.get("rows") or []))
@@ -381,7 +389,7 @@ def monitor_series(
 @st.cache_data(ttl=5, max_entries=32, show_spinner=False)
 def monitor_alerts(conn: Conn, monitor_id: str) -> list[dict[str, Any]]:
     """A monitor's alerts, newest first, with their evidence (``GET /v1/monitors/{id}/alerts``)."""
-    page = _dict(_get(conn, f"/v1/monitors/{monitor_id}/alerts", limit=200), "the alerts")
+    page = _dict(_get(conn, f"/v1/monitors/{seg(monitor_id)}/alerts", limit=200), "the alerts")
     return list(page.get("items") or [])
 
 
@@ -391,6 +399,6 @@ def bucket_responses(
 ) -> dict[str, Any]:
     """The sampled responses of one bucket with their verdicts (``GET /v1/monitors/{id}/responses``)."""
     return _dict(
-        _get(conn, f"/v1/monitors/{monitor_id}/responses", start=start, bucket=bucket, **dict(filters)),
+        _get(conn, f"/v1/monitors/{seg(monitor_id)}/responses", start=start, bucket=bucket, **dict(filters)),
         "the bucket's responses",
     )

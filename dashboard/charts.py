@@ -29,6 +29,21 @@ def short_judge(spec: object) -> str:
     return str(spec).split("@", 1)[0]
 
 
+def with_interval_text(df: pd.DataFrame, digits: int, low: str = "ci_low", high: str = "ci_high") -> pd.DataFrame:
+    """``df`` with ``interval``: the 95% CI in words for tooltips, or why there is none (the report's ``ci_warning``,
+    else "no interval"); a tooltip of the bare bounds read "null" where the report gives no interval."""
+    lows = pd.to_numeric(df[low], errors="coerce") if low in df else pd.Series(float("nan"), index=df.index)
+    highs = pd.to_numeric(df[high], errors="coerce") if high in df else pd.Series(float("nan"), index=df.index)
+    warnings = df["ci_warning"] if "ci_warning" in df else pd.Series(None, index=df.index, dtype=object)
+    words = []
+    for lo, hi, warning in zip(lows, highs, warnings, strict=True):
+        if pd.isna(lo) or pd.isna(hi):
+            words.append(str(warning) if isinstance(warning, str) and warning else "no interval")
+        else:
+            words.append(f"{lo:.{digits}f} to {hi:.{digits}f}")
+    return df.assign(interval=words)
+
+
 def score_means_chart(
     scores: pd.DataFrame,
     aspects: Sequence[str] | None = None,
@@ -38,7 +53,7 @@ def score_means_chart(
 ) -> AltairChart:
     """Grouped bars of the mean score per system x aspect with 95% CI error bars (on ``domain`` when given: the
     reference metrics' 0-1)."""
-    df = scores.dropna(subset=["mean"]).copy()
+    df = with_interval_text(scores.dropna(subset=["mean"]), 1)
     order = list(aspects) if aspects else sorted(df["aspect"].dropna().unique())
     systems = df.groupby("system")["mean"].mean().sort_values(ascending=False).index.tolist()
     base = alt.Chart(df).encode(
@@ -49,8 +64,7 @@ def score_means_chart(
         "system:N",
         "aspect:N",
         alt.Tooltip("mean:Q", format=".1f"),
-        alt.Tooltip("ci_low:Q", format=".1f"),
-        alt.Tooltip("ci_high:Q", format=".1f"),
+        alt.Tooltip("interval:N", title="95% CI"),
         "n:Q",
     ]
     bars = base.mark_bar(opacity=0.85).encode(
@@ -62,25 +76,64 @@ def score_means_chart(
     return alt.layer(bars, errors).properties(height=340)
 
 
-def ranking_chart(ranking: pd.DataFrame) -> AltairChart:
-    """Bradley-Terry Elo-scale strength per system with its bootstrap CI, best on top."""
+UNBOUNDED_LABELS = {"high": "no upper bound →", "low": "← no lower bound"}
+
+
+def ranking_frame_drawn(ranking: pd.DataFrame) -> pd.DataFrame:
+    """The ranking as drawn: a side the report leaves open (``ci_unbounded``: the system won or lost every
+    comparison) reaches the axis' edge (``drawn_low`` / ``drawn_high``) and is labelled, never dropped; ``interval``
+    is the report's interval in words."""
     df = ranking.dropna(subset=["elo"]).copy()
+    low = pd.to_numeric(df["elo_ci_low"], errors="coerce").astype(float)
+    high = pd.to_numeric(df["elo_ci_high"], errors="coerce").astype(float)
+    elo = pd.to_numeric(df["elo"], errors="coerce").astype(float)
+    finite = pd.concat([low, high, elo]).dropna()
+    pad = max(50.0, 0.15 * float(finite.max() - finite.min())) if len(finite) else 50.0
+    edge_low, edge_high = (float(finite.min()) - pad, float(finite.max()) + pad) if len(finite) else (0.0, 2000.0)
+    unbounded = df["ci_unbounded"] if "ci_unbounded" in df else pd.Series(None, index=df.index, dtype=object)
+    df["drawn_low"] = low.mask(unbounded.isin(["low", "both"]), edge_low)
+    df["drawn_high"] = high.mask(unbounded.isin(["high", "both"]), edge_high)
+    df["unbounded_label"] = unbounded.map(UNBOUNDED_LABELS).fillna("")
+    df["label_at"] = (df["drawn_low"] + df["drawn_high"]) / 2
+
+    def words(lo: float, hi: float) -> str:
+        if pd.isna(lo) and pd.isna(hi):
+            return "no interval"
+        return f"{'−∞' if pd.isna(lo) else f'{lo:.0f}'} to {'+∞' if pd.isna(hi) else f'{hi:.0f}'}"
+
+    df["interval"] = [words(lo, hi) for lo, hi in zip(low, high, strict=True)]
+    df.attrs["domain"] = (edge_low, edge_high)
+    return df
+
+
+def ranking_chart(ranking: pd.DataFrame) -> AltairChart:
+    """Bradley-Terry Elo-scale strength per system with its bootstrap CI, best on top; an interval with no upper
+    (lower) bound runs to the axis' edge and says so."""
+    df = ranking_frame_drawn(ranking)
     order = df.sort_values("elo", ascending=False)["system"].drop_duplicates().tolist()
     base = alt.Chart(df).encode(y=alt.Y("system:N", sort=order, title=None))
     tooltip = [
         "rank:Q",
         "system:N",
         alt.Tooltip("elo:Q", format=".0f"),
-        alt.Tooltip("elo_ci_low:Q", format=".0f"),
-        alt.Tooltip("elo_ci_high:Q", format=".0f"),
+        alt.Tooltip("interval:N", title="95% CI"),
         "n_comparisons:Q",
     ]
+    x_scale = alt.Scale(zero=False, domain=list(df.attrs["domain"]), nice=False)
     rules = base.mark_rule(strokeWidth=2, color="#546e7a").encode(
-        x=alt.X("elo_ci_low:Q", title="Bradley-Terry strength (Elo scale, 95% CI)", scale=alt.Scale(zero=False)),
-        x2="elo_ci_high:Q",
+        x=alt.X("drawn_low:Q", title="Bradley-Terry strength (Elo scale, 95% CI)", scale=x_scale),
+        x2="drawn_high:Q",
+        tooltip=tooltip,
     )
-    points = base.mark_point(filled=True, size=120, color="#1565c0").encode(x="elo:Q", tooltip=tooltip)
-    return alt.layer(rules, points).properties(height=_height(len(order), per_row=56))
+    points = base.mark_point(filled=True, size=120, color="#1565c0").encode(
+        x=alt.X("elo:Q", scale=x_scale), tooltip=tooltip
+    )
+    labels = (
+        base.transform_filter(alt.datum.unbounded_label != "")
+        .mark_text(dy=-12, fontSize=11, color="#546e7a")
+        .encode(x=alt.X("label_at:Q", scale=x_scale), text="unbounded_label:N")
+    )
+    return alt.layer(rules, points, labels).properties(height=_height(len(order), per_row=56))
 
 
 def histogram_chart(hist: pd.DataFrame) -> AltairChart:
@@ -284,7 +337,7 @@ def rate_bars(
 
 def delta_chart(deltas: pd.DataFrame) -> AltairChart:
     """Candidate - baseline mean per system x aspect with its paired-bootstrap CI; zero marked."""
-    df = deltas.copy()
+    df = with_interval_text(deltas, 2)
     df["label"] = df["system"].astype(str) + " · " + df["aspect"].astype(str)
     df["direction"] = df["delta"].map(lambda d: "better" if d > 0 else "worse" if d < 0 else "same")
     base = alt.Chart(df).encode(y=alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=260)))
@@ -304,8 +357,7 @@ def delta_chart(deltas: pd.DataFrame) -> AltairChart:
             alt.Tooltip("baseline:Q", format=".2f"),
             alt.Tooltip("candidate:Q", format=".2f"),
             alt.Tooltip("delta:Q", format=".2f"),
-            alt.Tooltip("ci_low:Q", format=".2f"),
-            alt.Tooltip("ci_high:Q", format=".2f"),
+            alt.Tooltip("interval:N", title="95% CI"),
             "n_items:Q",
         ],
     )
@@ -523,7 +575,7 @@ def series_chart(
 
 def memory_figures_chart(figures: pd.DataFrame) -> AltairChart:
     """Memory audit: precision, recall and F1 per system (grouped bars, 0-1) with their 95% CI error bars."""
-    df = figures.dropna(subset=["value"]).copy()
+    df = with_interval_text(figures.dropna(subset=["value"]), 3)
     order = ["precision", "recall", "F1"]
     base = alt.Chart(df).encode(
         x=alt.X("system:N", title=None, axis=alt.Axis(labelAngle=0)), xOffset=alt.XOffset("figure:N", sort=order)
@@ -532,8 +584,7 @@ def memory_figures_chart(figures: pd.DataFrame) -> AltairChart:
         "system:N",
         "figure:N",
         alt.Tooltip("value:Q", format=".3f"),
-        alt.Tooltip("ci_low:Q", format=".3f"),
-        alt.Tooltip("ci_high:Q", format=".3f"),
+        alt.Tooltip("interval:N", title="95% CI"),
         "n_items:Q",
     ]
     bars = base.mark_bar(opacity=0.85).encode(

@@ -127,9 +127,10 @@ def sidebar() -> None:
             )
             if st.button("Refresh data", help="Forget cached API answers"):
                 api.clear_caches()
-        runs = widgets.guard(api.list_runs, conn(), 0, RUN_LIST_LIMIT, what="the run list", quiet=True)
-        if runs is None:
-            st.caption(f"API unreachable at {conn().url}")
+        try:
+            runs = api.list_runs(conn(), 0, RUN_LIST_LIMIT)
+        except Exception as exc:  # the page shows the full error; the sidebar says which of the three it is
+            st.caption(connection_problem(exc, conn().url))
             return
         items = list(runs.get("items") or [])
         if "_select_next" in ss:
@@ -149,6 +150,15 @@ def sidebar() -> None:
             st.caption(f"Showing the newest {len(items)} of {runs.get('total')} runs; open older ones on Runs.")
         if st.query_params.get("run") != ss["run_id"]:
             st.query_params["run"] = ss["run_id"]
+
+
+def connection_problem(exc: Exception, url: str) -> str:
+    """The sidebar's one line on why the run list did not load: a rejected key is not an unreachable API."""
+    if isinstance(exc, api.ApiError) and exc.status_code in (401, 403):
+        return f"The API at {url} refused the API key (HTTP {exc.status_code}) — check DJ_API_KEY or the key above."
+    if isinstance(exc, api.ApiError) and exc.status_code == 0:
+        return f"API unreachable at {url}"
+    return f"The API at {url} did not give the run list: {exc}"
 
 
 def _run_changed() -> None:

@@ -162,6 +162,20 @@ def ranking_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
     return frame(section_list(report, "ranking"), RANK_COLUMNS)
 
 
+def components_text(ranking: pd.DataFrame) -> str | None:
+    """When the ranking has systems never linked by comparisons (several ``component`` values): which groups were
+    fitted apart, so strengths from different groups are not read as one scale. None for one group."""
+    if ranking.empty or "component" not in ranking or ranking["component"].nunique() < 2:
+        return None
+    groups = [
+        ", ".join(str(s) for s in g.sort_values("rank")["system"]) for _, g in ranking.groupby("component", sort=True)
+    ]
+    return (
+        f"{len(groups)} groups of systems were never compared with each other ({'; '.join(groups)}): each group is "
+        "ranked on its own (rank 1 in each), and strengths from different groups are not comparable."
+    )
+
+
 def paired_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
     return frame(
         section_list(report, "paired"),

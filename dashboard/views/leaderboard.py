@@ -69,6 +69,9 @@ def ranking_section(report: dict, judge: str | None) -> None:
     aspect = widgets.pick("Aspect", aspects, key="lb_rank_aspect")
     chosen = ranking[ranking["aspect"] == aspect]
     widgets.chart(charts.ranking_chart(chosen), key="lb_rank")
+    apart = analysis.components_text(chosen)
+    if apart:
+        st.warning(apart, icon="⚠️")
     widgets.table(chosen.sort_values("rank"), "ranking", "lb_rank_t")
 
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -49,6 +50,8 @@ PAGES = {
     "disagreements": ("Disagreements", ".vega-embed"),
     "compare": ("Compare runs", ".vega-embed"),
     "monitors": ("Monitors", ".vega-embed"),  # the series with its interval bands
+    "contradictions": ("Contradictions", "[data-testid=stAlertContentInfo]"),  # no fact-check here: the empty state
+    "memory-audit": ("Memory audit", "[data-testid=stAlertContentInfo]"),
 }
 
 
@@ -230,6 +233,17 @@ def test_every_page_in_chromium_and_an_annotation_round_trip(
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
+            dashboard_host = urlsplit(url).netloc
+            outside: list[str] = []  # every page, not only Monitors: a self-hosted service fetches nothing elsewhere
+            page.on(
+                "request",
+                lambda r: (
+                    outside.append(r.url)
+                    if urlsplit(r.url).scheme in ("http", "https", "ws", "wss")
+                    and urlsplit(r.url).netloc != dashboard_host
+                    else None
+                ),
+            )
             for path, (title, selector) in PAGES.items():
                 page.goto(f"{url}/{path}?run={run['id']}")
                 settle(page, title, selector)
@@ -246,6 +260,7 @@ def test_every_page_in_chromium_and_an_annotation_round_trip(
             settle(page, "Annotate", "[data-testid=stMetric]")
             check_and_shoot(page, "annotate")
             browser.close()
+        assert outside == [], outside
 
         stored = client.get(f"/v1/runs/{run['id']}/human-ratings")["items"]
         mine = [r for r in stored if r["rater"] == RATER]

@@ -83,7 +83,7 @@ def test_score_means_chart_has_bars_and_ci_rules(report: dict[str, Any]) -> None
 def test_ranking_chart_orders_systems_by_strength(report: dict[str, Any]) -> None:
     d = spec(charts.ranking_chart(analysis.ranking_frame(report)))
     assert d["layer"][1]["encoding"]["y"]["sort"] == ["rsum", "memgpt", "vanilla"]
-    assert layer_marks(d) == ["rule", "point"]
+    assert layer_marks(d) == ["rule", "point", "text"]
 
 
 def test_histogram_chart_uses_the_report_bins(report: dict[str, Any]) -> None:
