@@ -141,3 +141,27 @@ def test_two_processes_evaluating_at_once_open_one_alert_and_count_once(
         engine.dispose()
     assert opened == 1
     assert rule_state(api.database_url)[1]["pairs"] == 45  # 5 + 40: each verdict counted once
+
+
+def test_a_kept_state_is_not_carried_to_another_judges_verdicts(api: Api) -> None:
+    """A rule naming no judge reads the monitor's first judge. PATCHing the monitor's judges moves the rule to
+    another judge's stream; the kept state (the first judge's baseline verdicts still waiting for a partner) went on
+    and paired them with the new judge's candidates: a harsher judge, with no change between the versions, opened a
+    regression (issue 36 review). A state belongs to its stream: another stream starts a fresh test."""
+    from judge_api import alerts
+
+    monitor = create(api, sample_rate=1.0, alerts=[RULE], daily_budget_usd=None)
+    url = f"/v1/monitors/{monitor['id']}/responses"
+    old = [response(i, version="v1") for i in range(60)]
+    assert api.client.post(url, json=old).status_code == 202
+    _judge_all(api.database_url, {r["id"]: 100.0 for r in old})  # the lenient judge: every v1 answer 100
+    assert alerts.evaluate_all(force=True)["opened"] == 0
+    harsher = JUDGE.replace("sim-judge@", "sim-judge-2@")
+    patched = api.client.patch(f"/v1/monitors/{monitor['id']}", json={"judges": [harsher]})
+    assert patched.status_code == 200, patched.text
+    new = [response(i, version="v2") for i in range(60, 120)]
+    assert api.client.post(url, json=new).status_code == 202
+    _judge_all(api.database_url, {r["id"]: 50.0 for r in new})  # the harsher judge scores v2 50
+    assert alerts.evaluate_all(force=True)["opened"] == 0  # its stream has no v1 verdict: nothing to compare
+    _, state = rule_state(api.database_url)
+    assert state["n_baseline"] == 0 and state["n_candidate"] == 60
