@@ -11,9 +11,10 @@ came before it.
   is kept as running state (``monitor_rule_states``, :class:`judge_api.stats.alerts.CompareState`) with a
   high-water mark: each look adds only the verdicts after it, so retention deleting old verdicts never changes the
   test (issue 36 finding 1), and retention keeps the verdicts above the smallest mark. A fresh state (a new rule, an
-  edited one, the first look after the upgrade, or a new test after an alert opened or resolved) starts from the
-  verdicts still kept. A regression opens an alert (its evidence: the difference, the confidence sequence's
-  interval, the pair count, the means, the worst candidate responses).
+  edited one, one moved to another judge's or rubric's stream by an edit of the monitor, the first look after the
+  upgrade, or a new test after an alert opened or resolved) starts from the verdicts still kept. A regression opens
+  an alert (its evidence: the difference, the confidence sequence's interval, the pair count, the means, the worst
+  candidate responses).
 * **compare** (``by: time``, e.g. ``candidate: 24h``, ``baseline: 7d``): the candidate window is the current one of
   consecutive windows of the candidate length (UTC, aligned to the Unix epoch: ``24h`` = UTC days), the baseline
   the ``baseline`` length before it, shuffled by response id and averaged in blocks of ``baseline / candidate``
@@ -42,7 +43,7 @@ from sqlalchemy.orm import Session
 
 from judge_api.db import session_scope
 from judge_api.judges import parse_judge
-from judge_api.models import Monitor, MonitorAlert, utcnow
+from judge_api.models import Monitor, MonitorAlert, MonitorRuleState, utcnow
 from judge_api.repository import alerts as store
 from judge_api.repository import webhooks as hooks
 from judge_api.rubrics import RubricRegistry, get_registry
@@ -197,7 +198,7 @@ def look_kept(
     assert rule.compare is not None
     compare = rule.compare
     saved = store.rule_states(session, monitor.id).get(rule.name)
-    if saved is not None and saved.definition == definition and saved.start_id == start_id:
+    if saved is not None and state_fits(saved, definition, target) and saved.start_id == start_id:
         state, counted, worst_rows = stats.CompareState.from_dict(saved.state), saved.counted_id, list(saved.worst)
     else:
         state = stats.CompareState.start(
@@ -363,13 +364,22 @@ def _look(
     return look_compare(rule, target, rows, start_id, now)
 
 
-def needs_from(session: Session, monitor: Monitor, rule: AlertRule) -> int:
+def state_fits(saved: MonitorRuleState, definition: str, target: Target) -> bool:
+    """Is a kept state the test of this rule on this stream? Editing the monitor's rubrics or judges moves a rule
+    that names none to another stream (another judge's verdicts, maybe another scale) without editing the rule:
+    its test starts afresh there, never pairing one judge's waiting verdicts with another's."""
+    stream = (saved.rubric_id, saved.aspect, saved.judge) == (target.rubric_id, target.aspect, target.judge)
+    scale = (saved.state.get("low"), saved.state.get("high")) == (target.low, target.high)
+    return saved.definition == definition and stream and scale
+
+
+def needs_from(session: Session, monitor: Monitor, rule: AlertRule, target: Target) -> int:
     """The judgment id after which the rule needs the stream: its state's high-water mark when it has a usable
     state, else 0 (every verdict kept)."""
     if not kept(rule):
         return 0
     saved = store.rule_states(session, monitor.id).get(rule.name)
-    if saved is None or saved.definition != definition_hash(rule.model_dump(mode="json")):
+    if saved is None or not state_fits(saved, definition_hash(rule.model_dump(mode="json")), target):
         return 0
     latest = store.latest_alert(session, monitor.id, rule.name)
     if latest is not None and latest.definition == saved.definition:
@@ -458,7 +468,7 @@ def evaluate_monitor(session: Session, monitor: Monitor, now: datetime, registry
             continue
         if kept(rule):
             stateful.append(rule.name)
-        key = (target.rubric_id, target.aspect, target.judge, needs_from(session, monitor, rule))
+        key = (target.rubric_id, target.aspect, target.judge, needs_from(session, monitor, rule, target))
         if key not in streams:
             streams[key] = store.stream(session, monitor, *key[:3], after_id=key[3])
         outcome = evaluate_rule(session, monitor, rule, streams[key], target, now)

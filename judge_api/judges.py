@@ -73,6 +73,11 @@ def parse_judge(spec: str) -> JudgeSpec:
         parsed = urlparse(base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise JudgeSpecError(f"judge {spec!r}: base_url {base_url!r} is not an http(s) URL")
+        if parsed.username is not None or parsed.password is not None:  # not echoed: the message may be logged
+            raise JudgeSpecError(
+                f"judge 'openai-compatible:{model}@...': base_url must not carry credentials (user:password@), "
+                "they would be shown with every run's config; give the server's key in OPENAI_COMPATIBLE_API_KEY"
+            )
         if not _MODEL_RE.match(model):
             raise JudgeSpecError(f"judge {spec!r}: model name {model!r} is not valid")
         return JudgeSpec("openai-compatible", model, base_url.rstrip("/"))

@@ -7,9 +7,9 @@ once, every address is checked, and :class:`PinnedBackend` connects to those add
 so the ``Host`` header and the TLS server name (SNI, and the certificate check) are the name's, not the address's.
 
 An address is public when it is global unicast and, for IPv6, when the IPv4 address it embeds (IPv4-mapped
-``::ffff:a.b.c.d``, IPv4-compatible ``::a.b.c.d``, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``) is public too:
-those forms reach the IPv4 host through a translator or tunnel. The local-use NAT64 prefix ``64:ff9b:1::/48`` and Teredo
-``2001::/32`` are never public.
+``::ffff:a.b.c.d``, IPv4-translated ``::ffff:0:a.b.c.d``, IPv4-compatible ``::a.b.c.d``, NAT64 ``64:ff9b::/96``,
+6to4 ``2002::/16``) is public too: those forms reach the IPv4 host through a translator or tunnel. The local-use
+NAT64 prefix ``64:ff9b:1::/48``, Teredo ``2001::/32`` and the old site-local ``fec0::/10`` are never public.
 
 Every read, write and connect of a connection made by :class:`PinnedBackend` waits at most until one wall-clock
 deadline, so an attempt's whole time (connect, TLS, send, headers) is bounded, not only each read: a receiver that
@@ -34,6 +34,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: local use, not global
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # SIIT (RFC 2765): ::ffff:0:a.b.c.d
+SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")  # deprecated (RFC 3879) but still routed inside some networks
 
 
 def resolve_host(host: str) -> list[str]:
@@ -52,7 +54,7 @@ def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
         return [ip.ipv4_mapped]
     if ip.sixtofour is not None:
         return [ip.sixtofour]
-    if ip in NAT64 or (ip in IPV4_COMPATIBLE and int(ip) > 1):
+    if ip in NAT64 or ip in IPV4_TRANSLATED or (ip in IPV4_COMPATIBLE and int(ip) > 1):
         return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
     return []
 
@@ -61,7 +63,7 @@ def is_public(address: str) -> bool:
     """Is ``address`` global unicast, and so is every IPv4 address it embeds?"""
     ip: IPAddress = ipaddress.ip_address(address.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip in NAT64_LOCAL or ip.teredo is not None:  # Teredo tunnels to any host its relay reaches
+        if ip in NAT64_LOCAL or ip in SITE_LOCAL or ip.teredo is not None:  # Teredo reaches any host its relay does
             return False
         embedded = embedded_ipv4(ip)
         if embedded:

@@ -152,14 +152,25 @@ class OpenAIBatchClient:
 
     def find(self, tag: str, custom_ids: Collection[str], since: datetime, taken: Callable[[str], bool]) -> Found:
         """A batch created for ``tag`` (the row and its nonce, in the batch's metadata) whose id was never recorded
-        (the worker died right after creating it, or was slow)."""
+        (the worker died right after creating it, or was slow). A server that keeps no metadata (it is optional
+        for OpenAI-compatible ones): a batch without it is the row's when its input file holds exactly the row's
+        custom_ids (each carries the row and its nonce)."""
+        wanted = set(custom_ids)
         try:
             for batch in self._client.batches.list(limit=100):
-                if (batch.metadata or {}).get(METADATA_KEY) == tag and not taken(batch.id):
+                label = (batch.metadata or {}).get(METADATA_KEY)
+                if label == tag and not taken(batch.id):
                     return Found(batch.id)
                 created = _ts(batch.created_at)
                 if created is not None and created < since:
                     return Found()
+                if label is None and batch.input_file_id and not taken(batch.id):
+                    try:  # a file gone or unreadable is not the row's: it must not keep the row from its end
+                        sent = {str(line.get("custom_id")) for line in self._lines(batch.input_file_id)}
+                    except (JudgeCallError, ValueError, AttributeError):
+                        continue
+                    if sent == wanted:
+                        return Found(batch.id)
         except openai.APIError as exc:
             raise _call_error(exc, self.spec.provider) from None
         return Found()

@@ -80,3 +80,18 @@ def test_no_route_and_no_log_holds_a_callback_secret(api_factory: ApiFactory, ca
     ):
         assert read.get(path), (path, read)
     assert PLANTED not in caplog.text
+
+
+def test_a_judge_url_carrying_credentials_is_refused_not_shown_to_every_reader(api_factory: ApiFactory) -> None:
+    """A judge's base URL with a user and password (``http://u:pw@host/v1``) was accepted and shown in the run's
+    config to every read key, and in exports (issue 36 review). It is a 422 naming the field, without echoing the
+    password, and nothing is stored; the server's key goes in OPENAI_COMPATIBLE_API_KEY."""
+    api = api_factory(DJ_JUDGE_URL_ALLOWLIST="http://u:S3CRET-PW@127.0.0.1:9/v1")
+    before = api.row_counts()
+    judge = "openai-compatible:sim-judge@http://u:S3CRET-PW@127.0.0.1:9/v1"
+    for path, body in (("/v1/runs", run_body(judges=[judge])), ("/v1/monitors", monitor_body(judges=[judge]))):
+        answer = api.client.post(path, json=body)
+        assert answer.status_code == 422, answer.text
+        assert "judges" in answer.text and "credentials" in answer.text
+        assert "S3CRET-PW" not in answer.text
+    assert api.row_counts() == before

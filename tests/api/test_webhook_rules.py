@@ -53,6 +53,11 @@ def fake_resolve(host: str) -> list[str]:
         (True, "", "http://[::ffff:7f00:1]/hook", False),
         (True, "", "http://[64:ff9b:1::808:808]/hook", False),
         (True, "", "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook", False),
+        # issue 36 review: the IPv4-translated form (SIIT, ::ffff:0:a.b.c.d) and deprecated site-local fec0::/10
+        (True, "", "http://[::ffff:0:7f00:1]/hook", False),
+        (True, "", "http://[::ffff:0:a00:8]/hook", False),
+        (True, "", "http://[fec0::1]/hook", False),
+        (True, "", "http://[::ffff:0:808:808]/hook", True),
         (True, "", "http://[64:ff9b::808:808]/hook", True),
         (True, "", "http://[2002:808:808::]/hook", True),
         (True, "", "http://[::ffff:8.8.8.8]/hook", True),

@@ -245,3 +245,47 @@ def test_results_of_another_rows_batch_are_refused_not_written(
     assert refused.status == "ended" and "results refused" in (refused.error or "")
     rows = harness.rows(mine)
     assert {r.status for r in rows} == {"pending"} and all(r.raw_output is None for r in rows)
+
+
+def test_recovery_finds_its_batch_on_a_server_that_drops_the_metadata(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OpenAI-compatible server that does not keep a batch's ``metadata`` (it is optional there): the worker
+    died after creating the batch, and find() looked only at the metadata, so the row was given up and its
+    judgments sent again: the batch the server still ran was paid a second time (issue 36 review). The batch's
+    input file carries the row's custom_ids (its row and nonce): recovery reads it when the metadata is absent."""
+    harness.build(DJ_BATCH_POLL="0.1")
+    run_id = harness.create(**request(harness, "openai", n=2))
+    made: dict[int, str] = {}
+
+    def died(engine: Any, pk: int, provider_batch_id: str, *_: Any) -> bool:
+        made[pk] = provider_batch_id
+        raise SystemExit("worker killed after creating the batch")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(stage_module.repo, "mark_submitted", died)
+        with pytest.raises(SystemExit):
+            harness.engine.judge_many(harness.pending(run_id))
+    (row,) = batch_rows(run_id)
+    client = batch_clients.OpenAIBatchClient(parse_judge(row.judge), harness.engine.settings)
+    deadline = time.monotonic() + 20
+    while not client.retrieve(made[row.id]).ended:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    original = batch_clients.openai.resources.Batches.list
+
+    def without_metadata(self: Any, *args: Any, **kwargs: Any) -> Any:
+        page = original(self, *args, **kwargs)
+        for batch in page.data:
+            batch.metadata = None  # what a server that drops it answers
+        return page
+
+    monkeypatch.setattr(batch_clients.openai.resources.Batches, "list", without_metadata)
+    with session_scope() as session:  # the poller's grace is over: it looks the batch up
+        past = row.created_at - timedelta(seconds=stage_module.SUBMIT_GRACE_S + 5)
+        session.execute(update(ProviderBatch).values(created_at=past, next_poll_at=past))
+    collect(harness, run_id)
+    judged = harness.rows(run_id)
+    assert [(b.status, b.provider_batch_id) for b in batch_rows(run_id)] == [("ended", made[row.id])]
+    assert {(r.status, r.provider_calls) for r in judged} == {("done", 1)}
+    assert harness.sim.stats()["bill"]["calls"] == len(judged)  # each paid once

@@ -50,7 +50,8 @@ class MemoryStore:
         return dict(self.states)
 
     def save_rule_state(self, session: Any, monitor_id: str, rule: str, **fields: Any) -> None:
-        self.states[rule] = SimpleNamespace(rule=rule, **fields)
+        rubric_id, aspect, judge = fields.pop("stream_key")  # the columns the repository stores it in
+        self.states[rule] = SimpleNamespace(rule=rule, rubric_id=rubric_id, aspect=aspect, judge=judge, **fields)
 
     def drop_rule_states(self, session: Any, monitor_id: str, keep: Any = ()) -> None:
         self.states = {k: v for k, v in self.states.items() if k in keep}
