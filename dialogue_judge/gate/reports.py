@@ -220,8 +220,8 @@ def to_markdown(result: GateOutcome) -> str:
             "",
             "Items are judged in a seeded random order (seed "
             f"{result.seed}), in batches. Early stops use an anytime-valid betting confidence sequence; when the "
-            "items run out, one fixed-sample interval (a betting test valid for any distribution of the drops on "
-            "the bounded scale for the mean drop, Tango score interval for the loss rate) decides. Alpha is split "
+            "items run out, one fixed-sample interval (a betting test valid for any distribution of the drops or "
+            "loss values on their bounded scale) decides. Alpha is split "
             "between the two and across aspects, so the gate is wrong in either direction with probability at "
             "most alpha however early it stops. *regression*: the interval lies above the tolerance; "
             "*no regression*: below it; otherwise the gate cannot decide (exit 2). "

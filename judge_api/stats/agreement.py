@@ -279,13 +279,23 @@ def _pearson_last_axis(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.asarray((xc * yc).sum(axis=-1) / np.sqrt((xc * xc).sum(axis=-1) * float((yc * yc).sum())))
 
 
+def _kendall_tau_b_last_axis(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    upper = np.triu_indices(y.size, k=1)
+    sx = np.sign(x[..., :, None] - x[..., None, :])[..., upper[0], upper[1]]
+    sy = np.sign(y[:, None] - y[None, :])[upper]
+    return np.asarray((sx * sy).sum(axis=-1) / np.sqrt((sx * sx).sum(axis=-1) * float((sy * sy).sum())))
+
+
 def permutation_p(name: str, x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided permutation p-value of Spearman's rho or Pearson's r: exact up to ``EXACT_MAX_N`` pairs, else
-    ``PERMUTATION_RESAMPLES`` seeded random pairings (scipy's ``permutation_test``, which counts the observed one)."""
+    """Two-sided permutation p-value of Spearman's rho, Kendall's tau-b or Pearson's r: exact up to ``EXACT_MAX_N``
+    pairs, else ``PERMUTATION_RESAMPLES`` seeded random pairings (scipy's ``permutation_test``, which counts the
+    observed one)."""
     y_used = sps.rankdata(y) if name == "spearman" else y
 
     def statistic(values: np.ndarray, axis: int = -1) -> np.ndarray:
         values = np.moveaxis(values, axis, -1)
+        if name == "kendall":
+            return _kendall_tau_b_last_axis(values, y_used)
         if name == "spearman":
             values = sps.rankdata(values, axis=-1)
         return _pearson_last_axis(values, y_used)
@@ -306,7 +316,7 @@ def correlations(x: Any, y: Any, min_n: int = 3) -> dict[str, Any]:
     """Spearman, Kendall tau-b and Pearson with p-values (None when n < min_n or an input is constant).
 
     Below ``PERMUTATION_MAX_N`` pairs the Spearman and Pearson p-values are permutation p-values
-    (:func:`permutation_p`); Kendall's is scipy's exact one when there are no ties."""
+    (:func:`permutation_p`); Kendall's is scipy's exact one when there are no ties, a permutation one with ties."""
     xv = np.asarray(x, dtype="float64")
     yv = np.asarray(y, dtype="float64")
     ok = np.isfinite(xv) & np.isfinite(yv)
@@ -317,7 +327,10 @@ def correlations(x: Any, y: Any, min_n: int = 3) -> dict[str, Any]:
             stat, p = None, None
         else:
             stat, p = _quiet(fn, xv, yv)
-            if stat is not None and name != "kendall" and xv.size < PERMUTATION_MAX_N:
+            # scipy's Kendall p is exact only without ties; with ties it is asymptotic ([1, 1, 2, 2] against
+            # itself: 0.083, the permutation p is 1/3)
+            tied = np.unique(xv).size < xv.size or np.unique(yv).size < yv.size
+            if stat is not None and (name != "kendall" or tied) and xv.size < PERMUTATION_MAX_N:
                 p = permutation_p(name, xv, yv)
         out[name], out[f"{name}_p"] = stat, p
     return out

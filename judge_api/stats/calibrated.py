@@ -93,6 +93,7 @@ def _estimate(
     design: Design | None = None,
     labeled_ids: np.ndarray | None = None,
     unlabeled_ids: np.ndarray | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> tuple[PPIEstimate | None, str | None]:
     """The estimate (None below MIN_LABELS) and the note a null row carries.
 
@@ -103,7 +104,7 @@ def _estimate(
     if design is None or labeled_ids is None or unlabeled_ids is None:
         if y.size < MIN_LABELS:
             return None, _needs_labels(int(y.size))
-        return ppi_mean(y, yhat, unl, ci=ci), None
+        return ppi_mean(y, yhat, unl, ci=ci, bounds=bounds), None
     in_lab = np.array([i in design.inclusion for i in labeled_ids], dtype=bool)
     in_unl = np.array([i in design.inclusion for i in unlabeled_ids], dtype=bool)
     y, yhat, lab_ids = y[in_lab], yhat[in_lab], labeled_ids[in_lab]
@@ -192,6 +193,7 @@ def _score_rows(
             design=design,
             labeled_ids=g.loc[labeled, F.ITEM_ID].astype(str).to_numpy(),
             unlabeled_ids=g.loc[ok & ~labeled, F.ITEM_ID].astype(str).to_numpy(),
+            bounds=scale,
         )
         rows.append(
             {
@@ -228,8 +230,16 @@ def _difference_rows(joined: pd.DataFrame, ci: float, design: Design | None) -> 
                 has = np.zeros(len(both_judged), dtype=bool)
                 d_y = np.array([], dtype="float64")
             ids = both_judged.index.astype(str).to_numpy()
+            width = float(g["human_scale_hi"].iloc[0]) - float(g["human_scale_lo"].iloc[0])
             est, note = _estimate(
-                d_y, d_hat[has], d_hat[~has], ci, design=design, labeled_ids=ids[has], unlabeled_ids=ids[~has]
+                d_y,
+                d_hat[has],
+                d_hat[~has],
+                ci,
+                design=design,
+                labeled_ids=ids[has],
+                unlabeled_ids=ids[~has],
+                bounds=(-width, width) if np.isfinite(width) else None,
             )
             rows.append(
                 {
@@ -290,7 +300,8 @@ def _win_rate_rows(combined: pd.DataFrame, ratings: pd.DataFrame, ci: float) -> 
     for (judge, aspect, a, b), g in joined.groupby([F.JUDGE, F.ASPECT, "first", "second"], sort=True):
         labeled = g["human"].notna().to_numpy()
         yhat = g["judge_share"].to_numpy(dtype="float64")
-        est, note = _estimate(g["human"].to_numpy(dtype="float64")[labeled], yhat[labeled], yhat[~labeled], ci)
+        y = g["human"].to_numpy(dtype="float64")[labeled]
+        est, note = _estimate(y, yhat[labeled], yhat[~labeled], ci, bounds=(0.0, 1.0))
         rows.append(
             {
                 "judge": judge,

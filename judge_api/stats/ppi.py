@@ -93,8 +93,14 @@ def ppi_mean(
     ci: float = 0.95,
     lam: float | None = None,
     small_sample: bool = True,
+    bounds: tuple[float, float] | None = None,
 ) -> PPIEstimate:
     """PPI++ estimate and ``ci`` interval of the mean of ``y`` (see the module docstring).
+
+    ``bounds``: the scale of ``y`` and ``yhat``. Labels whose rectifier ``y - lam * yhat`` is the same on every item
+    (all humans gave one score and the judge adds nothing) have zero spread, which says nothing about the items not
+    labeled: with ``bounds`` that part of the interval is the scale's worst case (:func:`_unseen_share`) instead of
+    zero width (10 labels all 5 on 1-5 with a constant judge covered 0.65 of the time, not 0.95).
 
     ``small_sample`` (the default) widens both intervals for the few labels they rest on: standard deviations with
     ``n - 1`` and Student's t quantile with ``n - 1`` degrees of freedom in place of the normal one. The z interval
@@ -114,6 +120,8 @@ def ppi_mean(
     human_se = float(np.std(yv, ddof=ddof)) / math.sqrt(n)
     human_mean = float(np.mean(yv))
     human = MeanInterval(human_mean, human_mean - z * human_se, human_mean + z * human_se, human_se)
+    if bounds is not None and human_se == 0.0:
+        human = _worst_case(human_mean, 0.0, bounds, n, ci)
     tuned = power_tuned_lambda(yv, yhat_v, unl) if lam is None else float(lam)
     if big_n == 0:
         tuned = 0.0
@@ -123,7 +131,26 @@ def ppi_mean(
     imputed_var = float(np.var(tuned * unl, ddof=ddof if big_n >= 2 else 0)) / big_n if big_n else 0.0
     se = math.sqrt(imputed_var + float(np.var(rectifier, ddof=ddof)) / n)
     calibrated = MeanInterval(estimate, estimate - z * se, estimate + z * se, se)
+    if bounds is not None and float(np.ptp(rectifier)) == 0.0:
+        lo, hi = bounds
+        rect_bounds = (lo - tuned * hi, hi - tuned * lo)
+        worst = _worst_case(float(np.mean(rectifier)), 0.0, rect_bounds, n, ci)
+        spread = z * math.sqrt(imputed_var)
+        calibrated = MeanInterval(
+            estimate, imputed_mean + worst.ci_low - spread, imputed_mean + worst.ci_high + spread, se
+        )
     return PPIEstimate(calibrated=calibrated, human_only=human, lam=tuned, n_labeled=n, n_unlabeled=big_n)
+
+
+def _unseen_share(ci: float, n: int) -> float:
+    """``1 - ((1 - ci) / 2) ** (1 / n)``: how far towards a scale's end the mean of ``n`` equal values may be, when
+    a value at that end goes unseen in ``n`` draws with probability ``(1 - ci) / 2``."""
+    return 1.0 - ((1.0 - ci) / 2.0) ** (1.0 / n)
+
+
+def _worst_case(mean: float, se: float, bounds: tuple[float, float], n: int, ci: float) -> MeanInterval:
+    share = _unseen_share(ci, n)
+    return MeanInterval(mean, mean - (mean - bounds[0]) * share, mean + (bounds[1] - mean) * share, se)
 
 
 def affine_to_scale(values: np.ndarray, source: tuple[float, float], target: tuple[float, float]) -> np.ndarray:

@@ -308,3 +308,29 @@ def test_bounded_interval_agrees_with_its_tests() -> None:
     above_low = gs.bounded_mean_test(x, test.ci_low + 0.05, 0.025, scale=SINGLE)
     assert at_low.p_regression is not None and at_low.p_regression <= 0.0125
     assert above_low.p_regression is not None and above_low.p_regression > 0.0125
+
+
+@pytest.mark.parametrize("max_loss", [0.6, 0.75, 0.9, 0.95])
+def test_pairwise_final_test_keeps_alpha_over_two_exactly_at_small_n(max_loss: float) -> None:
+    """Issue 41 review: Tango's asymptotic interval passed builds whose loss rate was exactly L far more often than
+    alpha/2 (computed exactly over the binomial, judge never ties, --no-sequential: 10.2% at L = 0.95, n = 11;
+    7.1% at L = 0.75, n = 7). The order of the values does not matter to the final test alone."""
+    worst = 0.0
+    for n in range(5, 31):
+        false_fail = false_pass = 0.0
+        for losses in range(n + 1):
+            values = np.r_[np.ones(losses), np.zeros(n - losses)]
+            evidence = gs.evaluate_aspect(
+                values,
+                scale=PAIRWISE,
+                threshold=max_loss,
+                alpha=ALPHA,
+                final=True,
+                sequential=False,
+                report_bounds=False,
+            )
+            chance = float(sps.binom.pmf(losses, n, max_loss))
+            false_fail += chance * (evidence.decision == "regression")
+            false_pass += chance * (evidence.decision == "no_regression")
+        worst = max(worst, false_fail, false_pass)
+    assert worst <= ALPHA / 2

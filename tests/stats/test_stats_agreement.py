@@ -238,3 +238,17 @@ def test_permutation_p_is_seeded_and_close_to_the_t_approximation_at_moderate_n(
     assert first == second
     t_approx = sps.spearmanr(x, y).pvalue
     assert first["spearman_p"] == pytest.approx(t_approx, abs=0.03)
+
+
+def test_kendall_p_with_ties_at_small_n_is_a_permutation_p_value() -> None:
+    """Issue 41 review: with ties scipy's Kendall p is asymptotic: [1, 1, 2, 2] against itself gave 0.083 (the
+    exact permutation p is 1/3, as Spearman's), [1, 1, 1, 2] against 1..4 gave 0.18 (exact: 1/2)."""
+    from judge_api.stats.agreement import correlations
+
+    out = correlations([1, 1, 2, 2], [1, 1, 2, 2])
+    assert out["kendall_p"] == pytest.approx(1 / 3)
+    assert correlations([1, 1, 1, 2], [1, 2, 3, 4])["kendall_p"] == pytest.approx(0.5)
+    rng = np.random.default_rng(41)
+    x, y = rng.integers(1, 4, 20).astype(float), rng.integers(1, 4, 20).astype(float)
+    tau = correlations(x, y)
+    assert 0.0 < tau["kendall_p"] <= 1.0 and tau["kendall"] == pytest.approx(sps.kendalltau(x, y).statistic)

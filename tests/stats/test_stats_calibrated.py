@@ -183,3 +183,58 @@ def test_markdown_shows_the_three_intervals_side_by_side(overrater: Any) -> None
     assert "Which judge to trust, per dollar" in report_to_table(report)
     plain_without = report_to_markdown({**report, "calibrated": None})
     assert "Calibrated" not in plain_without
+
+
+def _constant_judge_run(n_items: int, label_values: list[float]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    judgments = [
+        {
+            "item_id": f"i{i}",
+            "mode": "single",
+            "system_a": "v1",
+            "aspect": "consistency",
+            "judge": "sim:constant",
+            "status": "done",
+            "score": 50.0,
+            "scale_min": 1.0,
+            "scale_max": 100.0,
+            "cost_usd": 0.001,
+        }
+        for i in range(n_items)
+    ]
+    ratings = [
+        {
+            "item_id": f"i{i}",
+            "system": "v1",
+            "aspect": "consistency",
+            "rater": "h1",
+            "kind": "score",
+            "value": value,
+            "scale_min": 1.0,
+            "scale_max": 5.0,
+        }
+        for i, value in enumerate(label_values)
+    ]
+    return pd.DataFrame(judgments), pd.DataFrame(ratings)
+
+
+def test_equal_labels_and_a_constant_judge_give_no_zero_width_interval() -> None:
+    """Issue 41 review: 10 labels all 5 (1-5) and a judge that always says 50 gave the interval [5, 5]; with humans
+    giving 5 nine times in ten and 4 otherwise, that happens 35% of the time (coverage 0.65 at n = 10)."""
+    judgments, ratings = _constant_judge_run(200, [5.0] * 10)
+    report = build_report(judgments, ratings, n_boot=50)
+    row = report["calibrated"]["scores"][0]
+    assert row["estimate"] == pytest.approx(5.0)
+    assert row["ci_low"] < 4.9 and row["ci_high"] == pytest.approx(5.0)
+    human = row["human_only"]
+    assert human["ci_low"] < 4.9
+    json.dumps(report, allow_nan=False)
+
+
+def test_calibrated_coverage_with_few_skewed_labels_and_a_constant_judge() -> None:
+    rng = np.random.default_rng(41)
+    reps, n, covered = 2000, 10, 0
+    for _ in range(reps):
+        y = np.where(rng.random(n) < 0.9, 5.0, 4.0)
+        est = ppi_mean(y, np.full(n, 3.0), np.full(200, 3.0), bounds=(1.0, 5.0))
+        covered += est.calibrated.ci_low <= 4.9 <= est.calibrated.ci_high
+    assert covered / reps >= 0.93
