@@ -24,6 +24,7 @@ from judge_api.auth import Principal
 from judge_api.config import Settings
 from judge_api.errors import field_error
 from judge_api.guards import check_storable
+from judge_api.models import GENERATION_STATUSES, JUDGMENT_STATUSES
 from judge_api.planning import PlanError, PlannedJudgment, judge_refusal, plan_run, with_placeholders
 from judge_api.pricing import load_prices, unpriced_budget_refusal
 from judge_api.reference_metrics import REFERENCE_RUBRIC
@@ -232,6 +233,8 @@ def admit_bundle(bundle: Bundle, settings: Settings, registry: RubricRegistry) -
         refusal = responder_refusal(row["responder"], settings)
         if refusal is not None:
             raise field_error([f"{where}.responder"], refusal)
+        if row.get("status", "pending") not in GENERATION_STATUSES:
+            raise field_error([f"{where}.status"], f"must be one of {list(GENERATION_STATUSES)}")
     _admit_label_queue(bundle, {item.id for item in request.items})
 
 
@@ -301,6 +304,7 @@ def _admit_judgments(bundle: Bundle, request: RunCreate, settings: Settings, reg
     snapshotted = {row["rubric_id"] for row in bundle.rows.get("rubric_snapshot", [])}
     for index, row in enumerate(judgments):
         where = bundle.where("judgment", index)
+        _admit_judgment_shape(row, where, request)
         for side in ("system_a", "system_b"):
             if row.get(side) is not None and row[side] not in systems[row["item_key"]]:
                 raise field_error([f"{where}.{side}"], f"{row[side]!r} is not a system of item {row['item_key']!r}")
@@ -332,6 +336,27 @@ def _admit_judgments(bundle: Bundle, request: RunCreate, settings: Settings, reg
             raise field_error(
                 [f"{where}.judge_params", *first["loc"]], f"not an option a run may set: {first['msg']}"
             ) from None
+
+
+def _admit_judgment_shape(row: dict[str, Any], where: str, request: RunCreate) -> None:
+    """A judgment row is one the planner could have made for the run: a known status, one of the run's modes with its
+    systems (single: system_a only; pairwise: two distinct systems), a sample index not negative, details an object.
+    (Such rows stored as they came made the report, the label queue and the judgments list answer 500.)"""
+    if row.get("status") not in JUDGMENT_STATUSES:
+        raise field_error([f"{where}.status"], f"must be one of {list(JUDGMENT_STATUSES)}")
+    modes = list(request.mode) if isinstance(request.mode, list | tuple) else [request.mode]
+    if row.get("mode") not in modes:
+        raise field_error([f"{where}.mode"], f"must be one of the run's modes {modes}")
+    a, b = row.get("system_a"), row.get("system_b")
+    if row["mode"] == "single" and (a is None or b is not None):
+        raise field_error([f"{where}.system_b"], "a single-mode judgment names system_a and no system_b")
+    if row["mode"] == "pairwise" and (a is None or b is None or a == b):
+        raise field_error([f"{where}.system_b"], "a pairwise judgment names two distinct systems")
+    sample = row.get("sample_index")
+    if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
+        raise field_error([f"{where}.sample_index"], "must be an integer, not negative")
+    if row.get("details") is not None and not isinstance(row["details"], dict):
+        raise field_error([f"{where}.details"], "must be a JSON object or null")
 
 
 def _in_bundle(exc: HTTPException, bundle: Bundle) -> HTTPException:

@@ -20,40 +20,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import jinja2
-import jinja2.runtime
-from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from judge_api.facts import extraction_sources, fact_sheet
 from judge_api.rubrics import TEMPLATE_INPUTS, Rubric
+from judge_api.template_sandbox import MAX_TEMPLATE_VALUE as MAX_TEMPLATE_VALUE
+from judge_api.template_sandbox import RubricSandbox
 from judge_api.textnorm import normalise
-
-MAX_TEMPLATE_VALUE = 1_000_000  # characters or items a template's ``*`` may make, digits its ``**`` may
-
-
-class RubricSandbox(ImmutableSandboxedEnvironment):
-    """Jinja2's immutable sandbox, whose ``*`` and ``**`` refuse results that would exhaust a worker's memory
-    (``'a' * 10**10``): the sandbox itself stops code, not size."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
-        if operator == "*":
-            for seq, times in ((left, right), (right, left)):
-                sized = isinstance(seq, str | list | tuple) and isinstance(times, int)
-                if sized and len(seq) * times > MAX_TEMPLATE_VALUE:
-                    raise SecurityError(f"a template may not make a value over {MAX_TEMPLATE_VALUE:,} long")
-        powers = operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1
-        if powers and right * math.log10(abs(left)) > 1000:
-            raise SecurityError("a template may not make a number over 1,000 digits")
-        return super().call_binop(context, operator, left, right)
-
 
 # Every rubric template renders in the immutable sandbox, whatever its source (the folders, a snapshot stored with a
 # run, an imported bundle): a template can read its inputs, never reach Python internals (``lipsum.__globals__``,
@@ -258,7 +235,7 @@ def render(rubric: Rubric, item: dict[str, Any], aspect: str, first: str, second
         source = rubric.templates[message.template] if message.template else (message.text or "")
         try:
             content = _template(source).render(**variables)
-        except jinja2.TemplateError as exc:
+        except (jinja2.TemplateError, RecursionError) as exc:  # a macro calling itself for ever
             where = message.template or "inline text"
             raise TemplateRefused(
                 f"rubric {rubric.id!r} version {rubric.version} template {where!r} cannot be rendered: "

@@ -212,12 +212,16 @@ class OpenAIJudgeClient:
             api_key = provider_secret("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
         if not api_key:
             raise JudgeCallError("configuration", "OPENAI_API_KEY is not set", False)
+        # no redirects: the base URL is what DJ_JUDGE_URL_ALLOWLIST allowed, a 3xx's Location is not (the SDKs'
+        # clients follow them by default); a 3xx fails the call with its status
         self._client = openai.OpenAI(
             api_key=api_key,
             base_url=base_url,
             max_retries=0,
             timeout=settings.judge_timeout_s,
-            http_client=openai.DefaultHttpxClient(limits=_http_limits(), timeout=settings.judge_timeout_s),
+            http_client=openai.DefaultHttpxClient(
+                limits=_http_limits(), timeout=settings.judge_timeout_s, follow_redirects=False
+            ),
         )
         self._poster: JsonPoster | None = None
         sdk_url = str(self._client.base_url)
@@ -389,7 +393,9 @@ class AnthropicJudgeClient:
             base_url=os.environ.get("ANTHROPIC_BASE_URL"),
             max_retries=0,
             timeout=settings.judge_timeout_s,
-            http_client=anthropic.DefaultHttpxClient(limits=_http_limits(), timeout=settings.judge_timeout_s),
+            http_client=anthropic.DefaultHttpxClient(
+                limits=_http_limits(), timeout=settings.judge_timeout_s, follow_redirects=False
+            ),
         )
 
     def request_body(self, request: JudgeRequest) -> dict[str, Any]:
