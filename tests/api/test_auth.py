@@ -3,6 +3,8 @@ open-on-loopback-only embedded default."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import create_engine, text
@@ -80,7 +82,7 @@ def test_other_projects_ids_are_404_not_403(secured: Api) -> None:
     for method, path in v1_routes(secured):
         if "{run_id}" not in path:
             continue
-        body = None
+        body: dict[str, Any] | None = None
         if path.endswith("human-ratings") and method == "POST":
             body = {
                 "ratings": [

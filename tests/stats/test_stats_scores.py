@@ -225,7 +225,9 @@ def test_interval_of_ten_normal_scores_is_at_least_the_student_t_interval() -> N
 def test_paper_table_compares_systems_on_the_items_they_share() -> None:
     """A judged on 10 items (mean 60), B only on the 5 it did not fail (mean 70): B was put above A, while on the
     5 shared items A beats B by 10 on every one."""
-    rows = [(str(i), "A", "coherence", "j", 80 if i < 5 else 40, "done", 0) for i in range(10)]
+    rows: list[tuple[str, str, str, str, float | None, str, int]] = [
+        (str(i), "A", "coherence", "j", 80 if i < 5 else 40, "done", 0) for i in range(10)
+    ]
     rows += [(str(i), "B", "coherence", "j", 70, "done", 0) for i in range(5)]
     rows += [(str(i), "B", "coherence", "j", None, "failed", 0) for i in range(5, 10)]
     df = single(rows)
@@ -240,7 +242,9 @@ def test_paper_table_cells_carry_their_n_and_say_when_items_are_not_shared() -> 
     from judge_api.stats.render import report_to_table
     from judge_api.stats.report import build_report
 
-    rows = [(str(i), "A", "coherence", "j", 70, "done", 0) for i in range(10)]
+    rows: list[tuple[str, str, str, str, float | None, str, int]] = [
+        (str(i), "A", "coherence", "j", 70, "done", 0) for i in range(10)
+    ]
     rows += [(str(i), "A", "f1", "reference", 0.5, "done", 0) for i in range(4)]
     rows += [(str(i), "B", "coherence", "j", 60, "done", 0) for i in range(10, 13)]  # no item shared with A
     df = single(rows)
