@@ -3,6 +3,7 @@ GET /v1/runs/{id}; cancellation and retry reach the open batches; a run with ope
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
@@ -83,3 +84,20 @@ def test_the_estimate_of_a_batch_run_prices_it_at_the_batch_price(api: Api) -> N
     estimate = api.client.post("/v1/runs/estimate", json=body).json()
     assert estimate["cost_usd"]["batch"] == estimate["cost_usd"]["realtime"] * 0.5
     assert any("execution 'batch'" in note for note in estimate["notes"])
+
+
+def test_prune_keeps_a_batch_run_with_open_batches(api: Api) -> None:
+    """Pruning, like a delete, leaves a run whose provider batches are open: deleting its rows would orphan a batch
+    the provider keeps running and billing, with no row left to poll or cancel it (issue 43 review)."""
+    created = api.submit(body=run_body(2, execution="batch"))
+    run_id = created["id"]
+    batch_pk, _held = open_a_batch(run_id, 2)
+    with session_scope() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(created_at=utcnow() - timedelta(days=2)))
+    response = api.client.post("/v1/runs/prune", params={"older_than": "1d"})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["deleted"] == [] and answer["matched"] == [run_id]
+    assert run_id in answer["skipped"] and "open provider batches" in answer["skipped"][run_id]
+    with session_scope() as session:
+        assert session.get(ProviderBatch, batch_pk) is not None and session.get(Run, run_id) is not None
