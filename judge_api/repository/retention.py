@@ -42,9 +42,12 @@ from judge_api.models import (
     IdempotencyKey,
     Judgment,
     LabelQueueItem,
+    ProviderBatch,
+    ProviderBatchJudgment,
     RubricSnapshot,
     Run,
     RunItem,
+    WebhookDelivery,
 )
 from judge_api.planning import PlannedJudgment
 from judge_api.repository.projects import ensure_project
@@ -135,6 +138,16 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
                 )
             )
         )
+    # ended provider batches (an open one refuses the delete) and the run's webhook deliveries would go by ON DELETE
+    # CASCADE, uncounted: deleted here so the answer counts them (their judgment links and attempts do cascade)
+    run_batches = select(ProviderBatch.id).where(ProviderBatch.run_id == run_id)
+    session.execute(delete(ProviderBatchJudgment).where(ProviderBatchJudgment.batch_pk.in_(run_batches)))
+    removed["provider_batches"] = _rowcount(
+        session.execute(delete(ProviderBatch).where(ProviderBatch.run_id == run_id))
+    )
+    removed["webhook_deliveries"] = _rowcount(
+        session.execute(delete(WebhookDelivery).where(WebhookDelivery.run_id == run_id))
+    )
     removed["judgments"] = _rowcount(session.execute(delete(Judgment).where(Judgment.run_id == run_id)))
     removed["human_ratings"] = _rowcount(session.execute(delete(HumanRating).where(HumanRating.run_id == run_id)))
     removed["label_queue_items"] = _rowcount(

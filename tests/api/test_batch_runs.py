@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from judge_api.db import session_scope
-from judge_api.models import Judgment, ProviderBatch, Run, utcnow
+from judge_api.models import Judgment, ProviderBatch, ProviderBatchJudgment, Run, WebhookDelivery, utcnow
 from judge_api.repository.batches import batch_token
 
 from .conftest import Api, run_body
@@ -101,3 +101,34 @@ def test_prune_keeps_a_batch_run_with_open_batches(api: Api) -> None:
     assert run_id in answer["skipped"] and "open provider batches" in answer["skipped"][run_id]
     with session_scope() as session:
         assert session.get(ProviderBatch, batch_pk) is not None and session.get(Run, run_id) is not None
+
+
+def test_a_deleted_run_counts_its_provider_batches_and_webhook_deliveries(api: Api) -> None:
+    """The delete's answer counts every kind of row it removed: an ended provider batch (with the judgments it held)
+    and a run.finished delivery went by ON DELETE CASCADE, uncounted (issue 43 review)."""
+    created = api.submit(body=run_body(2, execution="batch"))
+    run_id = created["id"]
+    batch_pk, held = open_a_batch(run_id, 2)
+    with session_scope() as session:
+        session.execute(update(ProviderBatch).where(ProviderBatch.id == batch_pk).values(status="ended"))
+        session.add_all([ProviderBatchJudgment(batch_pk=batch_pk, judgment_id=j, custom_id=f"c{j}") for j in held])
+        project_id = session.get(Run, run_id).project_id  # type: ignore[union-attr]
+        session.add(
+            WebhookDelivery(
+                id="d1",
+                event_key=f"run.finished:{run_id}",
+                project_id=project_id,
+                event="run.finished",
+                run_id=run_id,
+                url="https://example.com/hook",
+                secret="s",
+                payload={},
+            )
+        )
+    response = api.client.delete(f"/v1/runs/{run_id}")
+    assert response.status_code == 200, response.text
+    deleted = response.json()["deleted"]
+    assert deleted["provider_batches"] == 1 and deleted["webhook_deliveries"] == 1, deleted
+    with session_scope() as session:
+        assert session.scalar(select(func.count()).select_from(ProviderBatchJudgment)) == 0
+        assert session.scalar(select(func.count()).select_from(WebhookDelivery)) == 0
