@@ -41,6 +41,7 @@ from judge_api.models import (
     HumanRating,
     IdempotencyKey,
     Judgment,
+    JudgmentCacheKey,
     LabelQueueItem,
     ProviderBatch,
     ProviderBatchJudgment,
@@ -100,14 +101,32 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
     session.execute(select(Judgment.id).where(Judgment.run_id == run_id).with_for_update())
     session.execute(select(Generation.id).where(Generation.run_id == run_id).with_for_update())
     other = Judgment.__table__.alias("other")
-    own_keys = list(
+    other_use = JudgmentCacheKey.__table__.alias("other_use")
+    used_key = JudgmentCacheKey.__table__.alias("used_key")
+
+    def elsewhere(key: Any) -> Any:  # another run's judgment names the key: its own, or a re-ask's
+        return ~exists().where(and_(other.c.cache_key == key, other.c.run_id != run_id)) & ~exists().where(
+            and_(other_use.c.key == key, other_use.c.judgment_id == other.c.id, other.c.run_id != run_id)
+        )
+
+    found_keys: list[str | None] = list(
         session.scalars(
             select(Judgment.cache_key)
             .where(Judgment.run_id == run_id, Judgment.cache_key.is_not(None))
-            .where(~exists().where(and_(other.c.cache_key == Judgment.cache_key, other.c.run_id != run_id)))
+            .where(elsewhere(Judgment.cache_key))
             .distinct()
         )
     )
+    # re-asks' keys (issue 43 review): recorded per judgment, named by no judgment's cache_key
+    found_keys += list(
+        session.scalars(
+            select(used_key.c.key)
+            .join(Judgment, Judgment.id == used_key.c.judgment_id)
+            .where(Judgment.run_id == run_id, elsewhere(used_key.c.key))
+            .distinct()
+        )
+    )
+    own_keys = sorted({key for key in found_keys if key is not None})
     project_id = session.scalar(select(Run.project_id).where(Run.id == run_id))
     versions = session.execute(
         select(Judgment.rubric_id, Judgment.rubric_version).where(Judgment.run_id == run_id).distinct()
