@@ -98,6 +98,7 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
     included (issue 43). The run's judgments and generations are locked first (``FOR UPDATE``, PostgreSQL): a
     verdict or cache entry being written at this moment is waited for and its cache key found, or it finds the row
     gone and writes nothing."""
+    lock_run(session, run_id)
     session.execute(select(Judgment.id).where(Judgment.run_id == run_id).with_for_update())
     session.execute(select(Generation.id).where(Generation.run_id == run_id).with_for_update())
     other = Judgment.__table__.alias("other")
@@ -180,6 +181,14 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
     )
     removed["runs"] = _rowcount(session.execute(delete(Run).where(Run.id == run_id)))
     return removed
+
+
+def lock_run(session: Session, run_id: str) -> None:
+    """Lock the run's row (``FOR UPDATE``, PostgreSQL) before anything else of it: a transaction adding a row that
+    references the run (a provider batch being opened, a planned judgment, a webhook delivery) is waited for, or
+    waits and then finds the run gone, instead of deadlocking with the deletion over the judgments' locks. The
+    caller checks for open provider batches after this, so one opened meanwhile is seen (issue 43 review)."""
+    session.execute(select(Run.id).where(Run.id == run_id).with_for_update())
 
 
 def runs_older_than(session: Session, cutoff: datetime, project_id: str | None) -> list[str]:

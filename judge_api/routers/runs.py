@@ -411,7 +411,9 @@ def delete_run(
         raise HTTPException(
             409, f"run {run_id!r} holds monitor {run.monitor_id!r}'s responses: delete the monitor instead"
         )
+    retention.lock_run(session, run_id)  # a batch being opened now is waited for, then counted
     if batches.open_batches(session, run_id):
+        session.rollback()
         raise HTTPException(
             409, f"run {run_id} has open provider batches: POST /v1/runs/{run_id}/cancel and wait until they end"
         )
@@ -446,6 +448,7 @@ def prune_runs(
     skipped: dict[str, str] = {}
     if not dry_run:
         for run_id in run_ids:
+            retention.lock_run(session, run_id)
             if batches.open_batches(session, run_id):
                 skipped[run_id] = f"open provider batches: POST /v1/runs/{run_id}/cancel and wait until they end"
                 session.rollback()

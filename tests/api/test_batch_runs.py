@@ -132,3 +132,43 @@ def test_a_deleted_run_counts_its_provider_batches_and_webhook_deliveries(api: A
     with session_scope() as session:
         assert session.scalar(select(func.count()).select_from(ProviderBatchJudgment)) == 0
         assert session.scalar(select(func.count()).select_from(WebhookDelivery)) == 0
+
+
+def test_a_delete_racing_a_batch_being_opened_answers_409_not_a_deadlock(api_factory: Any, pg_url: str) -> None:
+    """A worker opening a provider batch (its row inserted, then the judgments' claims handed to it, one
+    transaction) while the run is deleted: the delete locked the judgments, then waited on the run row the batch row
+    references, while the worker waited on the judgments: a deadlock (one of them aborted, the delete a 500). The
+    delete now locks the run row first and checks for open batches under that lock: it waits, then answers 409
+    (issue 43 review)."""
+    import threading
+
+    from sqlalchemy import create_engine, insert
+
+    api = api_factory(database_url=pg_url)
+    run_id = api.submit(body=run_body(2, execution="batch"))["id"]
+    engine = create_engine(pg_url)
+    answer: dict[str, Any] = {}
+    try:
+        with engine.connect() as worker:
+            pk = worker.execute(
+                insert(ProviderBatch.__table__)  # type: ignore[arg-type]
+                .values(run_id=run_id, provider="openai", judge="openai:gpt-4o", status="submitting", requests=0)
+                .values(judgments=0, created_at=utcnow())
+                .returning(ProviderBatch.__table__.c.id)
+            ).scalar_one()
+            deleting = threading.Thread(
+                target=lambda: answer.update(response=api.client.delete(f"/v1/runs/{run_id}")), daemon=True
+            )
+            deleting.start()
+            deleting.join(1.5)  # the delete is under way, waiting on a lock this transaction holds
+            worker.execute(
+                update(Judgment).where(Judgment.run_id == run_id).values(claim_token=batch_token(pk), status="running")
+            )
+            worker.commit()
+        deleting.join(30)
+    finally:
+        engine.dispose()
+    response = answer["response"]
+    assert response.status_code == 409, response.text
+    with session_scope() as session:
+        assert session.get(ProviderBatch, pk) is not None and session.get(Run, run_id) is not None
