@@ -191,6 +191,16 @@ class Judgment(Base):
     scale_max: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+class JudgmentCacheKey(Base):
+    """A judge-cache key a judgment used besides its own ``cache_key``: a re-ask's (an unparseable reply asked
+    again), recorded before the re-ask is looked up or sent, so deleting the run finds its entry (issue 43 review)."""
+
+    __tablename__ = "judgment_cache_keys"
+
+    judgment_id: Mapped[int] = mapped_column(ForeignKey("judgments.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+
+
 GENERATION_STATUSES = ("pending", "running", "done", "failed")
 
 

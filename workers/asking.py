@@ -308,6 +308,11 @@ class Asker:
         ``park``: a key another request holds raises ``KeyHeld`` (the caller is on a call slot and waits off it)
         rather than waiting here; only a judgment's first request parks, before anything is paid or taken. ``first``:
         ``key`` is the judgment's own cache key (not a re-ask's)."""
+        # a re-ask's key is named by no judgment's cache_key: recorded first, so deleting the run finds its entry
+        if not first and not claims.record_cache_keys(self.db, run.id, [key]):
+            raise JudgeCallError(
+                "gone", f"judgment {run.id} is gone (its run was deleted): not re-asked", False, reached_provider=False
+            )
         mode = cache_mode(run)
         if mode != "use":
             return self._uncached_reply(run, spec, request, key, tally, paid, refresh=mode == "refresh")

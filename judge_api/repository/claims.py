@@ -11,10 +11,12 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, and_, bindparam, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api.models import (
     Judgment,
+    JudgmentCacheKey,
     Run,
     RunItem,
     utcnow,
@@ -341,6 +343,21 @@ def store_judgment_cache_rows(
             exists = bool(_existing_rows(connection, [judgment_id]))
         if exists:
             insert_entries(connection, engine, cache_rows)
+    return exists
+
+
+def record_cache_keys(engine: Engine, judgment_id: int, keys: Sequence[str]) -> bool:
+    """Record cache keys the judgment uses besides its own (a re-ask's), before it looks them up or pays for them,
+    only while the judgment exists: deleting its run then removes their entries too (issue 43 review)."""
+    table = cast(Table, JudgmentCacheKey.__table__)
+    with engine.begin() as connection:
+        exists = bool(_existing_rows(connection, [judgment_id]))
+        if exists and keys:
+            dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+            connection.execute(
+                dialect.insert(table).on_conflict_do_nothing(),
+                [{"judgment_id": judgment_id, "key": key} for key in keys],
+            )
     return exists
 
 

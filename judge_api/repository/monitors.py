@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from judge_api.models import (
     Judgment,
     Monitor,
+    MonitorAlert,
     MonitorHourly,
     MonitorResponse,
     MonitorRuleState,
@@ -109,7 +110,10 @@ def delete_monitor(session: Session, monitor: Monitor) -> dict[str, int]:
     )
     from judge_api.repository.webhooks import delete_for_monitor
 
-    removed["webhook_deliveries"] = delete_for_monitor(session, [monitor.id])
+    removed["webhook_deliveries"] += delete_for_monitor(session, [monitor.id])
+    removed["monitor_alerts"] = _rowcount(
+        session.execute(delete(MonitorAlert).where(MonitorAlert.monitor_id == monitor.id))
+    )
     removed["monitors"] = _rowcount(session.execute(delete(Monitor).where(Monitor.id == monitor.id)))
     return removed
 

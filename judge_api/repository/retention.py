@@ -41,10 +41,14 @@ from judge_api.models import (
     HumanRating,
     IdempotencyKey,
     Judgment,
+    JudgmentCacheKey,
     LabelQueueItem,
+    ProviderBatch,
+    ProviderBatchJudgment,
     RubricSnapshot,
     Run,
     RunItem,
+    WebhookDelivery,
 )
 from judge_api.planning import PlannedJudgment
 from judge_api.repository.projects import ensure_project
@@ -94,17 +98,36 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
     included (issue 43). The run's judgments and generations are locked first (``FOR UPDATE``, PostgreSQL): a
     verdict or cache entry being written at this moment is waited for and its cache key found, or it finds the row
     gone and writes nothing."""
+    lock_run(session, run_id)
     session.execute(select(Judgment.id).where(Judgment.run_id == run_id).with_for_update())
     session.execute(select(Generation.id).where(Generation.run_id == run_id).with_for_update())
     other = Judgment.__table__.alias("other")
-    own_keys = list(
+    other_use = JudgmentCacheKey.__table__.alias("other_use")
+    used_key = JudgmentCacheKey.__table__.alias("used_key")
+
+    def elsewhere(key: Any) -> Any:  # another run's judgment names the key: its own, or a re-ask's
+        return ~exists().where(and_(other.c.cache_key == key, other.c.run_id != run_id)) & ~exists().where(
+            and_(other_use.c.key == key, other_use.c.judgment_id == other.c.id, other.c.run_id != run_id)
+        )
+
+    found_keys: list[str | None] = list(
         session.scalars(
             select(Judgment.cache_key)
             .where(Judgment.run_id == run_id, Judgment.cache_key.is_not(None))
-            .where(~exists().where(and_(other.c.cache_key == Judgment.cache_key, other.c.run_id != run_id)))
+            .where(elsewhere(Judgment.cache_key))
             .distinct()
         )
     )
+    # re-asks' keys (issue 43 review): recorded per judgment, named by no judgment's cache_key
+    found_keys += list(
+        session.scalars(
+            select(used_key.c.key)
+            .join(Judgment, Judgment.id == used_key.c.judgment_id)
+            .where(Judgment.run_id == run_id, elsewhere(used_key.c.key))
+            .distinct()
+        )
+    )
+    own_keys = sorted({key for key in found_keys if key is not None})
     project_id = session.scalar(select(Run.project_id).where(Run.id == run_id))
     versions = session.execute(
         select(Judgment.rubric_id, Judgment.rubric_version).where(Judgment.run_id == run_id).distinct()
@@ -135,6 +158,16 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
                 )
             )
         )
+    # ended provider batches (an open one refuses the delete) and the run's webhook deliveries would go by ON DELETE
+    # CASCADE, uncounted: deleted here so the answer counts them (their judgment links and attempts do cascade)
+    run_batches = select(ProviderBatch.id).where(ProviderBatch.run_id == run_id)
+    session.execute(delete(ProviderBatchJudgment).where(ProviderBatchJudgment.batch_pk.in_(run_batches)))
+    removed["provider_batches"] = _rowcount(
+        session.execute(delete(ProviderBatch).where(ProviderBatch.run_id == run_id))
+    )
+    removed["webhook_deliveries"] = _rowcount(
+        session.execute(delete(WebhookDelivery).where(WebhookDelivery.run_id == run_id))
+    )
     removed["judgments"] = _rowcount(session.execute(delete(Judgment).where(Judgment.run_id == run_id)))
     removed["human_ratings"] = _rowcount(session.execute(delete(HumanRating).where(HumanRating.run_id == run_id)))
     removed["label_queue_items"] = _rowcount(
@@ -148,6 +181,14 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
     )
     removed["runs"] = _rowcount(session.execute(delete(Run).where(Run.id == run_id)))
     return removed
+
+
+def lock_run(session: Session, run_id: str) -> None:
+    """Lock the run's row (``FOR UPDATE``, PostgreSQL) before anything else of it: a transaction adding a row that
+    references the run (a provider batch being opened, a planned judgment, a webhook delivery) is waited for, or
+    waits and then finds the run gone, instead of deadlocking with the deletion over the judgments' locks. The
+    caller checks for open provider batches after this, so one opened meanwhile is seen (issue 43 review)."""
+    session.execute(select(Run.id).where(Run.id == run_id).with_for_update())
 
 
 def runs_older_than(session: Session, cutoff: datetime, project_id: str | None) -> list[str]:

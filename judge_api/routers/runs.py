@@ -467,7 +467,9 @@ def delete_run(
         raise HTTPException(
             409, f"run {run_id!r} holds monitor {run.monitor_id!r}'s responses: delete the monitor instead"
         )
+    retention.lock_run(session, run_id)  # a batch being opened now is waited for, then counted
     if batches.open_batches(session, run_id):
+        session.rollback()
         raise HTTPException(
             409, f"run {run_id} has open provider batches: POST /v1/runs/{run_id}/cancel and wait until they end"
         )
@@ -487,7 +489,9 @@ def prune_runs(
     principal: Principal = Depends(require("submit")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
-    """Delete the caller's project's runs created more than ``older_than`` ago (each run all or nothing)."""
+    """Delete the caller's project's runs created more than ``older_than`` ago (each run all or nothing). A run with
+    open provider batches is skipped (``skipped`` says why), as a delete refuses it: its rows gone, nothing would
+    poll or cancel a batch the provider keeps running and billing."""
     try:
         age = parse_age(older_than)
     except ValueError as exc:
@@ -497,8 +501,14 @@ def prune_runs(
     run_ids = retention.runs_older_than(session, utcnow() - age, principal.project_id)
     session.rollback()
     deleted: list[str] = []
+    skipped: dict[str, str] = {}
     if not dry_run:
         for run_id in run_ids:
+            retention.lock_run(session, run_id)
+            if batches.open_batches(session, run_id):
+                skipped[run_id] = f"open provider batches: POST /v1/runs/{run_id}/cancel and wait until they end"
+                session.rollback()
+                continue
             try:
                 retention.delete_run(session, run_id)
                 session.commit()
@@ -506,7 +516,7 @@ def prune_runs(
                 session.rollback()
                 raise
             deleted.append(run_id)
-    return {"older_than": older_than, "matched": run_ids, "deleted": deleted, "dry_run": dry_run}
+    return {"older_than": older_than, "matched": run_ids, "deleted": deleted, "skipped": skipped, "dry_run": dry_run}
 
 
 MAX_AGE_S = 36_500 * 86_400  # older_than: 100 years, far inside what a date can go back from today

@@ -3,12 +3,13 @@ GET /v1/runs/{id}; cancellation and retry reach the open batches; a run with ope
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from judge_api.db import session_scope
-from judge_api.models import Judgment, ProviderBatch, Run, utcnow
+from judge_api.models import Judgment, ProviderBatch, ProviderBatchJudgment, Run, WebhookDelivery, utcnow
 from judge_api.repository.batches import batch_token
 
 from .conftest import Api, run_body
@@ -83,3 +84,91 @@ def test_the_estimate_of_a_batch_run_prices_it_at_the_batch_price(api: Api) -> N
     estimate = api.client.post("/v1/runs/estimate", json=body).json()
     assert estimate["cost_usd"]["batch"] == estimate["cost_usd"]["realtime"] * 0.5
     assert any("execution 'batch'" in note for note in estimate["notes"])
+
+
+def test_prune_keeps_a_batch_run_with_open_batches(api: Api) -> None:
+    """Pruning, like a delete, leaves a run whose provider batches are open: deleting its rows would orphan a batch
+    the provider keeps running and billing, with no row left to poll or cancel it (issue 43 review)."""
+    created = api.submit(body=run_body(2, execution="batch"))
+    run_id = created["id"]
+    batch_pk, _held = open_a_batch(run_id, 2)
+    with session_scope() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(created_at=utcnow() - timedelta(days=2)))
+    response = api.client.post("/v1/runs/prune", params={"older_than": "1d"})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["deleted"] == [] and answer["matched"] == [run_id]
+    assert run_id in answer["skipped"] and "open provider batches" in answer["skipped"][run_id]
+    with session_scope() as session:
+        assert session.get(ProviderBatch, batch_pk) is not None and session.get(Run, run_id) is not None
+
+
+def test_a_deleted_run_counts_its_provider_batches_and_webhook_deliveries(api: Api) -> None:
+    """The delete's answer counts every kind of row it removed: an ended provider batch (with the judgments it held)
+    and a run.finished delivery went by ON DELETE CASCADE, uncounted (issue 43 review)."""
+    created = api.submit(body=run_body(2, execution="batch"))
+    run_id = created["id"]
+    batch_pk, held = open_a_batch(run_id, 2)
+    with session_scope() as session:
+        session.execute(update(ProviderBatch).where(ProviderBatch.id == batch_pk).values(status="ended"))
+        session.add_all([ProviderBatchJudgment(batch_pk=batch_pk, judgment_id=j, custom_id=f"c{j}") for j in held])
+        project_id = session.get(Run, run_id).project_id  # type: ignore[union-attr]
+        session.add(
+            WebhookDelivery(
+                id="d1",
+                event_key=f"run.finished:{run_id}",
+                project_id=project_id,
+                event="run.finished",
+                run_id=run_id,
+                url="https://example.com/hook",
+                secret="s",
+                payload={},
+            )
+        )
+    response = api.client.delete(f"/v1/runs/{run_id}")
+    assert response.status_code == 200, response.text
+    deleted = response.json()["deleted"]
+    assert deleted["provider_batches"] == 1 and deleted["webhook_deliveries"] == 1, deleted
+    with session_scope() as session:
+        assert session.scalar(select(func.count()).select_from(ProviderBatchJudgment)) == 0
+        assert session.scalar(select(func.count()).select_from(WebhookDelivery)) == 0
+
+
+def test_a_delete_racing_a_batch_being_opened_answers_409_not_a_deadlock(api_factory: Any, pg_url: str) -> None:
+    """A worker opening a provider batch (its row inserted, then the judgments' claims handed to it, one
+    transaction) while the run is deleted: the delete locked the judgments, then waited on the run row the batch row
+    references, while the worker waited on the judgments: a deadlock (one of them aborted, the delete a 500). The
+    delete now locks the run row first and checks for open batches under that lock: it waits, then answers 409
+    (issue 43 review)."""
+    import threading
+
+    from sqlalchemy import create_engine, insert
+
+    api = api_factory(database_url=pg_url)
+    run_id = api.submit(body=run_body(2, execution="batch"))["id"]
+    engine = create_engine(pg_url)
+    answer: dict[str, Any] = {}
+    try:
+        with engine.connect() as worker:
+            pk = worker.execute(
+                insert(ProviderBatch.__table__)  # type: ignore[arg-type]
+                .values(run_id=run_id, provider="openai", judge="openai:gpt-4o", status="submitting", requests=0)
+                .values(judgments=0, created_at=utcnow())
+                .returning(ProviderBatch.__table__.c.id)
+            ).scalar_one()
+            deleting = threading.Thread(
+                target=lambda: answer.update(response=api.client.delete(f"/v1/runs/{run_id}")), daemon=True
+            )
+            deleting.start()
+            deleting.join(1.5)  # the delete is under way, waiting on a lock this transaction holds
+            worker.execute(
+                update(Judgment).where(Judgment.run_id == run_id).values(claim_token=batch_token(pk), status="running")
+            )
+            worker.commit()
+        deleting.join(30)
+    finally:
+        engine.dispose()
+    response = answer["response"]
+    assert response.status_code == 409, response.text
+    with session_scope() as session:
+        assert session.get(ProviderBatch, pk) is not None and session.get(Run, run_id) is not None

@@ -490,3 +490,35 @@ def test_retention_never_rejudges_a_replay_nor_deletes_a_pending_judgment(api: A
     assert monitor_retention.apply(now=utcnow() + timedelta(days=8, hours=1)) == 3
     counts = table_counts(api.database_url)
     assert counts["monitor_responses"] == counts["items"] == counts["judgments"] == 1
+
+
+def test_a_deleted_monitor_counts_its_alerts(api: Api) -> None:
+    """The delete's answer counts the monitor's alerts it removed (they went by ON DELETE CASCADE, uncounted)
+    (issue 43 review)."""
+    monitor_id = create(api)["id"]
+    engine = create_engine(api.database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO monitor_alerts (id, monitor_id, rule, kind, definition, status, epoch, start_id,"
+                    " last_id, opened_at, evidence) VALUES ('a1', :m, 'r', 'floor', 'd', 'open', 0, 0, 0,"
+                    " CURRENT_TIMESTAMP, '{}')"
+                ),
+                {"m": monitor_id},
+            )
+    finally:
+        engine.dispose()
+    deleted = api.client.delete(f"/v1/monitors/{monitor_id}")
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json()["deleted"]["monitor_alerts"] == 1, deleted.json()
+    assert scalar_count(api.database_url, "monitor_alerts") == 0
+
+
+def scalar_count(database_url: str, table: str) -> int:
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
+    finally:
+        engine.dispose()
