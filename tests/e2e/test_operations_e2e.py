@@ -4,6 +4,7 @@ reports the worker's heartbeat, the queue depth and the oldest pending judgment.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -193,10 +194,14 @@ def test_runs_cli_deletes_prunes_exports_and_imports(sqlite_url: str, redis_url:
 
         imported = runner.invoke(app, ["runs", "import", str(bundle), *api])
         assert imported.exit_code == 0, imported.output
-        assert f"{keep} imported: 2 items, 4 judgments" in imported.output
-        assert client.run(keep)["counts"]["pending"] == 4
+        # an import gets a run id of its own (issue 42, finding 11): it says which run it came from
+        match = re.search(rf"(run_[0-9a-f]+) imported from {keep}: 2 items, 4 judgments", imported.output)
+        assert match is not None, imported.output
+        restored = match.group(1)
+        assert restored != keep and client.run(restored)["counts"]["pending"] == 4
         again = runner.invoke(app, ["runs", "import", str(bundle), *api])
-        assert again.exit_code == 2 and "exists" in again.output
+        assert again.exit_code == 0 and f"imported from {keep}" in again.output  # a second, separate run
+        assert restored not in again.output
 
         engine = create_engine(sqlite_url)
         with engine.begin() as connection:
@@ -207,7 +212,7 @@ def test_runs_cli_deletes_prunes_exports_and_imports(sqlite_url: str, redis_url:
         pruned = runner.invoke(app, ["runs", "prune", "--older-than", "30d", *api])
         assert pruned.exit_code == 0 and "1 runs deleted" in pruned.output
         assert sql(sqlite_url, f"SELECT COUNT(*) FROM runs WHERE id = '{old}'") == 0
-        assert sql(sqlite_url, f"SELECT COUNT(*) FROM runs WHERE id = '{keep}'") == 1
+        assert sql(sqlite_url, f"SELECT COUNT(*) FROM runs WHERE id = '{restored}'") == 1
         bad = runner.invoke(app, ["runs", "prune", "--older-than", "soon", *api])
         assert bad.exit_code == 2 and "older_than" in bad.output
     finally:

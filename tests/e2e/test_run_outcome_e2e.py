@@ -71,7 +71,7 @@ def test_a_run_with_nothing_usable_is_failed_in_the_api_the_cli_and_the_runs_pag
         bad = submit(service, items, judge)
         assert bad.returncode == EXIT_NOTHING_USABLE == 3, (bad.stdout, bad.stderr)
         assert "nothing usable came back" in bad.stderr and "--unparseable" in bad.stderr
-        bad_id = bad.stdout.split()[0]
+        bad_id = json.loads(bad.stdout)["run"]["id"]  # stdout is the report alone (issue 36): its run names the id
         summary = service.client().run(bad_id)
         assert summary["status"] == "done" and summary["counts"]["unparseable"] == 6
         assert summary["outcome"] == "failed"
@@ -79,13 +79,13 @@ def test_a_run_with_nothing_usable_is_failed_in_the_api_the_cli_and_the_runs_pag
         sim.set_script({"faults": [{"kind": "malformed", "first_n": 2, "text": "I cannot decide."}]})
         mixed = submit(service, items, f"openai-compatible:sim-judge-2@{sim.base_url}")  # another judge: no cache
         assert mixed.returncode == 0, mixed.stderr
-        mixed_id = mixed.stdout.split()[0]
+        mixed_id = json.loads(mixed.stdout)["run"]["id"]  # stdout is the report alone (issue 36): its run names the id
         assert service.client().run(mixed_id)["outcome"] == "partial" and "partial" in mixed.stderr
 
         sim.reset(restore_script=True)
         good = submit(service, items, f"openai-compatible:sim-judge-3@{sim.base_url}")
         assert good.returncode == 0, good.stderr
-        good_id = good.stdout.split()[0]
+        good_id = json.loads(good.stdout)["run"]["id"]  # stdout is the report alone (issue 36): its run names the id
         assert service.client().run(good_id)["outcome"] == "ok"
 
         at = runs_page(monkeypatch, service.api_url, bad_id)
