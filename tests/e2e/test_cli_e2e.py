@@ -92,9 +92,9 @@ def test_up_submit_report_and_ctrl_c(tmp_path: Path, judge_simulator: SimulatorP
             timeout=180,
         )
         assert done.returncode == 0, done.stderr
-        run_id = done.stdout.split()[0]
-        assert run_id.startswith("run_")
-        report = json.loads(done.stdout[done.stdout.index("{") :])
+        report = json.loads(done.stdout)  # stdout holds only the JSON asked for; the run's line is on stderr
+        run_id = report["run"]["id"]
+        assert run_id.startswith("run_") and run_id in done.stderr
         means = {(s["system"], s["aspect"]): s["mean"] for s in report["scores"]}
         assert means == {("good", "consistency"): 88.0, ("bad", "consistency"): 15.0}
         for fmt, needle in (("md", "|"), ("table", "good")):
