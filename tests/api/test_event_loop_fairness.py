@@ -20,10 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from dialogue_judge.stack import api_command, free_port
 
 from .conftest import JUDGE, ApiFactory, item
+
+pytestmark = pytest.mark.soak  # a load / fuzz test: ./scripts/test.sh -m soak (left out of the default run)
 
 VICTIM_BUDGET_S = 0.2
 N_ITEMS = 3_000  # x 2 candidates x the rubric's aspects: tens of thousands of judgments, seconds of planning

@@ -20,6 +20,8 @@ from sqlalchemy import create_engine, text
 from .conftest import ApiFactory
 from .test_monitors import monitor_body
 
+pytestmark = pytest.mark.soak  # a load / fuzz test: ./scripts/test.sh -m soak (left out of the default run)
+
 MAX_EXAMPLES = 20  # per operation and mode: ~10 monitor operations x 2 modes, about a minute and a half
 TABLES = ("monitors", "monitor_responses", "runs", "items", "judgments", "monitor_alerts", "webhook_deliveries")
 

@@ -109,6 +109,7 @@ def simulate(
 
 
 @pytest.mark.slow  # about 30 s of CPU
+@pytest.mark.soak
 def test_version_rule_false_alarms_stay_at_the_stated_rate_under_retention(monkeypatch: pytest.MonkeyPatch) -> None:
     monitors = 200
     rng = np.random.default_rng(2036)
