@@ -95,11 +95,10 @@ def test_a_run_with_systems_generates_then_judges_and_records_the_failing_system
             timeout=240,
         )
         assert submitted.returncode == 0, submitted.stderr + submitted.stdout
-        header, _, body = submitted.stdout.partition("\n")
-        assert "3 items  6 responses to generate" in header
+        assert "3 items  6 responses to generate" in submitted.stderr  # a notice: stdout is the report alone
         assert "generation failed: i1 / ours: connection_error" in submitted.stderr
-        report = json.loads(body)
-        run_id = header.split()[0]
+        report = json.loads(submitted.stdout)
+        run_id = report["run"]["id"]
         client = service.client()
         summary = client.run(run_id)
         judgments = client.get(f"/v1/runs/{run_id}/judgments", limit=500)["items"]
