@@ -10,12 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from judge_api.db import session_scope
-from judge_api.repository import claims
 from judge_simulator.process import SimulatorProcess
-from workers.runtime import build_engine
 
 from .conftest import Api, ApiFactory
+from .overrated_runs import judge_overrated_run
 
 N_ITEMS, N_LABELED = 40, 20
 HUMAN_CENTRE = {"v1": 0.6, "v2": 1.0, "v3": 1.4}
@@ -25,28 +23,7 @@ OVERRATED = {"v1": 45, "v2": 0, "v3": 0}
 @pytest.fixture
 def overrated_run(api_factory: ApiFactory, sim: SimulatorProcess) -> tuple[Api, str, dict[str, np.ndarray]]:
     api = api_factory(auth=False, DJ_JUDGE_URL_ALLOWLIST=sim.base_url)
-    sim.reset(restore_script=True)
-    rng = np.random.default_rng(4)
-    truth = {s: np.round(np.clip(rng.normal(c, 0.3, N_ITEMS), 0.0, 2.0), 1) for s, c in HUMAN_CENTRE.items()}
-    quality = {s: np.clip(np.round(1 + 49.5 * truth[s] + OVERRATED[s]), 1, 100).astype(int) for s in truth}
-    body = {
-        "items": [
-            {
-                "id": f"it{i}",
-                "dialogue": [{"speaker": "user", "text": "Remember my sister Ann?"}],
-                "candidates": {s: f"reply {s} {i} <<q={quality[s][i]}>>" for s in truth},
-            }
-            for i in range(N_ITEMS)
-        ],
-        "rubrics": ["rsum-single"],
-        "judges": [f"openai-compatible:sim@{sim.base_url}"],
-        "aspects": ["consistency"],
-    }
-    run_id = api.submit(None, body)["id"]
-    engine = build_engine(standalone=True)
-    with session_scope() as session:
-        ids = claims.pending_judgment_ids(session, run_id)
-    assert {engine.judge(i) for i in ids} == {"done"}
+    run_id, truth = judge_overrated_run(api, sim, N_ITEMS, HUMAN_CENTRE, OVERRATED, seed=4)
     return api, run_id, truth
 
 

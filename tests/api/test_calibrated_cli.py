@@ -18,12 +18,10 @@ from typer.testing import CliRunner
 
 from dialogue_judge.cli import app, calibration, importing
 from dialogue_judge.client import ApiClient
-from judge_api.db import session_scope
-from judge_api.repository import claims
 from judge_simulator.process import SimulatorProcess
-from workers.runtime import build_engine
 
 from .conftest import Api, ApiFactory
+from .overrated_runs import judge_overrated_run
 
 N_ITEMS = 16
 HUMAN_CENTRE = {"v1": 0.6, "v2": 1.4}
@@ -42,28 +40,7 @@ def judged(
     api_factory: ApiFactory, sim: SimulatorProcess, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Api, str, dict[str, np.ndarray]]:
     api = api_factory(auth=False, DJ_JUDGE_URL_ALLOWLIST=sim.base_url)
-    sim.reset(restore_script=True)
-    rng = np.random.default_rng(7)
-    truth = {s: np.round(np.clip(rng.normal(c, 0.3, N_ITEMS), 0.0, 2.0), 1) for s, c in HUMAN_CENTRE.items()}
-    quality = {s: np.clip(np.round(1 + 49.5 * truth[s] + OVERRATED[s]), 1, 100).astype(int) for s in truth}
-    body = {
-        "items": [
-            {
-                "id": f"it{i}",
-                "dialogue": [{"speaker": "user", "text": "Remember my sister Ann?"}],
-                "candidates": {s: f"reply {s} {i} <<q={quality[s][i]}>>" for s in truth},
-            }
-            for i in range(N_ITEMS)
-        ],
-        "rubrics": ["rsum-single"],
-        "judges": [f"openai-compatible:sim@{sim.base_url}"],
-        "aspects": ["consistency"],
-    }
-    run_id = api.submit(None, body)["id"]
-    engine = build_engine(standalone=True)
-    with session_scope() as session:
-        ids = claims.pending_judgment_ids(session, run_id)
-    assert {engine.judge(i) for i in ids} == {"done"}
+    run_id, truth = judge_overrated_run(api, sim, N_ITEMS, HUMAN_CENTRE, OVERRATED, seed=7)
 
     def client(api_url: str | None, api_key: str | None) -> ApiClient:
         wrapped = ApiClient("http://testserver")
