@@ -48,6 +48,10 @@ class Backend(Protocol):
         """The judgment rows of an existing run, once it has finished."""
         ...
 
+    def run_ratings(self, run_id: str) -> list[dict[str, Any]]:
+        """The human ratings of an existing run (``repository.ratings_frame``'s columns)."""
+        ...
+
     def judge(self, request: Any, looks: list[int], on_look: OnLook, abort_after_failures: int) -> CallStats:
         """Judge ``request`` batch by batch (``looks`` = cumulative item counts) until ``on_look`` says stop."""
         ...
@@ -87,6 +91,13 @@ class LocalBackend:
 
     def run_judgments(self, run_id: str) -> list[dict[str, Any]]:
         return self.runner.judgments(run_id)
+
+    def run_ratings(self, run_id: str) -> list[dict[str, Any]]:
+        from judge_api import repository
+
+        with self.runner.session() as session:
+            frame = repository.ratings_frame(session, run_id)
+        return [{k: (None if v != v else v) for k, v in row.items()} for row in frame.to_dict("records")]
 
     def judge(self, request: Any, looks: list[int], on_look: OnLook, abort_after_failures: int) -> CallStats:
         from dialogue_judge.gate.standalone import EARLY_STOP, run_in_process
@@ -212,6 +223,10 @@ class ApiBackend:
     def run_judgments(self, run_id: str) -> list[dict[str, Any]]:
         self._wait(run_id, f"waiting for {run_id}")
         return list(self._call(lambda: self.client.all_judgments(run_id)))
+
+    def run_ratings(self, run_id: str) -> list[dict[str, Any]]:
+        data = self._call(lambda: self.client.get(f"/v1/runs/{run_id}/human-ratings"))
+        return list(data.get("items", []))
 
     def judge(self, request: Any, looks: list[int], on_look: OnLook, abort_after_failures: int) -> CallStats:
         from dialogue_judge.gate.standalone import seeded_order
