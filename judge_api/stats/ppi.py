@@ -253,9 +253,11 @@ def _group_variance(
     groups: np.ndarray,
     lam: tuple[float, float],
     ddof: int,
+    fitted: tuple[int, int] = (0, 0),
 ) -> float:
     """Var of ``sum_i c_i``, ``c_i = (u_a + lam_a p)_i + (u_b + lam_b q)_i``, for items independent given their group
-    (labeled on a, on b): ``sum_g m_g var_g(c)``.
+    (labeled on a, on b): ``sum_g m_g var_g(c)``. ``fitted``: whether each side's lambda was tuned on the labels: one
+    more degree of freedom taken from the groups labeled on that side (as a regression's fitted slope).
 
     A group of one item has no spread of its own: its variance is bounded by ``(sd_a + sd_b)^2`` (Cauchy-Schwarz),
     each side's part's spread taken over every item labeled like it on that side, which never understates it."""
@@ -267,8 +269,9 @@ def _group_variance(
     for g in np.unique(groups):
         members = groups == g
         m = int(members.sum())
+        own = ddof + fitted[0] * int(g // 2 == 1) + fitted[1] * int(g % 2 == 1)
         if m >= 2:
-            total += m * float(np.var(c[members], ddof=ddof))
+            total += m * float(np.var(c[members], ddof=min(own, m - 1)))
         else:
             same_a = lab_a == lab_a[members][0]
             same_b = lab_b == lab_b[members][0]
@@ -333,8 +336,10 @@ def ppi_mean_difference(
     the four groups (labeled on both sides, on ``a`` only, on ``b`` only, on neither) of the group's size times the
     variance of each item's contribution within it: the two sides' dependence through shared items is counted, not
     assumed away. With the same labeled items on both sides this is the PPI++ mean of the per-item differences
-    (``paired``). ``lam_a``, ``lam_b`` minimise that variance in [0, 1]; the interval uses Student's t with
-    ``min(n_a, n_b) - 1`` degrees of freedom, as ``ppi_mean``'s small-sample default. ``lam`` fixes the pair.
+    (``paired``: computed by ``ppi_mean`` on the differences, one lambda). Otherwise ``lam_a``, ``lam_b`` minimise
+    that variance in [0, 1]; as in ``ppi_mean``'s small-sample default, a lambda tuned above 0 is a fitted parameter:
+    the spread within the groups labeled on its side takes one degree of freedom more for it, and Student's t has
+    ``min(n_a, n_b) - 2`` degrees of freedom (``- 1`` when nothing was fitted). ``lam`` fixes the pair.
     """
     ya_raw = np.asarray(y_a, dtype="float64").reshape(-1)
     yb_raw = np.asarray(y_b, dtype="float64").reshape(-1)
@@ -360,16 +365,32 @@ def ppi_mean_difference(
     p = np.where(la, -ha / n_a, ha / u_a if u_a else 0.0)
     q = np.where(lb, hb / n_b, -hb / u_b if u_b else 0.0)
     groups = la.astype(int) * 2 + lb.astype(int)
+    both = la & lb
+    paired = bool(np.array_equal(la, lb))
+    if paired and lam is None:  # one lambda on the per-item differences: ppi_mean itself
+        diff = ppi_mean(ya_raw[la] - yb_raw[la], (ha - hb)[la], (ha - hb)[~la], ci=ci)
+        return DifferenceEstimate(
+            calibrated=diff.calibrated,
+            human_only=diff.human_only,
+            lam_a=diff.lam,
+            lam_b=diff.lam,
+            n_labeled_a=n_a,
+            n_labeled_b=n_b,
+            n_labeled_both=n_a,
+            n_items=big_n,
+            paired=True,
+        )
+    fitted = (0, 0)
     if lam is None:
         lam = (0.0, 0.0) if u_a == 0 or u_b == 0 else _tuned_pair(u, p, q, groups)
+        fitted = (int(lam[0] > 0.0), int(lam[1] > 0.0))
     n_min = min(n_a, n_b)
-    z = _quantile(ci, n_min, True)
+    z = _quantile(ci, n_min, True, 1 + max(fitted))
     estimate = float(np.sum(u + lam[0] * p + lam[1] * q))
-    se = math.sqrt(_group_variance(u_part_a, u_part_b, p, q, groups, lam, 1))
+    se = math.sqrt(_group_variance(u_part_a, u_part_b, p, q, groups, lam, 1, fitted))
     calibrated = MeanInterval(estimate, estimate - z * se, estimate + z * se, se)
     human = float(np.mean(ya_raw[la]) - np.mean(yb_raw[lb]))
-    both = la & lb
-    if np.array_equal(la, lb):
+    if paired:
         d = ya_raw[la] - yb_raw[lb]
         h_se = float(np.std(d, ddof=1)) / math.sqrt(d.size)
     else:
@@ -390,5 +411,5 @@ def ppi_mean_difference(
         n_labeled_b=n_b,
         n_labeled_both=int(both.sum()),
         n_items=big_n,
-        paired=bool(np.array_equal(la, lb)),
+        paired=paired,
     )

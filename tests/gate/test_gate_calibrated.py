@@ -174,9 +174,11 @@ def test_the_same_labelled_items_give_the_paired_difference(runs: Runs) -> None:
     assert (paired_human["ci_high"] - paired_human["ci_low"]) < 0.6 * (
         two_sample_human["ci_high"] - two_sample_human["ci_low"]
     )
-    # and the judge's scores narrow it further
-    assert entry["ci_high"] - entry["ci_low"] < paired_human["ci_high"] - paired_human["ci_low"]
-    assert entry["lambda_baseline"] > 0 or entry["lambda_candidate"] > 0
+    # the judge's per-item differences are a constant shift here: they carry nothing, and cost at most the degree
+    # of freedom of the fitted lambda (one lambda on the differences)
+    assert entry["lambda_baseline"] == entry["lambda_candidate"]
+    width = entry["ci_high"] - entry["ci_low"]
+    assert width <= 1.05 * (paired_human["ci_high"] - paired_human["ci_low"])
     assert "ppi++ paired" in result.markdown()
 
 
