@@ -232,7 +232,7 @@ def apply_calibration(result: GateOutcome, entries: list[dict[str, Any]], on_mis
         report = by_aspect.get(entry["aspect"])
         if report is not None:
             report.verdict = entry["verdict"]
-            report.decided_by = "calibrated drop (PPI++, human labels)"
+            report.decided_by = "calibrated drop (PPI++, human labels: see below)"
             report.look = None
         kind = "paired" if entry["paired"] else "two-sample"
         result.notes.append(

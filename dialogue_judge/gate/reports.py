@@ -231,6 +231,13 @@ def to_markdown(result: GateOutcome) -> str:
                 ""
                 if result.sequential
                 else " This gate ran without early stopping: the fixed-sample test alone, at the full alpha."
+            )
+            + (
+                " With calibrate: human the verdict is the calibrated (PPI++) drop's instead: the humans' labels and "
+                "the judge's scores on every item, a t interval at the same level; the table above keeps the "
+                "judge-only figures for comparison."
+                if result.calibration and any(e.get("estimate") is not None for e in result.calibration)
+                else ""
             ),
             "",
             "</details>",

@@ -195,8 +195,6 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
     result.calibrate = config.calibrate
     # a calibrated decision needs the judge's scores on every item: no early stop
     sequential = config.sequential and config.calibrate is None
-    if config.sequential and not sequential:
-        result.notes.append("calibrate: human judges every item (no early stop): the calibration needs them all")
 
     baseline = _side(config.baseline, "baseline", config.baseline_system, backend)
     candidate = _side(config.candidate, "candidate", config.candidate_system, backend)
@@ -285,6 +283,8 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
         )
     except Exception as exc:
         raise GateInputError(f"the request is not valid: {exc}") from None
+    if config.sequential and not sequential:
+        result.notes.append("calibrate: human judges every item (no early stop): the calibration needs them all")
     looks = gs.look_schedule(len(validated), config.batch, sequential=sequential)
     decider = GateDecider(
         mode=config.mode,
