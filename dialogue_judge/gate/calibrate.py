@@ -39,10 +39,19 @@ class SideLabels:
     values: dict[str, float]
     scale: tuple[float, float] | None
     problem: str | None = None
+    active: dict[str, float] | None = None
+    """The run's ``active`` label queue: each drawn item's inclusion probability (None: no such queue)."""
 
 
-def side_labels(ratings: list[dict[str, Any]] | None, system: str | None, aspect: str) -> SideLabels:
-    """The score ratings of ``system`` on ``aspect`` from a run's human ratings (``None``: the side is no run)."""
+def side_labels(
+    ratings: list[dict[str, Any]] | None,
+    system: str | None,
+    aspect: str,
+    queue: tuple[str, dict[str, float]] | None = None,
+) -> SideLabels:
+    """The score ratings of ``system`` on ``aspect`` from a run's human ratings (``None``: the side is no run), with
+    the run's label queue (strategy, drawn item -> inclusion probability) if it has one."""
+    active = queue[1] if queue is not None and queue[0] == "active" else None
     if ratings is None:
         return SideLabels({}, None, "it is a file, not a run: human labels live on a run")
     mine = [
@@ -65,18 +74,32 @@ def side_labels(ratings: list[dict[str, Any]] | None, system: str | None, aspect
     per_item: dict[str, list[float]] = defaultdict(list)
     for r in mine:
         per_item[str(r["item_id"])].append(float(r["value"]))
-    return SideLabels({item: float(np.mean(v)) for item, v in per_item.items()}, scale)
+    return SideLabels({item: float(np.mean(v)) for item, v in per_item.items()}, scale, active=active)
 
 
 def _to_scale(value: float, source: tuple[float, float], target: tuple[float, float]) -> float:
     return target[0] + (value - source[0]) * (target[1] - target[0]) / (source[1] - source[0])
 
 
-def _missing(side: str, labels: SideLabels, n: int, min_labels: int) -> str | None:
+def _missing(side: str, labels: SideLabels, items: list[str], min_labels: int) -> str | None:
+    n = sum(i in labels.values for i in items)
     if labels.problem:
         return f"the {side} has no usable labels: {labels.problem}"
     if n < min_labels:
         return f"the {side} has {n} labelled item(s) among the judged ones; calibration needs at least {min_labels}"
+    if labels.active is not None:
+        outside = sum(i not in labels.active for i in items if i in labels.values)
+        if outside:
+            return (
+                f"the {side} run has an active label queue but {outside} of its labelled items were not drawn by "
+                "it: active labels are no uniform sample, and labels outside the queue have no known probability"
+            )
+        waiting = sum(i not in labels.values for i in items if i in labels.active)
+        if waiting:
+            return (
+                f"{waiting} item(s) drawn by the {side} run's active label queue are not labelled yet: its "
+                "inverse-probability weights need every drawn item"
+            )
     return None
 
 
@@ -94,7 +117,7 @@ def calibrate_aspect(
 ) -> dict[str, Any]:
     """The calibrated decision of one aspect (a JSON-ready dict); ``verdict`` is ``missing_labels`` with ``reason``
     when a side lacks labels."""
-    from judge_api.stats.ppi import ppi_mean_difference
+    from judge_api.stats.ppi import ppi_mean_difference, ppi_mean_difference_active
 
     items = sorted({i for (i, s) in scores if s == BASELINE} & {i for (i, s) in scores if s == CANDIDATE})
     n_base = sum(i in baseline.values for i in items)
@@ -116,6 +139,7 @@ def calibrate_aspect(
         "ci_high": None,
         "ci_level": level,
         "paired": None,
+        "design": None,
         "lambda_baseline": None,
         "lambda_candidate": None,
         "human_only": None,
@@ -124,8 +148,8 @@ def calibrate_aspect(
     reasons = [
         r
         for r in (
-            _missing("baseline", baseline, n_base, min_labels),
-            _missing("candidate", candidate, n_cand, min_labels),
+            _missing("baseline", baseline, items, min_labels),
+            _missing("candidate", candidate, items, min_labels),
         )
         if r
     ]
@@ -143,7 +167,14 @@ def calibrate_aspect(
     lab_c = np.array([i in candidate.values for i in items])
     y_b = np.array([baseline.values.get(i, np.nan) for i in items])
     y_c = np.array([candidate.values.get(i, np.nan) for i in items])
-    est = ppi_mean_difference(y_b, yhat_b, lab_b, y_c, yhat_c, lab_c, ci=level)
+    if baseline.active is None and candidate.active is None:
+        est = ppi_mean_difference(y_b, yhat_b, lab_b, y_c, yhat_c, lab_c, ci=level)
+        design = "ppi++ paired" if est.paired else "ppi++ two-sample"
+    else:  # an active queue's labels: inverse-probability weighted (a uniform side's probability is n/N)
+        pi_b = _inclusion(baseline, items, lab_b)
+        pi_c = _inclusion(candidate, items, lab_c)
+        est = ppi_mean_difference_active(y_b, yhat_b, lab_b, pi_b, y_c, yhat_c, lab_c, pi_c, ci=level)
+        design = "ppi++ active (inverse-probability weighted)"
     tolerance = threshold * (human_scale[1] - human_scale[0]) / (judge_scale[1] - judge_scale[0])
     c = est.calibrated
     verdict = "regression" if c.ci_low > tolerance else "no_regression" if c.ci_high < tolerance else "undecided"
@@ -156,12 +187,20 @@ def calibrate_aspect(
         ci_low=c.ci_low,
         ci_high=c.ci_high,
         paired=est.paired,
+        design=design,
         lambda_baseline=est.lam_a,
         lambda_candidate=est.lam_b,
         human_only={"estimate": h.estimate, "ci_low": h.ci_low, "ci_high": h.ci_high},
         judge_only=_judge_only(judge_only, human_scale, judge_scale),
     )
     return entry
+
+
+def _inclusion(labels: SideLabels, items: list[str], labeled: np.ndarray) -> np.ndarray:
+    """Each item's inclusion probability: the active queue's on its drawn items, else ``n/N`` (uniform)."""
+    if labels.active is None:
+        return np.full(len(items), labeled.sum() / len(items))
+    return np.array([labels.active.get(i, 1.0) for i in items])
 
 
 def _judge_only(
@@ -234,12 +273,17 @@ def apply_calibration(result: GateOutcome, entries: list[dict[str, Any]], on_mis
             report.verdict = entry["verdict"]
             report.decided_by = "calibrated drop (PPI++, human labels: see below)"
             report.look = None
-        kind = "paired" if entry["paired"] else "two-sample"
+        active = entry["design"].startswith("ppi++ active")
+        kind = "inverse-probability weighted" if active else "paired" if entry["paired"] else "two-sample"
+        sample = (
+            "each label weighted by its item's inclusion probability in its run's label queue (uniform: n/N)"
+            if active
+            else "the labels are taken as a uniform random sample of each run's items"
+        )
         result.notes.append(
             f"{entry['aspect']}: decided on the {kind} calibrated (PPI++) drop from {entry['n_labels_baseline']} "
             f"baseline and {entry['n_labels_candidate']} candidate human labels ({entry['n_labels_both']} items "
-            f"labelled on both) and the judge's scores on {entry['n_items']} items; the labels are taken as a "
-            "uniform random sample of each run's items."
+            f"labelled on both) and the judge's scores on {entry['n_items']} items; {sample}."
         )
     regressed = [e for e in entries if e["verdict"] == "regression"]
     undecided = [e for e in entries if e["verdict"] == "undecided"]

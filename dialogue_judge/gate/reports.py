@@ -279,7 +279,7 @@ def calibration_lines(entries: list[dict[str, Any]]) -> list[str]:
                 f"{_fmt3(mapped['estimate'])} [{_fmt3(mapped['ci_low'])}, {_fmt3(mapped['ci_high'])}] "
                 f"({'' if judge['estimate'] is None else format(judge['estimate'], '.2f')} judge points)"
             )
-        method = "n/a" if e["paired"] is None else ("ppi++ paired" if e["paired"] else "ppi++ two-sample")
+        method = e.get("design") or "n/a"
         row = [
             e["aspect"],
             e["verdict"].replace("_", " "),

@@ -345,13 +345,17 @@ def _calibrate(
         for label, side in ((BASELINE, baseline), (CANDIDATE, candidate))
     }
     level = 1.0 - config.alpha / max(len(decider.aspects), 1)
+    queues = {
+        label: backend.run_label_queue(side.run_id) if side.run_id else None
+        for label, side in ((BASELINE, baseline), (CANDIDATE, candidate))
+    }
     reports = {a.aspect: a for a in result.aspects}
     entries = [
         calibrate_aspect(
             aspect,
             decider.scores(decider.rows, aspect),
-            side_labels(ratings[BASELINE], baseline.system, aspect),
-            side_labels(ratings[CANDIDATE], candidate.system, aspect),
+            side_labels(ratings[BASELINE], baseline.system, aspect, queues[BASELINE]),
+            side_labels(ratings[CANDIDATE], candidate.system, aspect, queues[CANDIDATE]),
             judge_scale=judge_scale,
             threshold=decider.threshold,
             level=level,

@@ -413,3 +413,82 @@ def ppi_mean_difference(
         n_items=big_n,
         paired=paired,
     )
+
+
+def ppi_mean_difference_active(
+    y_a: object,
+    yhat_a: object,
+    labeled_a: object,
+    inclusion_a: object,
+    y_b: object,
+    yhat_b: object,
+    labeled_b: object,
+    inclusion_b: object,
+    *,
+    ci: float = 0.95,
+) -> DifferenceEstimate:
+    """``E[y_a] - E[y_b]`` over items judged on both sides whose labels were drawn with known probabilities.
+
+    The active-inference estimator (Zrnic & Candès 2024, as ``ppi_mean_active``) per side,
+    ``z_i = lam * yhat_i + (y_i - lam * yhat_i) * labeled_i / pi_i``, and the difference ``mean(z_a - z_b)`` with the
+    interval from the per-item differences' spread (the sides share the items, so their dependence is counted) and t
+    with ``min(n_a, n_b) - 1`` degrees of freedom. ``lam_a``, ``lam_b`` minimise that spread in [0, 1], cross-fitted
+    (Zrnic & Candès, *Cross-prediction-powered inference*): the items fall in two seeded halves, each computed with
+    the pair tuned on the other; the pair reported is the halves' mean. ``human_only``: both lambdas 0.
+    """
+    ha = _as_vector(yhat_a, "yhat_a")
+    hb = _as_vector(yhat_b, "yhat_b")
+    la = np.asarray(labeled_a, dtype=bool).reshape(-1)
+    lb = np.asarray(labeled_b, dtype=bool).reshape(-1)
+    pa = np.asarray(inclusion_a, dtype="float64").reshape(-1)
+    pb = np.asarray(inclusion_b, dtype="float64").reshape(-1)
+    ya_raw = np.asarray(y_a, dtype="float64").reshape(-1)
+    yb_raw = np.asarray(y_b, dtype="float64").reshape(-1)
+    big_n = ha.size
+    if not all(v.size == big_n for v in (hb, la, lb, pa, pb, ya_raw, yb_raw)):
+        raise ValueError("y, yhat, labeled and inclusion differ in length between or within the two sides")
+    if np.any(((pa <= 0.0) | (pa > 1.0)) & la) or np.any(((pb <= 0.0) | (pb > 1.0)) & lb):
+        raise ValueError("every labeled item's inclusion probability must be in (0, 1]")
+    n_a, n_b = int(la.sum()), int(lb.sum())
+    if n_a < 2 or n_b < 2:
+        raise ValueError(f"each side needs at least 2 labeled items (got {n_a} and {n_b})")
+    wa = np.where(la, 1.0 / np.where(la, pa, 1.0), 0.0)
+    wb = np.where(lb, 1.0 / np.where(lb, pb, 1.0), 0.0)
+    ya = np.where(la, ya_raw, 0.0)
+    yb = np.where(lb, yb_raw, 0.0)
+    if not (np.all(np.isfinite(ya)) and np.all(np.isfinite(yb))):
+        raise ValueError("y holds a missing or infinite value on a labeled item")
+    u = ya * wa - yb * wb  # z_a - z_b = u + lam_a p + lam_b q
+    p = ha * (1.0 - wa)
+    q = -hb * (1.0 - wb)
+    # cross-fitted lambdas: each half of the items gets the pair tuned on the other half, so no item's own labels
+    # pick the weights its term is computed with (tuned on all the items, the pair exploits the spread of the few
+    # heavily weighted labels: 0.93 coverage at 95 % in tests/stats/test_stats_ppi.py's design, 0.95 cross-fitted)
+    fold = np.random.default_rng(0).permutation(big_n) % 2
+    single = np.zeros(big_n, dtype=int)
+    lam_of = np.zeros((2, big_n))
+    pairs = []
+    for k in (0, 1):
+        other = fold != k
+        pair = _tuned_pair(u[other], p[other], q[other], single[other]) if other.sum() >= 2 else (0.0, 0.0)
+        pairs.append(pair)
+        lam_of[0, fold == k], lam_of[1, fold == k] = pair
+    lam = (float(np.mean([a for a, _ in pairs])), float(np.mean([b for _, b in pairs])))
+    z_q = _quantile(ci, min(n_a, n_b), True)
+
+    def interval(values: np.ndarray) -> MeanInterval:
+        mean = float(np.mean(values))
+        se = float(np.std(values, ddof=1)) / math.sqrt(big_n)
+        return MeanInterval(mean, mean - z_q * se, mean + z_q * se, se)
+
+    return DifferenceEstimate(
+        calibrated=interval(u + lam_of[0] * p + lam_of[1] * q),
+        human_only=interval(u),
+        lam_a=lam[0],
+        lam_b=lam[1],
+        n_labeled_a=n_a,
+        n_labeled_b=n_b,
+        n_labeled_both=int((la & lb).sum()),
+        n_items=big_n,
+        paired=bool(np.array_equal(la, lb)),
+    )

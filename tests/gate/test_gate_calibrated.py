@@ -22,6 +22,7 @@ from dialogue_judge.gate import GateConfig, GateResult, run_gate
 from dialogue_judge.gate.standalone import InProcessRunner
 from judge_api import repository
 from judge_api.schemas import HumanRatingIn, RunCreate
+from judge_api.stats.label_sampling import draw
 from judge_simulator.process import SimulatorProcess
 
 from .planting import context, judge_for
@@ -43,6 +44,10 @@ class Runs:
     """Humans: no change; the judge puts the candidate 20 points below the baseline."""
     few_labels: str
     """The overrated build with 5 labels."""
+    active: str
+    """The overrated build labelled on the items an active label queue drew (every drawn item)."""
+    active_unfinished: str
+    """The same queue with one drawn item not labelled yet."""
     baseline_items: Path
 
 
@@ -60,6 +65,24 @@ def _run(runner: InProcessRunner, judge: str, system: str, markers: np.ndarray) 
     run_id = runner.create_run(request)
     runner.judge(run_id)
     return run_id
+
+
+def _active_queue(runner: InProcessRunner, run_id: str) -> list[int]:
+    """An active label queue of about 40 items, the first 30 items ten times as likely as the others."""
+    items = [f"item-{i:03d}" for i in range(N)]
+    queue = draw(items, 40, "active", seed=3, uncertainty=np.where(np.arange(N) < 30, 1.0, 0.1))
+    with runner.session() as session:
+        repository.store_label_queue(
+            session,
+            run_id,
+            strategy="active",
+            seed=3,
+            n_requested=40,
+            drawn=queue.item_ids,
+            inclusion=queue.inclusion,
+        )
+        session.commit()
+    return sorted(items.index(i) for i in queue.item_ids)
 
 
 def _label(runner: InProcessRunner, run_id: str, system: str, truth: np.ndarray, items: np.ndarray, seed: int) -> None:
@@ -105,6 +128,12 @@ def runs(judge_simulator: SimulatorProcess, tmp_path_factory: pytest.TempPathFac
         _label(runner, underrated, "v2", truth, labelled, seed=4)
         few = _run(runner, judge, "v2", overrated)
         _label(runner, few, "v2", worse, labelled[:5], seed=5)
+        active = _run(runner, judge, "v2", overrated)
+        drawn = np.array(_active_queue(runner, active))
+        _label(runner, active, "v2", worse, drawn, seed=6)
+        unfinished = _run(runner, judge, "v2", overrated)
+        _active_queue(runner, unfinished)
+        _label(runner, unfinished, "v2", worse, drawn[1:], seed=7)
         items_file = folder / "baseline.jsonl"
         items_file.write_text(
             "".join(
@@ -112,7 +141,7 @@ def runs(judge_simulator: SimulatorProcess, tmp_path_factory: pytest.TempPathFac
                 for i in range(N)
             )
         )
-    yield Runs(database, judge, baseline, two_sample, paired, underrated, few, items_file)
+    yield Runs(database, judge, baseline, two_sample, paired, underrated, few, active, unfinished, items_file)
 
 
 def gate(runs: Runs, candidate: str, **options: object) -> GateResult:
@@ -139,7 +168,7 @@ def test_an_overrated_candidate_passes_the_judge_and_fails_the_humans(runs: Runs
     assert result.status == "regression" and result.exit_code == 1, result.headline
     assert result.calls.reused and result.calls.provider_calls == 0
     (entry,) = result.calibration
-    assert entry["method"] == "ppi++" and entry["paired"] is False
+    assert entry["method"] == "ppi++" and entry["paired"] is False and entry["design"] == "ppi++ two-sample"
     assert entry["n_labels_baseline"] == 40 and entry["n_labels_candidate"] == 40
     assert entry["n_labels_both"] < 40
     assert entry["human_scale"] == [0.0, 2.0]
@@ -261,3 +290,18 @@ def test_the_cli_gate_decides_on_the_calibrated_drop(runs: Runs, tmp_path: Path)
     bad = CliRunner().invoke(app, [*base, "-c", runs.overrated_paired, "--calibrate", "humans"])
     assert bad.exit_code == 2
     assert "calibrate must be human" in bad.stderr
+
+
+@pytest.mark.usefixtures("gate_env")
+def test_labels_from_an_active_queue_are_weighted_by_their_inclusion_probabilities(runs: Runs) -> None:
+    result = gate(runs, runs.active, calibrate="human")
+    assert result.status == "regression", result.headline
+    (entry,) = result.calibration
+    assert entry["design"] == "ppi++ active (inverse-probability weighted)"
+    assert entry["threshold"] < entry["ci_low"] < 0.4 < entry["ci_high"]
+    assert any("weighted by its item's inclusion probability" in note for note in result.notes)
+    assert "ppi++ active (inverse-probability weighted)" in result.markdown()
+    # an active queue with a drawn item still unlabelled: its weights do not hold yet
+    waiting = gate(runs, runs.active_unfinished, calibrate="human")
+    assert waiting.status == "error" and waiting.exit_code == 2
+    assert "1 item(s) drawn by the candidate run's active label queue are not labelled yet" in waiting.headline
