@@ -24,6 +24,7 @@ Usage::
 
     python bench/bench_calibrated.py                 # 1,000 simulated repetitions, 500 real draws
     python bench/bench_calibrated.py --reps 200 --draws 100
+    python bench/bench_calibrated.py --part active   # or simulated, real: one part only
 """
 
 from __future__ import annotations
@@ -184,6 +185,25 @@ def active_against_uniform(draws: int, ci: float, seed: int) -> None:
     target = widths[("uniform", 100)]
     needed = np.mean([n * (widths[("active", n)] / target) ** 2 for n in (50, 100, 150, 200)])
     print(f"   labels active needs for uniform's width at n = 100: {needed:.0f} ({needed / 100:.2f}x)")
+    print(f"   the best any inclusion rule can do here (Neyman, strata known): {_neyman_bound(hard.mean(), rng):.2f}x")
+
+
+def _neyman_bound(share_hard: float, rng: np.random.Generator, size: int = 2_000_000) -> float:
+    """Labels needed against uniform by the variance-optimal design that knows each item's stratum: inclusion
+    probabilities proportional to the root mean square of the residual ``y - lam * yhat`` in the item's stratum
+    (Zrnic & Candes, section 3): ``min_lam (E sqrt(E[r^2 | x]))^2 / min_lam E[r^2]``, each design with its best
+    ``lam`` in [0, 1] (the variance of the population-mean part, the same for both, left out)."""
+    hard = rng.random(size) < share_hard
+    quality = np.clip(rng.normal(1.0, 0.45, size), 0.0, 2.0)
+    human = np.clip(np.round(2 * (quality + rng.normal(0.0, 0.25, size))) / 2, 0.0, 2.0)
+    judge = np.clip(1 + 49.5 * quality + rng.normal(0.0, 1.0, size) * np.where(hard, 60.0, 3.0), 1.0, 100.0)
+    mapped = affine_to_scale(judge, (1.0, 100.0), (0.0, 2.0))
+    best_active, best_uniform = np.inf, np.inf
+    for lam in np.linspace(0.0, 1.0, 101):
+        r2 = (human - lam * mapped) ** 2
+        rms = share_hard * np.sqrt(r2[hard].mean()) + (1 - share_hard) * np.sqrt(r2[~hard].mean())
+        best_active, best_uniform = min(best_active, rms**2), min(best_uniform, float(r2.mean()))
+    return float(best_active / best_uniform)
 
 
 def main() -> None:
@@ -193,11 +213,17 @@ def main() -> None:
     parser.add_argument("--big-n", type=int, default=1000)
     parser.add_argument("--ci", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--part", choices=["all", "simulated", "real", "active"], default="all", help="run one part only"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    simulated(args.reps, args.big_n, [20, 50, 100], args.ci, args.seed)
-    real(args.draws, [25, 50, 100], args.ci, args.seed)
-    active_against_uniform(min(args.draws, 300), args.ci, args.seed)
+    if args.part in ("all", "simulated"):
+        simulated(args.reps, args.big_n, [20, 50, 100], args.ci, args.seed)
+    if args.part in ("all", "real"):
+        real(args.draws, [25, 50, 100], args.ci, args.seed)
+    if args.part in ("all", "active"):
+        active_against_uniform(min(args.draws, 300), args.ci, args.seed)
     print(f"\n({time.perf_counter() - started:.0f} s)")
 
 

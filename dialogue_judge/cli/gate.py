@@ -77,6 +77,19 @@ def gate(
     reask: int = typer.Option(0, "--reask", help="re-ask unparseable replies this many times"),
     progress: bool = typer.Option(None, "--progress/--no-progress", help="progress bar (default: on a terminal)"),
     timeout: float = typer.Option(3600.0, "--timeout", help="--api: seconds to wait for a run"),
+    calibrate: str = typer.Option(
+        None,
+        "--calibrate",
+        help="human: decide on the calibrated (PPI++) drop from the two runs' human labels (docs/gate.md)",
+    ),
+    calibrate_missing: str = typer.Option(
+        "fail",
+        "--calibrate-missing",
+        help="--calibrate with too few labels: fail (exit 2, default) or judge (decide on the judge alone, said so)",
+    ),
+    calibrate_min_labels: int = typer.Option(
+        10, "--calibrate-min-labels", help="--calibrate: labelled items each run needs at least"
+    ),
 ) -> None:
     """Fail the build when responses got less consistent, and not on judge noise (exit 0 pass, 1 regression,
     2 undecided or could not run)."""
@@ -130,6 +143,9 @@ def gate(
             timeout_s=timeout,
             structured_output=structured,
             reask=reask,
+            calibrate=calibrate,
+            calibrate_missing=calibrate_missing,
+            calibrate_min_labels=calibrate_min_labels,
         )
         code = run_cli(
             config,

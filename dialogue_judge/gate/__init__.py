@@ -12,12 +12,14 @@ Flow: read both sides (``inputs``) -> one request with the systems ``baseline`` 
 seeded random item order, in batches, in this process (``backends.LocalBackend`` over ``standalone``; SQLite, no
 Redis) or on a running service (``backends.ApiBackend``: one run per batch) -> after each batch
 ``decision.GateDecider`` applies the sequential procedure of ``stats`` per aspect and stops when the verdict is
-settled -> ``result.GateResult`` -> Markdown, JUnit XML and JSON (``reports``). ``runner`` holds that loop.
+settled -> with ``calibrate: human``, ``calibrate`` decides instead on the calibrated (PPI++) drop from the two
+runs' human labels -> ``result.GateResult`` -> Markdown, JUnit XML and JSON (``reports``). ``runner`` holds that
+loop.
 
 Modules, each importing only those listed before it (``tests/gate/test_gate_imports.py`` keeps it so):
-``inputs``, ``stats``, ``reports``, ``progress`` (no gate imports) -> ``config``, ``result`` -> ``decision`` ->
-``standalone`` -> ``backends`` -> ``runner``. This package namespace re-exports what the CLI and the pytest plugin
-use; import anything else from its module.
+``inputs``, ``stats``, ``outcome``, ``progress`` (no gate imports) -> ``reports``, ``config``, ``calibrate`` ->
+``result`` -> ``decision`` -> ``standalone`` -> ``backends`` -> ``runner``. This package namespace re-exports what
+the CLI and the pytest plugin use; import anything else from its module.
 """
 
 from __future__ import annotations

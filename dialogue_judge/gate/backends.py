@@ -48,6 +48,14 @@ class Backend(Protocol):
         """The judgment rows of an existing run, once it has finished."""
         ...
 
+    def run_ratings(self, run_id: str) -> list[dict[str, Any]]:
+        """The human ratings of an existing run (``repository.ratings_frame``'s columns)."""
+        ...
+
+    def run_label_queue(self, run_id: str) -> tuple[str, dict[str, float]] | None:
+        """The run's label queue: its strategy and each drawn item's inclusion probability (None: no queue)."""
+        ...
+
     def judge(self, request: Any, looks: list[int], on_look: OnLook, abort_after_failures: int) -> CallStats:
         """Judge ``request`` batch by batch (``looks`` = cumulative item counts) until ``on_look`` says stop."""
         ...
@@ -87,6 +95,20 @@ class LocalBackend:
 
     def run_judgments(self, run_id: str) -> list[dict[str, Any]]:
         return self.runner.judgments(run_id)
+
+    def run_ratings(self, run_id: str) -> list[dict[str, Any]]:
+        from judge_api import repository
+
+        with self.runner.session() as session:
+            frame = repository.ratings_frame(session, run_id)
+        return [{k: (None if v != v else v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+    def run_label_queue(self, run_id: str) -> tuple[str, dict[str, float]] | None:
+        from judge_api import repository
+
+        with self.runner.session() as session:
+            queue = repository.label_queue(session, run_id)
+        return None if queue is None else (queue.strategy, dict(queue.drawn))
 
     def judge(self, request: Any, looks: list[int], on_look: OnLook, abort_after_failures: int) -> CallStats:
         from dialogue_judge.gate.standalone import EARLY_STOP, run_in_process
@@ -212,6 +234,21 @@ class ApiBackend:
     def run_judgments(self, run_id: str) -> list[dict[str, Any]]:
         self._wait(run_id, f"waiting for {run_id}")
         return list(self._call(lambda: self.client.all_judgments(run_id)))
+
+    def run_ratings(self, run_id: str) -> list[dict[str, Any]]:
+        data = self._call(lambda: self.client.get(f"/v1/runs/{run_id}/human-ratings"))
+        return list(data.get("items", []))
+
+    def run_label_queue(self, run_id: str) -> tuple[str, dict[str, float]] | None:
+        from dialogue_judge.client import ApiError
+
+        try:
+            data = self.client.get(f"/v1/runs/{run_id}/label-queue")
+        except ApiError as exc:
+            if exc.status_code == 404:
+                return None
+            raise GateInputError(f"the label queue of run {run_id} could not be read: {exc}") from None
+        return str(data["strategy"]), {str(i["item_id"]): float(i["inclusion_probability"]) for i in data["items"]}
 
     def judge(self, request: Any, looks: list[int], on_look: OnLook, abort_after_failures: int) -> CallStats:
         from dialogue_judge.gate.standalone import seeded_order

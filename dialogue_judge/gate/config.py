@@ -64,6 +64,13 @@ class GateConfig:
     fact-check rubric, on ``contradiction_rate`` (``FACT_METRICS``): the judge labels each response's facts and the
     gate tests the increase of the per-response contradiction rate (``max_drop`` is then the allowed increase)."""
     panel_aggregate: str = "mean"
+    calibrate: str | None = None
+    """``human``: decide on the calibrated (PPI++) drop from the two runs' human labels and the judge's scores
+    (``gate.calibrate``); None: on the judge's scores alone."""
+    calibrate_missing: str = "fail"
+    """With ``calibrate``, when a side has fewer than ``calibrate_min_labels`` labels: ``fail`` (exit 2, say which
+    side lacks how many) or ``judge`` (decide on the judge alone and say so)."""
+    calibrate_min_labels: int = 10
 
 
 def judges_of(config: GateConfig) -> list[str]:
@@ -88,6 +95,26 @@ def fact_metric(config: GateConfig) -> str | None:
     return named[0] if named else None
 
 
+def check_calibrate(config: GateConfig) -> None:
+    """``GateInputError`` for a ``calibrate`` setting the gate cannot honour."""
+    if config.calibrate is None:
+        return
+    if config.calibrate not in ("human",):
+        raise GateInputError(f"calibrate must be human (or absent for the judge alone), got {config.calibrate!r}")
+    if config.calibrate_missing not in ("fail", "judge"):
+        raise GateInputError(
+            f"calibrate_missing must be fail (exit 2) or judge (fall back to the judge alone), got "
+            f"{config.calibrate_missing!r}"
+        )
+    if config.calibrate_min_labels < 2:
+        raise GateInputError(f"calibrate_min_labels must be at least 2, got {config.calibrate_min_labels}")
+    if config.mode != "single" or config.metrics:
+        raise GateInputError(
+            "calibrate: human calibrates a judge's scores against human score labels: use it with --mode single and "
+            "a judge (not with --metric or pairwise mode)"
+        )
+
+
 def check_config(config: GateConfig) -> None:
     """Raise ``GateInputError`` naming the option and the reason when a value is out of range."""
     if config.mode not in ("single", "pairwise"):
@@ -104,6 +131,7 @@ def check_config(config: GateConfig) -> None:
         raise GateInputError("--budget must be positive")
     if config.budget_usd is not None and config.api is None:
         check_budget_priced(judges_of(config))
+    check_calibrate(config)
     if config.workers < 1:
         raise GateInputError("--workers must be at least 1")
     if config.panel_aggregate not in ("mean", "median"):

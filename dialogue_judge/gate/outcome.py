@@ -90,6 +90,10 @@ class GateOutcome:
     calls: CallStats = field(default_factory=CallStats)
     notes: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    calibrate: str | None = None
+    """``human``: the decision is the calibrated (PPI++) drop on the humans' scale (``gate.calibrate``)."""
+    calibration: list[dict[str, Any]] = field(default_factory=list)
+    """Per aspect, with ``calibrate``: method, labels on each side, estimate, interval, the judge-only figure."""
 
     @property
     def exit_code(self) -> int:

@@ -210,6 +210,7 @@ def to_markdown(result: GateOutcome) -> str:
                     + " |"
                 )
         lines.append("")
+    lines += calibration_lines(result.calibration)
     for note in result.notes:
         lines.append(f"- {note}")
     if result.notes:
@@ -230,6 +231,13 @@ def to_markdown(result: GateOutcome) -> str:
                 ""
                 if result.sequential
                 else " This gate ran without early stopping: the fixed-sample test alone, at the full alpha."
+            )
+            + (
+                " With calibrate: human the verdict is the calibrated (PPI++) drop's instead: the humans' labels and "
+                "the judge's scores on every item, a t interval at the same level; the table above keeps the "
+                "judge-only figures for comparison."
+                if result.calibration and any(e.get("estimate") is not None for e in result.calibration)
+                else ""
             ),
             "",
             "</details>",
@@ -237,6 +245,66 @@ def to_markdown(result: GateOutcome) -> str:
         ]
     lines.append(f"<sub>dialogue-judge gate · exit code {result.exit_code} · {fmt_num(result.duration_s, 1)} s</sub>")
     return "\n".join(lines) + "\n"
+
+
+def _fmt3(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def calibration_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """The summary's section on the calibrated decision (``gate.calibrate``)."""
+    if not entries:
+        return []
+    lines = [
+        "### Calibrated on human labels (PPI++)",
+        "",
+        "| aspect | verdict | method | labels baseline / candidate (both) | calibrated drop | CI | allowed "
+        "| human-only drop | judge-only drop | judge-only verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        judge = e["judge_only"]
+        mapped = judge.get("on_human_scale") or {}
+        level = f"{100 * e['ci_level']:.2f}".rstrip("0").rstrip(".")
+        ci = "n/a" if e["ci_low"] is None else f"[{_fmt3(e['ci_low'])}, {_fmt3(e['ci_high'])}] ({level}%)"
+        human = e["human_only"]
+        human_text = (
+            "n/a"
+            if human is None
+            else f"{_fmt3(human['estimate'])} [{_fmt3(human['ci_low'])}, {_fmt3(human['ci_high'])}]"
+        )
+        judge_text = "n/a"
+        if mapped.get("estimate") is not None:
+            judge_text = (
+                f"{_fmt3(mapped['estimate'])} [{_fmt3(mapped['ci_low'])}, {_fmt3(mapped['ci_high'])}] "
+                f"({'' if judge['estimate'] is None else format(judge['estimate'], '.2f')} judge points)"
+            )
+        method = e.get("design") or "n/a"
+        row = [
+            e["aspect"],
+            e["verdict"].replace("_", " "),
+            method,
+            f"{e['n_labels_baseline']} / {e['n_labels_candidate']} ({e['n_labels_both']})",
+            _fmt3(e["estimate"]),
+            ci,
+            "n/a" if e["threshold"] is None else f"≤ {_fmt3(e['threshold'])}",
+            human_text,
+            judge_text,
+            judge["verdict"].replace("_", " "),
+        ]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
+        if e["reason"]:
+            lines.append("")
+            lines.append(f"{e['aspect']}: {e['reason']}.")
+    lines.append("")
+    scale = next((e["human_scale"] for e in entries if e["human_scale"]), None)
+    if scale:
+        lines.append(
+            f"Drops are on the humans' {scale[0]:g}-{scale[1]:g} scale (baseline - candidate); the judge's scores and "
+            "the allowed drop are mapped onto it with the fixed map of the two stated scales."
+        )
+        lines.append("")
+    return lines
 
 
 # -- JUnit XML -----------------------------------------------------------------------------------------------------

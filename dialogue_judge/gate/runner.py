@@ -17,6 +17,7 @@ from typing import Any
 
 from dialogue_judge.gate import stats as gs
 from dialogue_judge.gate.backends import ApiBackend, Backend, LocalBackend
+from dialogue_judge.gate.calibrate import apply_calibration, calibrate_aspect, side_labels
 from dialogue_judge.gate.config import (
     DEFAULT_MAX_INCREASE,
     DEFAULT_RUBRIC,
@@ -175,12 +176,14 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
             f"rubric {rubric.id!r} has no aspect {', '.join(map(repr, unknown))} (has: {', '.join(rubric.aspects)})"
         )
     gated = [metric] if metric else aspects  # what the decider tests (fact-check: the figure, not the aspect)
+    judge_scale = (1.0, 100.0)
     if metric:
         scale = gs.Scale("single", 0.0, 1.0)
         threshold = config.max_drop if config.max_drop is not None else DEFAULT_MAX_INCREASE
         result.threshold_name = "max_increase"
     elif config.mode == "single":
         low, high = rubric.scale or (1.0, 100.0)
+        judge_scale = (float(low), float(high))
         scale = gs.Scale("single", float(low), float(high))
         threshold = config.max_drop if config.max_drop is not None else gs.default_max_drop(low, high)
         result.threshold_name = "max_drop"
@@ -189,6 +192,9 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
         threshold = config.max_loss_rate
         result.threshold_name = "max_loss_rate"
     result.threshold = threshold
+    result.calibrate = config.calibrate
+    # a calibrated decision needs the judge's scores on every item: no early stop
+    sequential = config.sequential and config.calibrate is None
 
     baseline = _side(config.baseline, "baseline", config.baseline_system, backend)
     candidate = _side(config.candidate, "candidate", config.candidate_system, backend)
@@ -249,6 +255,7 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
         )
         result.notes.append("verdicts reused from the two runs: no judge call; fixed-sample test at the full alpha")
         conclude(result, decider, responses, config.worst)
+        _calibrate(config, backend, result, decider, baseline, candidate, judge_scale)
         return
 
     validated = validate_items(merged)
@@ -276,14 +283,16 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
         )
     except Exception as exc:
         raise GateInputError(f"the request is not valid: {exc}") from None
-    looks = gs.look_schedule(len(validated), config.batch, sequential=config.sequential)
+    if config.sequential and not sequential:
+        result.notes.append("calibrate: human judges every item (no early stop): the calibration needs them all")
+    looks = gs.look_schedule(len(validated), config.batch, sequential=sequential)
     decider = GateDecider(
         mode=config.mode,
         aspects=gated,
         threshold=threshold,
         alpha=config.alpha,
         scale=scale,
-        sequential=config.sequential,
+        sequential=sequential,
         max_failed=config.max_failed,
         panel_aggregate=config.panel_aggregate,
         higher_is_worse=metric is not None,
@@ -311,11 +320,51 @@ def _run(config: GateConfig, backend: Backend, result: GateResult) -> None:
     except PlanError as exc:
         raise GateInputError(f"{exc.field}: {exc.message}") from None
     conclude(result, decider, responses, config.worst)
+    _calibrate(config, backend, result, decider, baseline, candidate, judge_scale)
     if result.calls.saved:
         share = 100.0 * result.calls.saved / max(result.calls.planned, 1)
         result.notes.append(
             f"the early stop saved {result.calls.saved} of {result.calls.planned} judge calls ({share:.0f}%)"
         )
+
+
+def _calibrate(
+    config: GateConfig,
+    backend: Backend,
+    result: GateResult,
+    decider: GateDecider,
+    baseline: Side,
+    candidate: Side,
+    judge_scale: tuple[float, float],
+) -> None:
+    """``calibrate: human``: decide on the calibrated drop (``gate.calibrate``) from the runs' human labels."""
+    if config.calibrate is None:
+        return
+    ratings = {
+        label: backend.run_ratings(side.run_id) if side.run_id else None
+        for label, side in ((BASELINE, baseline), (CANDIDATE, candidate))
+    }
+    level = 1.0 - config.alpha / max(len(decider.aspects), 1)
+    queues = {
+        label: backend.run_label_queue(side.run_id) if side.run_id else None
+        for label, side in ((BASELINE, baseline), (CANDIDATE, candidate))
+    }
+    reports = {a.aspect: a for a in result.aspects}
+    entries = [
+        calibrate_aspect(
+            aspect,
+            decider.scores(decider.rows, aspect),
+            side_labels(ratings[BASELINE], baseline.system, aspect, queues[BASELINE]),
+            side_labels(ratings[CANDIDATE], candidate.system, aspect, queues[CANDIDATE]),
+            judge_scale=judge_scale,
+            threshold=decider.threshold,
+            level=level,
+            min_labels=config.calibrate_min_labels,
+            judge_only=reports[aspect],
+        )
+        for aspect in decider.aspects
+    ]
+    apply_calibration(result, entries, config.calibrate_missing)
 
 
 def _run_metrics(config: GateConfig, backend: Backend, result: GateResult) -> None:

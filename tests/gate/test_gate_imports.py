@@ -30,9 +30,10 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"inputs"},
     "result": {"outcome", "reports"},
     "decision": {"stats", "inputs", "reports", "result"},
+    "calibrate": {"inputs", "outcome"},
     "standalone": {"progress"},
     "backends": {"config", "decision", "inputs", "progress", "result", "standalone"},
-    "runner": {"stats", "backends", "config", "decision", "inputs", "reports", "result", "standalone"},
+    "runner": {"stats", "backends", "calibrate", "config", "decision", "inputs", "reports", "result", "standalone"},
 }
 
 

@@ -53,7 +53,7 @@ SURFACE: dict[str, str] = {
         "--metric --panel-aggregate --rubric/-r --aspect --mode/-m --items --max-drop --max-loss-rate --alpha "
         "--budget --seed --batch --sequential/--no-sequential --workers --api --api-key --cache-dir --no-cache "
         "--max-failed --baseline-system --candidate-system --name --worst --markdown --junit --json --structured "
-        "--reask --progress/--no-progress --timeout"
+        "--reask --progress/--no-progress --timeout --calibrate --calibrate-missing --calibrate-min-labels"
     ),
     "keys": "",
     "keys create": "--project --name --scope",
