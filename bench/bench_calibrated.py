@@ -18,7 +18,9 @@
    points there, 3 elsewhere), where its samples disagree (the uncertainty a label queue reads). For each strategy
    and n, 300 draws of a label queue (``stats.label_sampling``) and the inverse-probability weighted estimate
    (``stats.ppi.ppi_mean_active``): median width and coverage. Printed: the labels ``active`` needs for the width
-   ``uniform`` reaches with 100 (target <= 0.8x), from the 1/width^2 ~ n relation between the grid's points.
+   ``uniform`` reaches with 100 (target <= 0.8x), from the 1/width^2 ~ n relation between the grid's points, and
+   the best any inclusion rule could do. Run twice: each label from one rater, and each label the mean of three
+   raters (the humans' noise bounds what a judge signal can save; docs/calibration.md).
 
 Usage::
 
@@ -156,13 +158,26 @@ def real(draws: int, ns: list[int], ci: float, seed: int) -> None:
         )
 
 
-def active_against_uniform(draws: int, ci: float, seed: int) -> None:
+def _human_labels(rng: np.random.Generator, quality: np.ndarray, raters: int) -> np.ndarray:
+    """Each item's label: the mean of ``raters`` ratings on the 0-2 scale in steps of 1/2 (as the report averages
+    several raters of one item)."""
+    ratings = [
+        np.clip(np.round(2 * (quality + rng.normal(0.0, 0.25, quality.shape))) / 2, 0.0, 2.0) for _ in range(raters)
+    ]
+    return np.asarray(np.mean(ratings, axis=0))
+
+
+def active_against_uniform(draws: int, ci: float, seed: int, raters: int = 1) -> None:
     big_n = 2000
     items = [f"i{k}" for k in range(big_n)]
     hard = np.arange(big_n) < big_n // 10
     uncertainty = ACTIVE_BASE + np.where(hard, 0.6, 0.03)  # the spread of the judge's samples, as a label queue sees
     rng = np.random.default_rng(seed)
-    print(f"\n3. active against uniform labelling: N = {big_n}, judge errors on a known tenth, {draws} draws")
+    rater_text = "one rater per label" if raters == 1 else f"each label the mean of {raters} raters"
+    print(
+        f"\n3. active against uniform labelling: N = {big_n}, judge errors on a known tenth, {rater_text}, "
+        f"{draws} draws"
+    )
     print(f"   {'strategy':<8} {'n':>4} {'median width':>12} {'coverage':>8}")
     widths: dict[tuple[str, int], float] = {}
     for strategy in ("uniform", "active"):
@@ -170,7 +185,7 @@ def active_against_uniform(draws: int, ci: float, seed: int) -> None:
             w, hits = [], 0
             for r in range(draws):
                 quality = np.clip(rng.normal(1.0, 0.45, big_n), 0.0, 2.0)
-                human = np.clip(np.round(2 * (quality + rng.normal(0.0, 0.25, big_n))) / 2, 0.0, 2.0)
+                human = _human_labels(rng, quality, raters)
                 noise = np.where(hard, 60.0, 3.0)
                 judge = np.clip(1 + 49.5 * quality + rng.normal(0.0, 1.0, big_n) * noise, 1.0, 100.0)
                 queue = draw(items, n, strategy, seed=r, uncertainty=uncertainty)
@@ -185,17 +200,18 @@ def active_against_uniform(draws: int, ci: float, seed: int) -> None:
     target = widths[("uniform", 100)]
     needed = np.mean([n * (widths[("active", n)] / target) ** 2 for n in (50, 100, 150, 200)])
     print(f"   labels active needs for uniform's width at n = 100: {needed:.0f} ({needed / 100:.2f}x)")
-    print(f"   the best any inclusion rule can do here (Neyman, strata known): {_neyman_bound(hard.mean(), rng):.2f}x")
+    bound = _neyman_bound(hard.mean(), rng, raters)
+    print(f"   the best any inclusion rule can do here (Neyman, strata known): {bound:.2f}x")
 
 
-def _neyman_bound(share_hard: float, rng: np.random.Generator, size: int = 2_000_000) -> float:
+def _neyman_bound(share_hard: float, rng: np.random.Generator, raters: int, size: int = 2_000_000) -> float:
     """Labels needed against uniform by the variance-optimal design that knows each item's stratum: inclusion
     probabilities proportional to the root mean square of the residual ``y - lam * yhat`` in the item's stratum
     (Zrnic & Candes, section 3): ``min_lam (E sqrt(E[r^2 | x]))^2 / min_lam E[r^2]``, each design with its best
     ``lam`` in [0, 1] (the variance of the population-mean part, the same for both, left out)."""
     hard = rng.random(size) < share_hard
     quality = np.clip(rng.normal(1.0, 0.45, size), 0.0, 2.0)
-    human = np.clip(np.round(2 * (quality + rng.normal(0.0, 0.25, size))) / 2, 0.0, 2.0)
+    human = _human_labels(rng, quality, raters)
     judge = np.clip(1 + 49.5 * quality + rng.normal(0.0, 1.0, size) * np.where(hard, 60.0, 3.0), 1.0, 100.0)
     mapped = affine_to_scale(judge, (1.0, 100.0), (0.0, 2.0))
     best_active, best_uniform = np.inf, np.inf
@@ -223,7 +239,8 @@ def main() -> None:
     if args.part in ("all", "real"):
         real(args.draws, [25, 50, 100], args.ci, args.seed)
     if args.part in ("all", "active"):
-        active_against_uniform(min(args.draws, 300), args.ci, args.seed)
+        for raters in (1, 3):
+            active_against_uniform(min(args.draws, 300), args.ci, args.seed, raters)
     print(f"\n({time.perf_counter() - started:.0f} s)")
 
 
