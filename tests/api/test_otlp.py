@@ -1,0 +1,260 @@
+"""The OTLP/HTTP traces receiver through the real app and database (no worker): auth, the OTLP error shape (415,
+400, 413, 401/403), partial_success, an exporter's retry, spans out of order waiting for their history then judged,
+the default monitor, spans without content counted on the monitor's status, another project's monitor unreachable."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from sqlalchemy import create_engine, text
+
+from judge_api.db import session_factory
+from judge_api.models import utcnow
+from judge_api.otlp.intake import release_due
+from tests.api.conftest import Api, ApiFactory
+from tests.api.test_monitors import monitor_body
+from tests.otlp.spans import SpanSpec, current, encoded, export, http_span, without_content
+
+PATH = "/v1/otlp/v1/traces"
+TABLES = ("otlp_spans", "monitor_responses", "items", "judgments")
+
+
+def counts(api: Api) -> dict[str, int]:
+    engine = create_engine(api.database_url)
+    try:
+        with engine.connect() as connection:
+            return {t: int(connection.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one()) for t in TABLES}
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def otlp_api(api_factory: ApiFactory) -> Api:
+    built = api_factory(auth=True, DJ_CALLBACK_URL_ALLOWLIST="https://hooks.example.org", DJ_OTLP_MAX_BYTES="2000000")
+    built.create_key("alpha", ["submit", "read"], "alpha")
+    built.create_key("alpha", ["read"], "alpha-read")
+    built.create_key("beta", ["submit", "read"], "beta")
+    return built
+
+
+def create_monitor(api: Api, key: str | None = "alpha", **overrides: Any) -> str:
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    body.update(overrides)
+    answer = api.client.post("/v1/monitors", json=body, headers=api.as_key(key))
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["id"])
+
+
+def post(
+    api: Api,
+    specs: list[SpanSpec],
+    key: str | None = "alpha",
+    encoding: str = "json",
+    gzipped: bool = False,
+    **resource: Any,
+) -> Any:
+    body, headers = encoded(export(specs, resource), encoding, gzipped)
+    return api.client.post(PATH, content=body, headers={**headers, **api.as_key(key)})
+
+
+def exchange_span(n: int, conversation: str, history: list[tuple[str, str]], user: str, bot: str, day: int) -> SpanSpec:
+    messages = [("system", "You are Max. The user's dog is Rex.")]
+    for u, b in history:
+        messages += [("user", u), ("assistant", b)]
+    messages.append(("user", user))
+    return SpanSpec(n, n, start_s=day * 86_400 + n, attrs=current(messages, bot, conversation))
+
+
+SCRIPT = [
+    ("Hi, my dog is Rex.", "Hello Rex's owner!"),
+    ("I'm back.", "Welcome back!"),
+    ("What's my dog's name?", "Rex."),
+]
+
+
+def whole_history(conversation: str = "conv-1") -> list[SpanSpec]:
+    return [exchange_span(i + 1, conversation, SCRIPT[:i], *SCRIPT[i], day=i) for i in range(len(SCRIPT))]
+
+
+def items_of(api: Api, monitor_id: str) -> dict[str, dict[str, Any]]:
+    monitor = api.client.get(f"/v1/monitors/{monitor_id}", headers=api.as_key("alpha")).json()
+    answer = api.client.get(f"/v1/runs/{monitor['run_id']}/items", params={"limit": 100}, headers=api.as_key("alpha"))
+    assert answer.status_code == 200, answer.text
+    return {i["id"]: i for i in answer.json()["items"]}
+
+
+def status_of(api: Api, monitor_id: str) -> dict[str, Any]:
+    return dict(api.client.get(f"/v1/monitors/{monitor_id}", headers=api.as_key("alpha")).json()["status"])
+
+
+def test_auth_content_type_and_size_errors_are_in_otlps_shape(otlp_api: Api) -> None:
+    monitor = create_monitor(otlp_api)
+    spans = whole_history()
+    before = counts(otlp_api)
+    missing = post(otlp_api, spans, key=None, **{"dialogue_judge.monitor": monitor})
+    assert missing.status_code == 401 and missing.headers["content-type"] == "application/json"
+    assert missing.json()["code"] == 16 and "Authorization" in missing.json()["message"]
+    read_only = post(otlp_api, spans, key="alpha-read", encoding="protobuf", **{"dialogue_judge.monitor": monitor})
+    assert read_only.status_code == 403 and read_only.headers["content-type"] == "application/x-protobuf"
+    assert b"submit" in read_only.content  # a google.rpc.Status: its message names the scope
+    wrong_type = otlp_api.client.post(
+        PATH, content=b"{}", headers={"Content-Type": "text/plain", **otlp_api.as_key("alpha")}
+    )
+    assert wrong_type.status_code == 415 and "application/x-protobuf" in wrong_type.json()["message"]
+    malformed = otlp_api.client.post(
+        PATH, content=b"\xff\xff\xff", headers={"Content-Type": "application/x-protobuf", **otlp_api.as_key("alpha")}
+    )
+    assert malformed.status_code == 400 and malformed.headers["content-type"] == "application/x-protobuf"
+    not_otlp = otlp_api.client.post(PATH, json={"messages": ["hi"]}, headers=otlp_api.as_key("alpha"))
+    assert not_otlp.status_code == 400 and "resourceSpans" in not_otlp.json()["message"]
+    assert not_otlp.json()["detail"][0]["msg"] == not_otlp.json()["message"]
+    big = b'{"resourceSpans": [], "pad": "' + b"x" * 20_000_000 + b'"}'
+    too_large = otlp_api.client.post(
+        PATH, content=big, headers={"Content-Type": "application/json", **otlp_api.as_key("alpha")}
+    )
+    assert too_large.status_code == 413 and "DJ_OTLP_MAX_BYTES" in too_large.json()["message"]
+    bomb = gzip.compress(big)  # about 20 KB on the wire, 20 MB inflated
+    assert len(bomb) < 100_000
+    inflated = otlp_api.client.post(
+        PATH,
+        content=bomb,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip", **otlp_api.as_key("alpha")},
+    )
+    assert inflated.status_code == 413 and "decompresses" in inflated.json()["message"]
+    assert counts(otlp_api) == before
+
+
+@pytest.mark.parametrize("encoding,gzipped", [("json", False), ("protobuf", True)])
+def test_spans_become_responses_with_their_history_and_a_retry_is_a_duplicate(
+    otlp_api: Api, encoding: str, gzipped: bool
+) -> None:
+    monitor = create_monitor(otlp_api)
+    spans = whole_history()
+    answer = post(otlp_api, spans, encoding=encoding, gzipped=gzipped, **{"dialogue_judge.monitor": monitor})
+    assert answer.status_code == 200, answer.text
+    if encoding == "protobuf":
+        assert answer.headers["content-type"] == "application/x-protobuf"
+        parsed = ExportTraceServiceResponse.FromString(answer.content)
+        assert not parsed.HasField("partial_success")
+    else:
+        assert answer.json() == {}
+    items = items_of(otlp_api, monitor)
+    assert set(items) == {s.response_id for s in spans}
+    last = items[spans[2].response_id]
+    assert [(t["speaker"], t["text"]) for t in last["dialogue"]] == [
+        ("user", "Hi, my dog is Rex."),
+        ("bot", "Hello Rex's owner!"),
+        ("user", "I'm back."),
+        ("bot", "Welcome back!"),
+        ("user", "What's my dog's name?"),
+    ]
+    assert [t["session"] for t in last["dialogue"]] == [1, 1, 2, 2, 3]
+    assert last["candidates"] == {"support-bot": "Rex."}
+    assert last["memory"] == "You are Max. The user's dog is Rex."
+    assert last["meta"]["version"] == "v2.4" and last["meta"]["otlp"]["complete"] is True
+    before = counts(otlp_api)
+    retry = post(otlp_api, spans, encoding=encoding, gzipped=gzipped, **{"dialogue_judge.monitor": monitor})
+    assert retry.status_code == 200
+    assert counts(otlp_api) == before  # nothing judged twice
+    status = status_of(otlp_api, monitor)
+    assert status["otlp"]["responses"] == 3 and status["otlp"]["duplicates"] == 3
+
+
+def test_out_of_order_spans_wait_for_their_history_then_are_judged(otlp_api: Api) -> None:
+    monitor = create_monitor(otlp_api)
+    first, second, third = whole_history()
+    assert post(otlp_api, [third], **{"dialogue_judge.monitor": monitor}).status_code == 200
+    assert counts(otlp_api)["monitor_responses"] == 0  # its two earlier exchanges have not arrived
+    assert status_of(otlp_api, monitor)["otlp"]["waiting"] == 1
+    assert post(otlp_api, [first], **{"dialogue_judge.monitor": monitor}).status_code == 200
+    assert set(items_of(otlp_api, monitor)) == {first.response_id}
+    assert post(otlp_api, [second], **{"dialogue_judge.monitor": monitor}).status_code == 200
+    items = items_of(otlp_api, monitor)
+    assert set(items) == {first.response_id, second.response_id, third.response_id}
+    assert [t["session"] for t in items[third.response_id]["dialogue"]] == [1, 1, 2, 2, 3]
+    assert items[third.response_id]["meta"]["otlp"]["complete"] is True
+
+
+def test_a_response_whose_history_never_arrives_is_judged_after_the_wait_and_says_so(otlp_api: Api) -> None:
+    monitor = create_monitor(otlp_api)
+    _, second, third = whole_history()
+    assert post(otlp_api, [third], **{"dialogue_judge.monitor": monitor}).status_code == 200
+    assert release_due(session_factory(), otlp_api.client.app.state.settings) == 0  # not yet: within DJ_OTLP_WAIT
+    assert post(otlp_api, [second], **{"dialogue_judge.monitor": monitor}).status_code == 200
+    assert counts(otlp_api)["monitor_responses"] == 0
+    later = utcnow() + timedelta(seconds=61)
+    assert release_due(session_factory(), otlp_api.client.app.state.settings, now=later) == 2
+    items = items_of(otlp_api, monitor)
+    judged = items[third.response_id]
+    assert "missing" in judged["meta"]["otlp"]["incomplete"]
+    assert [t["text"] for t in judged["dialogue"]][:2] == ["Hi, my dog is Rex.", "Hello Rex's owner!"]
+    assert release_due(session_factory(), otlp_api.client.app.state.settings, now=later) == 0  # released once
+    assert status_of(otlp_api, monitor)["otlp"]["waited"] == 2
+
+
+def test_partial_success_counts_and_names_what_was_not_used(otlp_api: Api) -> None:
+    monitor = create_monitor(otlp_api)
+    [first, *_] = whole_history()
+    specs = [first, http_span(9, 1), without_content(9, 2)]
+    answer = post(otlp_api, specs, **{"dialogue_judge.monitor": monitor})
+    assert answer.status_code == 200
+    partial = answer.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "2"
+    assert "not LLM calls" in partial["errorMessage"]
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in partial["errorMessage"]
+    protobuf = post(otlp_api, specs, encoding="protobuf", **{"dialogue_judge.monitor": monitor})
+    parsed = ExportTraceServiceResponse.FromString(protobuf.content)
+    assert parsed.partial_success.rejected_spans == 2
+    status = status_of(otlp_api, monitor)
+    assert status["otlp"]["no_content"] == 2 and status["otlp"]["not_llm"] == 2
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in status["message"]
+
+
+def test_spans_without_content_only_are_400_naming_the_switch_and_store_nothing(otlp_api: Api) -> None:
+    monitor = create_monitor(otlp_api)
+    before = counts(otlp_api)
+    answer = post(otlp_api, [without_content(1, 1, "openllmetry")], **{"dialogue_judge.monitor": monitor})
+    assert answer.status_code == 400
+    assert "TRACELOOP_TRACE_CONTENT=true" in answer.json()["message"]
+    assert counts(otlp_api) == before
+    assert status_of(otlp_api, monitor)["otlp"]["no_content"] == 1
+
+
+def test_monitor_by_attribute_by_default_and_never_another_projects(otlp_api: Api) -> None:
+    mine = create_monitor(otlp_api, name="mine")
+    theirs = create_monitor(otlp_api, key="beta", name="theirs")
+    spans = whole_history()
+    before = counts(otlp_api)
+    unnamed = post(otlp_api, spans)
+    assert unnamed.status_code == 400 and "dialogue_judge.monitor" in unnamed.json()["message"]
+    foreign = post(otlp_api, spans, **{"dialogue_judge.monitor": theirs})
+    assert foreign.status_code == 400 and "does not have" in foreign.json()["message"]
+    assert counts(otlp_api) == before
+    made_default = otlp_api.client.patch(
+        f"/v1/monitors/{mine}", json={"otlp_default": True}, headers=otlp_api.as_key("alpha")
+    )
+    assert made_default.status_code == 200 and made_default.json()["otlp_default"] is True
+    assert post(otlp_api, spans).status_code == 200
+    assert set(items_of(otlp_api, mine)) == {s.response_id for s in spans}
+    by_name = post(otlp_api, whole_history("conv-2")[:1], **{"dialogue_judge.monitor": "mine"})
+    assert by_name.status_code == 200 and len(items_of(otlp_api, mine)) == 4
+    # beta's default is not alpha's: beta's key with no monitor named gets none
+    assert post(otlp_api, spans, key="beta").status_code == 400
+
+
+def test_too_many_spans_is_413_naming_the_limit(api_factory: ApiFactory) -> None:
+    api = api_factory(auth=False, DJ_MAX_ITEMS="2")
+    monitor = create_monitor(api, key=None)
+    answer = post(api, whole_history(), key=None, **{"dialogue_judge.monitor": monitor})
+    assert answer.status_code == 413 and "DJ_MAX_ITEMS" in answer.json()["message"]
+    assert counts(api)["otlp_spans"] == 0
+
+
+def test_the_openapi_schema_lists_the_route(otlp_api: Api) -> None:
+    schema = otlp_api.client.get("/openapi.json").json()
+    assert "application/x-protobuf" in json.dumps(schema["paths"][PATH]["post"]["requestBody"])
