@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 from datetime import timedelta
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from sqlalchemy import create_engine, text
 from judge_api.db import session_factory
 from judge_api.models import utcnow
 from judge_api.otlp.intake import release_due
-from tests.api.conftest import Api, ApiFactory
+from tests.api.conftest import Api
 from tests.api.test_monitors import monitor_body
 from tests.otlp.spans import SpanSpec, current, encoded, export, http_span, without_content
 
@@ -33,13 +34,51 @@ def counts(api: Api) -> dict[str, int]:
         engine.dispose()
 
 
-@pytest.fixture
-def otlp_api(api_factory: ApiFactory) -> Api:
-    built = api_factory(auth=True, DJ_CALLBACK_URL_ALLOWLIST="https://hooks.example.org", DJ_OTLP_MAX_BYTES="2000000")
-    built.create_key("alpha", ["submit", "read"], "alpha")
-    built.create_key("alpha", ["read"], "alpha-read")
-    built.create_key("beta", ["submit", "read"], "beta")
-    return built
+def responses_of(api: Api, monitor_id: str) -> int:
+    engine = create_engine(api.database_url)
+    try:
+        with engine.connect() as connection:
+            query = text("SELECT COUNT(*) FROM monitor_responses WHERE monitor_id = :m")
+            return int(connection.execute(query, {"m": monitor_id}).scalar_one())
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def otlp_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    """One app for the module (auth on, keys of two projects; each test makes its own monitors): building an app
+    migrates a database and warms the statistics up, seconds a time."""
+    from fastapi.testclient import TestClient
+
+    from judge_api.app import create_app
+    from judge_api.config import reset_settings_cache
+    from judge_api.db import reset_engines
+    from judge_api.migrate import upgrade
+
+    home = tmp_path_factory.mktemp("otlp")
+    url = f"sqlite:///{home / 'api.db'}"
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in {
+            "DJ_HOME": str(home / "home"),
+            "DATABASE_URL": url,
+            "DJ_AUTH": "true",
+            "DJ_RUNS_PER_MINUTE": "100000",
+            "DJ_JUDGE_URL_ALLOWLIST": "http://127.0.0.1:9/v1",
+            "DJ_OTLP_MAX_BYTES": "2000000",
+        }.items():
+            env.setenv(name, value)
+        env.delenv("REDIS_URL", raising=False)
+        reset_settings_cache()
+        reset_engines()
+        upgrade(url)
+        with TestClient(create_app(), raise_server_exceptions=False) as client:
+            built = Api(client, url)
+            built.create_key("alpha", ["submit", "read"], "alpha")
+            built.create_key("alpha", ["read"], "alpha-read")
+            built.create_key("beta", ["submit", "read"], "beta")
+            yield built
+    reset_settings_cache()
+    reset_engines()
 
 
 def create_monitor(api: Api, key: str | None = "alpha", **overrides: Any) -> str:
@@ -169,7 +208,7 @@ def test_out_of_order_spans_wait_for_their_history_then_are_judged(otlp_api: Api
     monitor = create_monitor(otlp_api)
     first, second, third = whole_history()
     assert post(otlp_api, [third], **{"dialogue_judge.monitor": monitor}).status_code == 200
-    assert counts(otlp_api)["monitor_responses"] == 0  # its two earlier exchanges have not arrived
+    assert responses_of(otlp_api, monitor) == 0  # its two earlier exchanges have not arrived
     assert status_of(otlp_api, monitor)["otlp"]["waiting"] == 1
     assert post(otlp_api, [first], **{"dialogue_judge.monitor": monitor}).status_code == 200
     assert set(items_of(otlp_api, monitor)) == {first.response_id}
@@ -186,7 +225,7 @@ def test_a_response_whose_history_never_arrives_is_judged_after_the_wait_and_say
     assert post(otlp_api, [third], **{"dialogue_judge.monitor": monitor}).status_code == 200
     assert release_due(session_factory(), otlp_api.client.app.state.settings) == 0  # not yet: within DJ_OTLP_WAIT
     assert post(otlp_api, [second], **{"dialogue_judge.monitor": monitor}).status_code == 200
-    assert counts(otlp_api)["monitor_responses"] == 0
+    assert responses_of(otlp_api, monitor) == 0
     later = utcnow() + timedelta(seconds=61)
     assert release_due(session_factory(), otlp_api.client.app.state.settings, now=later) == 2
     items = items_of(otlp_api, monitor)
@@ -241,18 +280,21 @@ def test_monitor_by_attribute_by_default_and_never_another_projects(otlp_api: Ap
     assert made_default.status_code == 200 and made_default.json()["otlp_default"] is True
     assert post(otlp_api, spans).status_code == 200
     assert set(items_of(otlp_api, mine)) == {s.response_id for s in spans}
-    by_name = post(otlp_api, whole_history("conv-2")[:1], **{"dialogue_judge.monitor": "mine"})
+    other = exchange_span(10, "conv-2", [], "Hello again.", "Hi!", day=0)
+    by_name = post(otlp_api, [other], **{"dialogue_judge.monitor": "mine"})
     assert by_name.status_code == 200 and len(items_of(otlp_api, mine)) == 4
     # beta's default is not alpha's: beta's key with no monitor named gets none
     assert post(otlp_api, spans, key="beta").status_code == 400
 
 
-def test_too_many_spans_is_413_naming_the_limit(api_factory: ApiFactory) -> None:
-    api = api_factory(auth=False, DJ_MAX_ITEMS="2")
-    monitor = create_monitor(api, key=None)
-    answer = post(api, whole_history(), key=None, **{"dialogue_judge.monitor": monitor})
-    assert answer.status_code == 413 and "DJ_MAX_ITEMS" in answer.json()["message"]
-    assert counts(api)["otlp_spans"] == 0
+def test_too_many_spans_is_413_naming_the_limit(otlp_api: Api) -> None:
+    monitor = create_monitor(otlp_api)
+    limit = otlp_api.client.app.state.settings.max_items_per_run
+    before = counts(otlp_api)
+    spans = [SpanSpec(1, i + 1, name="x") for i in range(limit + 1)]
+    answer = post(otlp_api, spans, encoding="protobuf", **{"dialogue_judge.monitor": monitor})
+    assert answer.status_code == 413 and b"DJ_MAX_ITEMS" in answer.content, answer.content[:200]
+    assert counts(otlp_api) == before
 
 
 def test_the_openapi_schema_lists_the_route(otlp_api: Api) -> None:
