@@ -64,7 +64,9 @@ def kv(key: str, value: str) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
-def llm_span(trace: int, span: int, start_ns: int, messages: list[tuple[str, str]], output: str, conversation: str) -> Span:
+def llm_span(
+    trace: int, span: int, start_ns: int, messages: list[tuple[str, str]], output: str, conversation: str
+) -> Span:
     inputs = [{"role": r, "parts": [{"type": "text", "content": t}]} for r, t in messages if r != "system"]
     system = [{"type": "text", "content": t} for r, t in messages if r == "system"]
     outputs = [{"role": "assistant", "parts": [{"type": "text", "content": output}], "finish_reason": "stop"}]
@@ -270,7 +272,13 @@ def rebuilt_share(api: str, conversations: int, shape: str, seed: int) -> dict[s
 def create_monitor(api: str, name: str, rate: float) -> str:
     answer = httpx.post(
         f"{api}/v1/monitors",
-        json={"name": name, "rubrics": ["rsum-single"], "judges": [JUDGE], "aspects": ["consistency"], "sample_rate": rate},
+        json={
+            "name": name,
+            "rubrics": ["rsum-single"],
+            "judges": [JUDGE],
+            "aspects": ["consistency"],
+            "sample_rate": rate,
+        },
         timeout=30,
     )
     answer.raise_for_status()

@@ -239,7 +239,7 @@ def _ready(
     touched), or their wait over (any); each released once. Returns them and how many were judged incomplete."""
     due = [
         s
-        for s in _due_spans(session, monitor.id, now)
+        for s in spans_store.due_spans(session, monitor.id, now, RELEASE_LIMIT)
         if s.conversation_id not in conversations and s.response_id not in lone
     ]
     keys = conversations | {s.conversation_id for s in due if s.conversation_id}
@@ -271,23 +271,6 @@ def _ready(
         if response is not None:
             responses.append(response)
     return responses, waited
-
-
-def _due_spans(session: Session, monitor_id: str, now: datetime) -> list[OtlpSpan]:
-    from sqlalchemy import select
-
-    return list(
-        session.scalars(
-            select(OtlpSpan)
-            .where(
-                OtlpSpan.monitor_id == monitor_id,
-                OtlpSpan.status == spans_store.WAITING,
-                OtlpSpan.release_after <= now,
-            )
-            .order_by(OtlpSpan.release_after)
-            .limit(RELEASE_LIMIT)
-        )
-    )
 
 
 def to_response(

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, select, tuple_, update
+from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -78,6 +78,18 @@ def due_waiting(session: Session, now: datetime, limit: int, monitor_id: str | N
     return sorted({(str(m), str(c)) for m, c in session.execute(query.order_by(OtlpSpan.release_after).limit(limit))})
 
 
+def due_spans(session: Session, monitor_id: str, now: datetime, limit: int) -> list[OtlpSpan]:
+    """The monitor's spans waiting past their ``release_after``, the longest waiting first."""
+    return list(
+        session.scalars(
+            select(OtlpSpan)
+            .where(OtlpSpan.monitor_id == monitor_id, OtlpSpan.status == WAITING, OtlpSpan.release_after <= now)
+            .order_by(OtlpSpan.release_after)
+            .limit(limit)
+        )
+    )
+
+
 def release(session: Session, span_ids: Sequence[int]) -> set[int]:
     """Mark waiting spans released; the ids this call released (another process may have released some first)."""
     released: set[int] = set()
@@ -107,8 +119,6 @@ def purge_history(session: Session, before: datetime, limit: int = 10_000) -> in
 
 
 def waiting_count(session: Session, monitor_id: str) -> int:
-    from sqlalchemy import func
-
     return int(
         session.scalar(
             select(func.count(OtlpSpan.id)).where(OtlpSpan.monitor_id == monitor_id, OtlpSpan.status == WAITING)
@@ -165,14 +175,3 @@ def add_stats(
         if monitor_id in notes:
             current["last_skip"] = notes[monitor_id]
         session.execute(update(Monitor).where(Monitor.id == monitor_id).values(otlp_stats=current))
-
-
-def pairs(session: Session, keys: Sequence[tuple[str, str]]) -> list[OtlpSpan]:
-    """Spans of (monitor id, conversation id) pairs."""
-    found: list[OtlpSpan] = []
-    for start in range(0, len(keys), CHUNK):
-        chunk = list(keys[start : start + CHUNK])
-        found += session.scalars(
-            select(OtlpSpan).where(tuple_(OtlpSpan.monitor_id, OtlpSpan.conversation_id).in_(chunk))
-        )
-    return found

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import gzip
 import json
-from datetime import timedelta
 from collections.abc import Iterator
-from typing import Any
+from datetime import timedelta
+from typing import Any, cast
 
 import pytest
+from fastapi import FastAPI
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from sqlalchemy import create_engine, text
 
+from judge_api.config import Settings
 from judge_api.db import session_factory
 from judge_api.models import utcnow
 from judge_api.otlp.intake import release_due
@@ -95,10 +97,17 @@ def post(
     key: str | None = "alpha",
     encoding: str = "json",
     gzipped: bool = False,
-    **resource: Any,
+    monitor: str | None = None,
 ) -> Any:
+    """Export the spans as an exporter would, the resource naming ``monitor`` (when given)."""
+    resource = {"dialogue_judge.monitor": monitor} if monitor else {}
     body, headers = encoded(export(specs, resource), encoding, gzipped)
     return api.client.post(PATH, content=body, headers={**headers, **api.as_key(key)})
+
+
+def settings_of(api: Api) -> Settings:
+    app = cast(FastAPI, api.client.app)
+    return cast(Settings, app.state.settings)
 
 
 def exchange_span(n: int, conversation: str, history: list[tuple[str, str]], user: str, bot: str, day: int) -> SpanSpec:
@@ -135,10 +144,10 @@ def test_auth_content_type_and_size_errors_are_in_otlps_shape(otlp_api: Api) -> 
     monitor = create_monitor(otlp_api)
     spans = whole_history()
     before = counts(otlp_api)
-    missing = post(otlp_api, spans, key=None, **{"dialogue_judge.monitor": monitor})
+    missing = post(otlp_api, spans, key=None, monitor=monitor)
     assert missing.status_code == 401 and missing.headers["content-type"] == "application/json"
     assert missing.json()["code"] == 16 and "Authorization" in missing.json()["message"]
-    read_only = post(otlp_api, spans, key="alpha-read", encoding="protobuf", **{"dialogue_judge.monitor": monitor})
+    read_only = post(otlp_api, spans, key="alpha-read", encoding="protobuf", monitor=monitor)
     assert read_only.status_code == 403 and read_only.headers["content-type"] == "application/x-protobuf"
     assert b"submit" in read_only.content  # a google.rpc.Status: its message names the scope
     wrong_type = otlp_api.client.post(
@@ -174,7 +183,7 @@ def test_spans_become_responses_with_their_history_and_a_retry_is_a_duplicate(
 ) -> None:
     monitor = create_monitor(otlp_api)
     spans = whole_history()
-    answer = post(otlp_api, spans, encoding=encoding, gzipped=gzipped, **{"dialogue_judge.monitor": monitor})
+    answer = post(otlp_api, spans, encoding=encoding, gzipped=gzipped, monitor=monitor)
     assert answer.status_code == 200, answer.text
     if encoding == "protobuf":
         assert answer.headers["content-type"] == "application/x-protobuf"
@@ -197,7 +206,7 @@ def test_spans_become_responses_with_their_history_and_a_retry_is_a_duplicate(
     assert last["memory"] == "You are Max. The user's dog is Rex."
     assert last["meta"]["version"] == "v2.4" and last["meta"]["otlp"]["complete"] is True
     before = counts(otlp_api)
-    retry = post(otlp_api, spans, encoding=encoding, gzipped=gzipped, **{"dialogue_judge.monitor": monitor})
+    retry = post(otlp_api, spans, encoding=encoding, gzipped=gzipped, monitor=monitor)
     assert retry.status_code == 200
     assert counts(otlp_api) == before  # nothing judged twice
     status = status_of(otlp_api, monitor)
@@ -207,12 +216,12 @@ def test_spans_become_responses_with_their_history_and_a_retry_is_a_duplicate(
 def test_out_of_order_spans_wait_for_their_history_then_are_judged(otlp_api: Api) -> None:
     monitor = create_monitor(otlp_api)
     first, second, third = whole_history()
-    assert post(otlp_api, [third], **{"dialogue_judge.monitor": monitor}).status_code == 200
+    assert post(otlp_api, [third], monitor=monitor).status_code == 200
     assert responses_of(otlp_api, monitor) == 0  # its two earlier exchanges have not arrived
     assert status_of(otlp_api, monitor)["otlp"]["waiting"] == 1
-    assert post(otlp_api, [first], **{"dialogue_judge.monitor": monitor}).status_code == 200
+    assert post(otlp_api, [first], monitor=monitor).status_code == 200
     assert set(items_of(otlp_api, monitor)) == {first.response_id}
-    assert post(otlp_api, [second], **{"dialogue_judge.monitor": monitor}).status_code == 200
+    assert post(otlp_api, [second], monitor=monitor).status_code == 200
     items = items_of(otlp_api, monitor)
     assert set(items) == {first.response_id, second.response_id, third.response_id}
     assert [t["session"] for t in items[third.response_id]["dialogue"]] == [1, 1, 2, 2, 3]
@@ -222,17 +231,17 @@ def test_out_of_order_spans_wait_for_their_history_then_are_judged(otlp_api: Api
 def test_a_response_whose_history_never_arrives_is_judged_after_the_wait_and_says_so(otlp_api: Api) -> None:
     monitor = create_monitor(otlp_api)
     _, second, third = whole_history()
-    assert post(otlp_api, [third], **{"dialogue_judge.monitor": monitor}).status_code == 200
-    assert release_due(session_factory(), otlp_api.client.app.state.settings) == 0  # not yet: within DJ_OTLP_WAIT
-    assert post(otlp_api, [second], **{"dialogue_judge.monitor": monitor}).status_code == 200
+    assert post(otlp_api, [third], monitor=monitor).status_code == 200
+    assert release_due(session_factory(), settings_of(otlp_api)) == 0  # not yet: within DJ_OTLP_WAIT
+    assert post(otlp_api, [second], monitor=monitor).status_code == 200
     assert responses_of(otlp_api, monitor) == 0
     later = utcnow() + timedelta(seconds=61)
-    assert release_due(session_factory(), otlp_api.client.app.state.settings, now=later) == 2
+    assert release_due(session_factory(), settings_of(otlp_api), now=later) == 2
     items = items_of(otlp_api, monitor)
     judged = items[third.response_id]
     assert "missing" in judged["meta"]["otlp"]["incomplete"]
     assert [t["text"] for t in judged["dialogue"]][:2] == ["Hi, my dog is Rex.", "Hello Rex's owner!"]
-    assert release_due(session_factory(), otlp_api.client.app.state.settings, now=later) == 0  # released once
+    assert release_due(session_factory(), settings_of(otlp_api), now=later) == 0  # released once
     assert status_of(otlp_api, monitor)["otlp"]["waited"] == 2
 
 
@@ -240,13 +249,13 @@ def test_partial_success_counts_and_names_what_was_not_used(otlp_api: Api) -> No
     monitor = create_monitor(otlp_api)
     [first, *_] = whole_history()
     specs = [first, http_span(9, 1), without_content(9, 2)]
-    answer = post(otlp_api, specs, **{"dialogue_judge.monitor": monitor})
+    answer = post(otlp_api, specs, monitor=monitor)
     assert answer.status_code == 200
     partial = answer.json()["partialSuccess"]
     assert partial["rejectedSpans"] == "2"
     assert "not LLM calls" in partial["errorMessage"]
     assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in partial["errorMessage"]
-    protobuf = post(otlp_api, specs, encoding="protobuf", **{"dialogue_judge.monitor": monitor})
+    protobuf = post(otlp_api, specs, encoding="protobuf", monitor=monitor)
     parsed = ExportTraceServiceResponse.FromString(protobuf.content)
     assert parsed.partial_success.rejected_spans == 2
     status = status_of(otlp_api, monitor)
@@ -257,7 +266,7 @@ def test_partial_success_counts_and_names_what_was_not_used(otlp_api: Api) -> No
 def test_spans_without_content_only_are_400_naming_the_switch_and_store_nothing(otlp_api: Api) -> None:
     monitor = create_monitor(otlp_api)
     before = counts(otlp_api)
-    answer = post(otlp_api, [without_content(1, 1, "openllmetry")], **{"dialogue_judge.monitor": monitor})
+    answer = post(otlp_api, [without_content(1, 1, "openllmetry")], monitor=monitor)
     assert answer.status_code == 400
     assert "TRACELOOP_TRACE_CONTENT=true" in answer.json()["message"]
     assert counts(otlp_api) == before
@@ -271,7 +280,7 @@ def test_monitor_by_attribute_by_default_and_never_another_projects(otlp_api: Ap
     before = counts(otlp_api)
     unnamed = post(otlp_api, spans)
     assert unnamed.status_code == 400 and "dialogue_judge.monitor" in unnamed.json()["message"]
-    foreign = post(otlp_api, spans, **{"dialogue_judge.monitor": theirs})
+    foreign = post(otlp_api, spans, monitor=theirs)
     assert foreign.status_code == 400 and "does not have" in foreign.json()["message"]
     assert counts(otlp_api) == before
     made_default = otlp_api.client.patch(
@@ -281,7 +290,7 @@ def test_monitor_by_attribute_by_default_and_never_another_projects(otlp_api: Ap
     assert post(otlp_api, spans).status_code == 200
     assert set(items_of(otlp_api, mine)) == {s.response_id for s in spans}
     other = exchange_span(10, "conv-2", [], "Hello again.", "Hi!", day=0)
-    by_name = post(otlp_api, [other], **{"dialogue_judge.monitor": "mine"})
+    by_name = post(otlp_api, [other], monitor="mine")
     assert by_name.status_code == 200 and len(items_of(otlp_api, mine)) == 4
     # beta's default is not alpha's: beta's key with no monitor named gets none
     assert post(otlp_api, spans, key="beta").status_code == 400
@@ -289,10 +298,10 @@ def test_monitor_by_attribute_by_default_and_never_another_projects(otlp_api: Ap
 
 def test_too_many_spans_is_413_naming_the_limit(otlp_api: Api) -> None:
     monitor = create_monitor(otlp_api)
-    limit = otlp_api.client.app.state.settings.max_items_per_run
+    limit = settings_of(otlp_api).max_items_per_run
     before = counts(otlp_api)
     spans = [SpanSpec(1, i + 1, name="x") for i in range(limit + 1)]
-    answer = post(otlp_api, spans, encoding="protobuf", **{"dialogue_judge.monitor": monitor})
+    answer = post(otlp_api, spans, encoding="protobuf", monitor=monitor)
     assert answer.status_code == 413 and b"DJ_MAX_ITEMS" in answer.content, answer.content[:200]
     assert counts(otlp_api) == before
 
