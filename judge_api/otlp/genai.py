@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from judge_api.otlp.decode import SpanRecord
@@ -100,12 +100,28 @@ class LlmCall:
         return "\n".join(m.text for m in self.messages if m.role == "system" and m.text)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """As stored (``otlp_spans.call``); built by hand: ``dataclasses.asdict`` deep-copies every value."""
+        return {
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "started_ns": self.started_ns,
+            "convention": self.convention,
+            "monitor": self.monitor,
+            "conversation_id": self.conversation_id,
+            "messages": [{"role": m.role, "text": m.text} for m in self.messages],
+            "output": self.output,
+            "system": self.system,
+            "version": self.version,
+            "segment": self.segment,
+            "model": self.model,
+            "persona": self.persona,
+            "memory": self.memory,
+        }
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> LlmCall:
         values = dict(data)
-        values["messages"] = [Message(**m) for m in data["messages"]]
+        values["messages"] = [Message(m["role"], m["text"]) for m in data["messages"]]
         return LlmCall(**values)
 
 

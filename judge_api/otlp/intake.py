@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from judge_api.admission import monitor_response_refusal
 from judge_api.config import Settings
-from judge_api.models import Monitor, OtlpSpan, utcnow
+from judge_api.models import Monitor, utcnow
 from judge_api.monitor_ingest import Ingested, ingest, publish
 from judge_api.otlp.conversations import Rebuilt, rebuild
 from judge_api.otlp.decode import OtlpError, SpanRecord
@@ -173,21 +173,18 @@ def receive(
         raise OtlpError(400, "no span of the export could be used: " + outcome.message())
     for monitor_id, calls in by_monitor.items():
         monitor = found[monitor_id]
-        new = _store_calls(session, monitor, calls, now, settings)
-        outcome.stored += len(new)
-        outcome.duplicates += len(calls) - len(new)
-        counts[monitor_id]["duplicates"] += len(calls) - len(new)
-        touched = {c.conversation_id for c in calls if c.response_id in new}
-        lone = [c.response_id for c in calls if c.response_id in new and not c.conversation_id]
-        responses, waited = _ready(session, monitor, touched, lone, now, settings)
-        counts[monitor_id]["responses"] += len(responses)
-        counts[monitor_id]["waited"] += waited
-        if responses:
-            done = ingest(session, monitor, responses, settings)
+        settled = settle(session, monitor, calls, now, settings)
+        outcome.stored += settled.inserted
+        outcome.duplicates += len(calls) - settled.inserted
+        counts[monitor_id]["duplicates"] += len(calls) - settled.inserted
+        counts[monitor_id]["responses"] += len(settled.responses)
+        counts[monitor_id]["waited"] += settled.waited
+        if settled.responses:
+            done = ingest(session, monitor, settled.responses, settings)
             outcome.ingested.append(done)
             outcome.judgment_ids += done.judgment_ids
-        outcome.responses += len(responses)
-        outcome.waiting += spans_store.waiting_count(session, monitor_id)
+        outcome.responses += len(settled.responses)
+        outcome.waiting += settled.waiting
     spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes)
     return outcome
 
@@ -200,26 +197,6 @@ def _skip_reason(skip: Skip) -> str:
     return "are malformed: " + skip.message
 
 
-def _store_calls(
-    session: Session, monitor: Monitor, calls: Sequence[LlmCall], now: datetime, settings: Settings
-) -> set[str]:
-    release_after = now + timedelta(seconds=settings.otlp_wait_s)
-    rows = [
-        {
-            "monitor_id": monitor.id,
-            "response_id": call.response_id,
-            "conversation_id": call.conversation_id,
-            "started_at": started_at(call, now),
-            "received_at": now,
-            "release_after": release_after,
-            "status": spans_store.WAITING,
-            "call": call.to_json(),
-        }
-        for call in {c.response_id: c for c in calls}.values()
-    ]
-    return spans_store.insert_spans(session, rows)
-
-
 def started_at(call: LlmCall, now: datetime) -> datetime:
     if call.started_ns <= 0:
         return now
@@ -227,54 +204,96 @@ def started_at(call: LlmCall, now: datetime) -> datetime:
     return moment if datetime(1970, 1, 2) <= moment < datetime(9000, 1, 1) else now
 
 
-def _ready(
-    session: Session,
-    monitor: Monitor,
-    conversations: set[str],
-    lone: Sequence[str],
-    now: datetime,
-    settings: Settings,
-) -> tuple[list[MonitorResponseIn], int]:
-    """The responses of the monitor's waiting spans that are ready: their conversation complete (among those just
-    touched), or their wait over (any); each released once. Returns them and how many were judged incomplete."""
+@dataclass
+class Settled:
+    """A monitor's share of an export (or of a sweep): the responses ready now, how many of them were judged with
+    earlier turns missing, spans newly stored, spans still waiting among those looked at."""
+
+    responses: list[MonitorResponseIn]
+    waited: int
+    inserted: int
+    waiting: int
+
+
+def settle(session: Session, monitor: Monitor, calls: Sequence[LlmCall], now: datetime, settings: Settings) -> Settled:
+    """Store the new calls (a known trace and span id is a duplicate) and release every response that is ready: its
+    conversation's history complete with the spans stored and arriving, or its wait over. A new call that is ready
+    is stored released at once; a stored one is released by a compare-and-set (another process may release it
+    first: it is then not handed over here)."""
+    unique = {c.response_id: c for c in calls}
+    conversations = {c.conversation_id for c in unique.values() if c.conversation_id}
+    stored = spans_store.conversation_rows(session, monitor.id, conversations)
+    stored += spans_store.rows_by_response(session, monitor.id, [r for r, c in unique.items() if not c.conversation_id])
     due = [
-        s
-        for s in spans_store.due_spans(session, monitor.id, now, RELEASE_LIMIT)
-        if s.conversation_id not in conversations and s.response_id not in lone
+        r
+        for r in spans_store.due_rows(session, monitor.id, now, RELEASE_LIMIT)
+        if r.conversation_id not in conversations and r.response_id not in unique
     ]
-    keys = conversations | {s.conversation_id for s in due if s.conversation_id}
-    spans = spans_store.conversation_spans(session, monitor.id, keys)
-    spans += spans_store.spans_by_response(
-        session, monitor.id, [*lone, *(s.response_id for s in due if not s.conversation_id)]
-    )
-    groups: dict[str, list[OtlpSpan]] = defaultdict(list)
-    for span in {s.id: s for s in spans}.values():
-        groups[span.conversation_id or f"\x00{span.response_id}"].append(span)
-    ready: list[tuple[OtlpSpan, LlmCall, Rebuilt]] = []
-    for group in groups.values():
-        calls = {s.id: LlmCall.from_json(s.call) for s in group}
-        history = list(calls.values())
-        for span in group:
-            if span.status != spans_store.WAITING:
+    stored += spans_store.conversation_rows(session, monitor.id, {r.conversation_id for r in due})
+    stored += [r for r in due if not r.conversation_id]
+    rows = {r.id: r for r in stored}
+    known = {r.response_id for r in rows.values()}
+    fresh = [c for response_id, c in unique.items() if response_id not in known]
+    groups: dict[str, list[tuple[spans_store.SpanRow | None, LlmCall]]] = defaultdict(list)
+    for row in rows.values():
+        groups[row.conversation_id or f"\x00{row.response_id}"].append((row, LlmCall.from_json(row.call)))
+    for call in fresh:
+        groups[call.conversation_id or f"\x00{call.response_id}"].append((None, call))
+    ready: list[tuple[spans_store.SpanRow, LlmCall, Rebuilt]] = []
+    fresh_ready: dict[str, Rebuilt] = {}
+    waiting = 0
+    for members in groups.values():
+        history = [call for _, call in members]
+        for row, call in members:
+            if row is not None and row.status != spans_store.WAITING:
                 continue
-            rebuilt = rebuild(calls[span.id], history, settings.otlp_session_gap_s)
-            if rebuilt.complete or span.release_after <= now:
-                ready.append((span, calls[span.id], rebuilt))
-    released = spans_store.release(session, [span.id for span, _, _ in ready])
+            rebuilt = rebuild(call, history, settings.otlp_session_gap_s)
+            if row is None:
+                if rebuilt.complete:
+                    fresh_ready[call.response_id] = rebuilt
+                else:
+                    waiting += 1
+            elif rebuilt.complete or row.release_after <= now:
+                ready.append((row, call, rebuilt))
+            else:
+                waiting += 1
+    release_after = now + timedelta(seconds=settings.otlp_wait_s)
+    inserted = spans_store.insert_spans(
+        session,
+        [
+            {
+                "monitor_id": monitor.id,
+                "response_id": call.response_id,
+                "conversation_id": call.conversation_id,
+                "started_at": started_at(call, now),
+                "received_at": now,
+                "release_after": release_after,
+                "status": spans_store.RELEASED if call.response_id in fresh_ready else spans_store.WAITING,
+                "call": call.to_json(),
+            }
+            for call in fresh
+        ],
+    )
+    released = spans_store.release(session, [row.id for row, _, _ in ready])
     responses: list[MonitorResponseIn] = []
     waited = 0
-    for span, call, rebuilt in ready:
-        if span.id not in released:
+    for call in fresh:
+        if call.response_id in inserted and call.response_id in fresh_ready:
+            response = to_response(call, fresh_ready[call.response_id], now, started_at(call, now), now, settings)
+            if response is not None:
+                responses.append(response)
+    for row, call, rebuilt in ready:
+        if row.id not in released:
             continue
         waited += 0 if rebuilt.complete else 1
-        response = to_response(call, rebuilt, span, now, settings)
+        response = to_response(call, rebuilt, row.received_at, row.started_at, now, settings)
         if response is not None:
             responses.append(response)
-    return responses, waited
+    return Settled(responses, waited, len(inserted), waiting)
 
 
 def to_response(
-    call: LlmCall, rebuilt: Rebuilt, span: OtlpSpan, now: datetime, settings: Settings
+    call: LlmCall, rebuilt: Rebuilt, received_at: datetime, started: datetime, now: datetime, settings: Settings
 ) -> MonitorResponseIn | None:
     """The monitor response of a call: its rebuilt dialogue, the instructions as memory (or persona), its slice
     keys; the item's ``meta.otlp`` says where it came from and whether earlier turns were missing."""
@@ -302,7 +321,7 @@ def to_response(
         "complete": rebuilt.complete,
     }
     if not rebuilt.complete:
-        waited = (now - span.received_at).total_seconds()
+        waited = (now - received_at).total_seconds()
         meta["incomplete"] = (
             f"judged after waiting {waited:.0f} s (DJ_OTLP_WAIT) with {rebuilt.missing} earlier exchange(s) of the "
             "conversation missing: their spans had not arrived"
@@ -319,7 +338,7 @@ def to_response(
             system=call.system,
             version=call.version,
             segment=call.segment,
-            timestamp=span.started_at,
+            timestamp=started,
             meta={"otlp": meta},
         )
     except ValidationError as exc:  # checked at receipt (call_refusal); a release must not fail the others
@@ -347,9 +366,10 @@ def release_due(session_factory: Any, settings: Settings, now: datetime | None =
                 monitor = session.get(Monitor, monitor_id)
                 if monitor is None:
                     continue
-                responses, waited = _ready(session, monitor, set(), [], now, settings)
+                settled = settle(session, monitor, [], now, settings)
+                responses = settled.responses
                 done = ingest(session, monitor, responses, settings) if responses else None
-                counts = {monitor_id: {"responses": len(responses), "waited": waited}}
+                counts = {monitor_id: {"responses": len(responses), "waited": settled.waited}}
                 spans_store.add_stats(session, [monitor_id], now.date().isoformat(), counts, {})
                 session.commit()
             except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left waiting

@@ -6,6 +6,7 @@ counts of the day."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -20,6 +21,71 @@ CHUNK = 500
 WAITING = "waiting"
 RELEASED = "released"
 STAT_KEYS = ("spans", "responses", "duplicates", "waited", "not_llm", "no_content", "rejected")
+
+
+@dataclass(frozen=True)
+class SpanRow:
+    """A stored span as the intake reads it (no ORM object: a batch reads hundreds)."""
+
+    id: int
+    response_id: str
+    conversation_id: str
+    status: str
+    started_at: datetime
+    received_at: datetime
+    release_after: datetime
+    call: dict[str, Any]
+
+
+_ROW_COLUMNS = (
+    OtlpSpan.id,
+    OtlpSpan.response_id,
+    OtlpSpan.conversation_id,
+    OtlpSpan.status,
+    OtlpSpan.started_at,
+    OtlpSpan.received_at,
+    OtlpSpan.release_after,
+    OtlpSpan.call,
+)
+
+
+def _rows(session: Session, query: Any) -> list[SpanRow]:
+    return [SpanRow(*row) for row in session.execute(query)]
+
+
+def conversation_rows(session: Session, monitor_id: str, conversation_ids: Iterable[str]) -> list[SpanRow]:
+    """Every stored span of these conversations of the monitor."""
+    ids = sorted({c for c in conversation_ids if c})
+    found: list[SpanRow] = []
+    for start in range(0, len(ids), CHUNK):
+        chunk = ids[start : start + CHUNK]
+        found += _rows(
+            session,
+            select(*_ROW_COLUMNS).where(OtlpSpan.monitor_id == monitor_id, OtlpSpan.conversation_id.in_(chunk)),
+        )
+    return found
+
+
+def rows_by_response(session: Session, monitor_id: str, response_ids: Iterable[str]) -> list[SpanRow]:
+    ids = sorted(set(response_ids))
+    found: list[SpanRow] = []
+    for start in range(0, len(ids), CHUNK):
+        chunk = ids[start : start + CHUNK]
+        found += _rows(
+            session, select(*_ROW_COLUMNS).where(OtlpSpan.monitor_id == monitor_id, OtlpSpan.response_id.in_(chunk))
+        )
+    return found
+
+
+def due_rows(session: Session, monitor_id: str, now: datetime, limit: int) -> list[SpanRow]:
+    """The monitor's spans waiting past their ``release_after``, the longest waiting first."""
+    return _rows(
+        session,
+        select(*_ROW_COLUMNS)
+        .where(OtlpSpan.monitor_id == monitor_id, OtlpSpan.status == WAITING, OtlpSpan.release_after <= now)
+        .order_by(OtlpSpan.release_after)
+        .limit(limit),
+    )
 
 
 def insert_spans(session: Session, rows: Sequence[dict[str, Any]]) -> set[str]:
@@ -43,31 +109,6 @@ def insert_spans(session: Session, rows: Sequence[dict[str, Any]]) -> set[str]:
     return inserted
 
 
-def conversation_spans(session: Session, monitor_id: str, conversation_ids: Iterable[str]) -> list[OtlpSpan]:
-    """Every stored span of these conversations of the monitor, oldest first."""
-    ids = sorted({c for c in conversation_ids if c})
-    found: list[OtlpSpan] = []
-    for start in range(0, len(ids), CHUNK):
-        found += session.scalars(
-            select(OtlpSpan).where(
-                OtlpSpan.monitor_id == monitor_id, OtlpSpan.conversation_id.in_(ids[start : start + CHUNK])
-            )
-        )
-    return sorted(found, key=lambda s: (s.started_at, s.id))
-
-
-def spans_by_response(session: Session, monitor_id: str, response_ids: Iterable[str]) -> list[OtlpSpan]:
-    ids = sorted(set(response_ids))
-    found: list[OtlpSpan] = []
-    for start in range(0, len(ids), CHUNK):
-        found += session.scalars(
-            select(OtlpSpan).where(
-                OtlpSpan.monitor_id == monitor_id, OtlpSpan.response_id.in_(ids[start : start + CHUNK])
-            )
-        )
-    return found
-
-
 def due_waiting(session: Session, now: datetime, limit: int, monitor_id: str | None = None) -> list[tuple[str, str]]:
     """(monitor id, conversation id) of spans waiting past their ``release_after``."""
     query = select(OtlpSpan.monitor_id, OtlpSpan.conversation_id).where(
@@ -76,18 +117,6 @@ def due_waiting(session: Session, now: datetime, limit: int, monitor_id: str | N
     if monitor_id is not None:
         query = query.where(OtlpSpan.monitor_id == monitor_id)
     return sorted({(str(m), str(c)) for m, c in session.execute(query.order_by(OtlpSpan.release_after).limit(limit))})
-
-
-def due_spans(session: Session, monitor_id: str, now: datetime, limit: int) -> list[OtlpSpan]:
-    """The monitor's spans waiting past their ``release_after``, the longest waiting first."""
-    return list(
-        session.scalars(
-            select(OtlpSpan)
-            .where(OtlpSpan.monitor_id == monitor_id, OtlpSpan.status == WAITING, OtlpSpan.release_after <= now)
-            .order_by(OtlpSpan.release_after)
-            .limit(limit)
-        )
-    )
 
 
 def release(session: Session, span_ids: Sequence[int]) -> set[int]:
