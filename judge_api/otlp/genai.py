@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from judge_api.otlp.decode import SpanRecord
@@ -98,6 +98,17 @@ class LlmCall:
     @property
     def instructions(self) -> str:
         return "\n".join(m.text for m in self.messages if m.role == "system" and m.text)
+
+    def as_history(self) -> LlmCall:
+        """The call as later spans' history needs it once its response is released: its new user message(s) and
+        output only (the history it carried is its earlier spans', or already judged with it)."""
+        trailing: list[Message] = []
+        for message in reversed(self.messages):
+            if message.role == "assistant" and message.text:
+                break
+            if message.role == "user":
+                trailing.append(message)
+        return replace(self, messages=trailing[::-1], persona=None, memory=None)
 
     def to_json(self) -> dict[str, Any]:
         """As stored (``otlp_spans.call``); built by hand: ``dataclasses.asdict`` deep-copies every value."""
@@ -205,6 +216,8 @@ def _convention(span: SpanRecord) -> str | None:
     operation = attrs.get("gen_ai.operation.name")
     if operation is not None and str(operation) in NOT_CHAT:
         return None
+    if "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs:  # the common case, without a scan
+        return "gen_ai"
     if "llm.request.type" in attrs or any(k.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for k in attrs):
         if attrs.get("llm.request.type") not in (None, "chat", "completion"):
             return None

@@ -269,7 +269,7 @@ def settle(session: Session, monitor: Monitor, calls: Sequence[LlmCall], now: da
                 "received_at": now,
                 "release_after": release_after,
                 "status": spans_store.RELEASED if call.response_id in fresh_ready else spans_store.WAITING,
-                "call": call.to_json(),
+                "call": (call.as_history() if call.response_id in fresh_ready else call).to_json(),
             }
             for call in fresh
         ],

@@ -100,3 +100,15 @@ def test_a_span_without_conversation_id_is_its_own_messages() -> None:
     assert rebuilt.complete and rebuilt.session is None
     assert [(t.speaker, t.text) for t in rebuilt.dialogue] == [(t.speaker, t.text) for t in expected(3)]
     assert {t.session for t in rebuilt.dialogue} == {None}
+
+
+def test_a_released_call_kept_as_history_rebuilds_the_same_dialogues() -> None:
+    """Released spans are stored trimmed to their new message(s) and output (``as_history``): later responses of
+    the conversation are rebuilt the same from them."""
+    for shape in ("whole", "session", "last"):
+        calls = [call(i, shape) for i in range(len(SCRIPT))]
+        trimmed = [c.as_history() for c in calls]
+        assert all(len(t.messages) == 1 and t.messages[0].role == "user" for t in trimmed)
+        for index, target in enumerate(calls):
+            history = [*trimmed[:index], target]
+            assert rebuild(target, history, GAP).dialogue == expected(index), (shape, index)
