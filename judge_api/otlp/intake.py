@@ -235,8 +235,9 @@ def settle(session: Session, monitor: Monitor, calls: Sequence[LlmCall], now: da
     known = {r.response_id for r in rows.values()}
     fresh = [c for response_id, c in unique.items() if response_id not in known]
     groups: dict[str, list[tuple[spans_store.SpanRow | None, LlmCall]]] = defaultdict(list)
-    for row in rows.values():
-        groups[row.conversation_id or f"\x00{row.response_id}"].append((row, LlmCall.from_json(row.call)))
+    for stored_row in rows.values():
+        key = stored_row.conversation_id or f"\x00{stored_row.response_id}"
+        groups[key].append((stored_row, LlmCall.from_json(stored_row.call)))
     for call in fresh:
         groups[call.conversation_id or f"\x00{call.response_id}"].append((None, call))
     ready: list[tuple[spans_store.SpanRow, LlmCall, Rebuilt]] = []

@@ -89,7 +89,7 @@ def test_api_error_is_a_clear_message(fake_api: FakeApi) -> None:
 @pytest.mark.parametrize("fake_api", ["data"], indirect=True)
 def test_a_sampled_response_opens_with_the_conversation_it_was_judged_against(fake_api: FakeApi) -> None:
     at = open_monitors()
-    chosen = at.selectbox(key="mon_response_pick").value
+    chosen = str(at.selectbox(key="mon_response_pick").value)
     conversation = next(d.value for d in at.dataframe if list(d.value.columns) == ["session", "speaker", "text"])
     assert conversation["session"].tolist()[:3] == [1, 1, 2]
     assert conversation["speaker"].tolist()[:3] == ["user", "bot", "user"]
