@@ -11,7 +11,8 @@ whether conversations exported out of order are rebuilt right.
    spans, shuffled and exported in batches of 512, at sample rate 1 (every response becomes an item); then each
    item's dialogue (turns and session numbers) is compared with the original conversation. Two application shapes:
    ``whole`` (each call sends the whole history, as the OpenAI instrumentations record it) and ``session`` (each call
-   sends the current session's history only, earlier sessions kept as memory by the app). Target: 100 %.
+   sends the current session's history only, earlier sessions kept as memory by the app), the latter also on a
+   second service with ``DJ_OTLP_HOLD=always`` (every response waits ``DJ_OTLP_WAIT``, 5 s there). Target: 100 %.
 
 One API process (``dialogue-judge api``, uvicorn) on the chosen database, with Redis (no worker: the sampled
 judgments wait there, judging costs the API nothing here).
@@ -237,7 +238,12 @@ def rebuilt_share(api: str, conversations: int, shape: str, seed: int) -> dict[s
         for start in range(0, len(spans), BATCH):
             post_otlp(client, f"{api}/v1/otlp/v1/traces", export(spans[start : start + BATCH], monitor))
         elapsed = time.perf_counter() - started
-        info = client.get(f"{api}/v1/monitors/{monitor}").json()
+        deadline = time.monotonic() + 180
+        while True:  # DJ_OTLP_HOLD=always: every response waits DJ_OTLP_WAIT, then the sweeper releases it
+            info = client.get(f"{api}/v1/monitors/{monitor}").json()
+            if not info["status"]["otlp"]["waiting"] or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
         run_id, otlp = info["run_id"], info["status"]["otlp"]
         items: dict[str, dict[str, Any]] = {}
         offset = 0
@@ -289,6 +295,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database", default="sqlite", help="'sqlite' (a temp file) or a database URL")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/8")
+    parser.add_argument("--redis-hold", default="redis://127.0.0.1:6379/9", help="the second service's (DJ_OTLP_HOLD)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=40, help="sequential batches per round")
     parser.add_argument("--clients", type=int, default=2)
@@ -340,15 +347,28 @@ def main() -> None:
             print(f"  {name:<42} {min(values):10.2f} / {statistics.median(values):10.2f}")
         print(f"\nrebuilt right, out of order: {args.conversations} conversations x 5 sessions x 2 exchanges, shuffled")
         for shape in ("whole", "session"):
-            result = rebuilt_share(api, args.conversations, shape, seed=1)
-            print(
-                f"  {shape:<8} history: {result['responses']:7.2%} of {int(result['spans'])} responses, "
-                f"{result['conversations']:7.2%} of conversations equal the original "
-                f"({int(result['judged'])} judged, {int(result['waiting'])} still waiting, "
-                f"{result['spans/s']:.0f} spans/s)"
-            )
+            report(shape, "DJ_OTLP_HOLD=missing", rebuilt_share(api, args.conversations, shape, seed=1))
     finally:
         service.stop()
+    # the same session-only history with every response held DJ_OTLP_WAIT (5 s here), released by the sweeper
+    hold_env = {**defaults, "DJ_OTLP_HOLD": "always", "DJ_OTLP_WAIT": "5", "DJ_SWEEP_INTERVAL": "2"}
+    hold_db = f"sqlite:///{home / 'hold.db'}" if args.database == "sqlite" else database
+    if args.database == "sqlite":
+        upgrade(hold_db)
+    held = LiveService(args.redis_hold, hold_db, home / "svc-hold", env_overrides=hold_env)
+    held.start_api()
+    try:
+        report("session", "DJ_OTLP_HOLD=always", rebuilt_share(held.api_url, args.conversations, "session", seed=2))
+    finally:
+        held.stop()
+
+
+def report(shape: str, hold: str, result: dict[str, float]) -> None:
+    print(
+        f"  {shape:<8} history, {hold:<20}: {result['responses']:7.2%} of {int(result['spans'])} responses, "
+        f"{result['conversations']:7.2%} of conversations equal the original "
+        f"({int(result['judged'])} judged, {int(result['waiting'])} still waiting, {result['spans/s']:.0f} spans/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     otlp_max_bytes: int = Field(default=16_777_216, ge=1024, alias="DJ_OTLP_MAX_BYTES")
     otlp_session_gap_s: float = Field(default=1800.0, gt=0, alias="DJ_OTLP_SESSION_GAP")
     otlp_wait_s: float = Field(default=60.0, ge=0, le=86_400, alias="DJ_OTLP_WAIT")
+    # "missing": a response waits only while earlier turns its span refers to are missing; "always": every response
+    # of a conversation waits DJ_OTLP_WAIT (for apps whose calls carry no history: a late earlier session still counts)
+    otlp_hold: str = Field(default="missing", pattern="^(missing|always)$", alias="DJ_OTLP_HOLD")
     otlp_history_days: int = Field(default=30, ge=1, alias="DJ_OTLP_HISTORY_DAYS")
     otlp_instructions_as: str = Field(default="memory", pattern="^(memory|persona)$", alias="DJ_OTLP_INSTRUCTIONS_AS")
     otlp_persona_attribute: str = Field(default="", alias="DJ_OTLP_PERSONA_ATTRIBUTE")

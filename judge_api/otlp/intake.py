@@ -243,18 +243,20 @@ def settle(session: Session, monitor: Monitor, calls: Sequence[LlmCall], now: da
     ready: list[tuple[spans_store.SpanRow, LlmCall, Rebuilt]] = []
     fresh_ready: dict[str, Rebuilt] = {}
     waiting = 0
+    hold = settings.otlp_hold == "always"  # every response of a conversation waits DJ_OTLP_WAIT
     for members in groups.values():
         history = [call for _, call in members]
         for row, call in members:
             if row is not None and row.status != spans_store.WAITING:
                 continue
             rebuilt = rebuild(call, history, settings.otlp_session_gap_s)
+            ready_now = rebuilt.complete and not (hold and call.conversation_id)
             if row is None:
-                if rebuilt.complete:
+                if ready_now:
                     fresh_ready[call.response_id] = rebuilt
                 else:
                     waiting += 1
-            elif rebuilt.complete or row.release_after <= now:
+            elif ready_now or row.release_after <= now:
                 ready.append((row, call, rebuilt))
             else:
                 waiting += 1

@@ -18,7 +18,8 @@ from sqlalchemy import create_engine, text
 from judge_api.config import Settings
 from judge_api.db import session_factory
 from judge_api.models import utcnow
-from judge_api.otlp.intake import release_due
+from judge_api.otlp.decode import decode
+from judge_api.otlp.intake import receive, release_due
 from tests.api.conftest import Api
 from tests.api.test_monitors import monitor_body
 from tests.otlp.spans import SpanSpec, current, encoded, export, http_span, without_content
@@ -309,3 +310,29 @@ def test_too_many_spans_is_413_naming_the_limit(otlp_api: Api) -> None:
 def test_the_openapi_schema_lists_the_route(otlp_api: Api) -> None:
     schema = otlp_api.client.get("/openapi.json").json()
     assert "application/x-protobuf" in json.dumps(schema["paths"][PATH]["post"]["requestBody"])
+
+
+def test_hold_always_waits_so_a_late_earlier_session_still_counts(otlp_api: Api) -> None:
+    """DJ_OTLP_HOLD=always: an app whose calls carry no history (its earlier sessions kept as memory) cannot say what
+    is missing; every response of a conversation waits DJ_OTLP_WAIT, so earlier sessions arriving late still make
+    its dialogue."""
+    monitor = create_monitor(otlp_api)
+    settings = settings_of(otlp_api).model_copy(update={"otlp_hold": "always"})
+    last_only = [exchange_span(20 + i, "conv-hold", [], *SCRIPT[i], day=i) for i in range(len(SCRIPT))]
+    for spec in (last_only[2], last_only[0], last_only[1]):  # the last session first
+        body, _ = encoded(export([spec], {"dialogue_judge.monitor": monitor}), "protobuf")
+        with session_factory()() as session:
+            receive(session, "alpha", decode(body, "protobuf"), settings)
+            session.commit()
+    assert responses_of(otlp_api, monitor) == 0  # all wait, complete or not
+    assert release_due(session_factory(), settings, now=utcnow() + timedelta(seconds=61)) == 3
+    items = items_of(otlp_api, monitor)
+    last = items[last_only[2].response_id]
+    assert [(t["text"], t["session"]) for t in last["dialogue"]] == [
+        ("Hi, my dog is Rex.", 1),
+        ("Hello Rex's owner!", 1),
+        ("I'm back.", 2),
+        ("Welcome back!", 2),
+        ("What's my dog's name?", 3),
+    ]
+    assert last["meta"]["otlp"]["complete"] is True
