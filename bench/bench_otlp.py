@@ -12,7 +12,7 @@ whether conversations exported out of order are rebuilt right.
    item's dialogue (turns and session numbers) is compared with the original conversation. Two application shapes:
    ``whole`` (each call sends the whole history, as the OpenAI instrumentations record it) and ``session`` (each call
    sends the current session's history only, earlier sessions kept as memory by the app), the latter also on a
-   second service with ``DJ_OTLP_HOLD=always`` (every response waits ``DJ_OTLP_WAIT``, 5 s there). Target: 100 %.
+   second service with ``DJ_OTLP_HOLD=always`` (every response waits ``DJ_OTLP_WAIT``, 30 s there). Target: 100 %.
 
 One API process (``dialogue-judge api``, uvicorn) on the chosen database, with Redis (no worker: the sampled
 judgments wait there, judging costs the API nothing here).
@@ -350,8 +350,8 @@ def main() -> None:
             report(shape, "DJ_OTLP_HOLD=missing", rebuilt_share(api, args.conversations, shape, seed=1))
     finally:
         service.stop()
-    # the same session-only history with every response held DJ_OTLP_WAIT (5 s here), released by the sweeper
-    hold_env = {**defaults, "DJ_OTLP_HOLD": "always", "DJ_OTLP_WAIT": "5", "DJ_SWEEP_INTERVAL": "2"}
+    # the same session-only history with every response held DJ_OTLP_WAIT (30 s here: longer than the export takes)
+    hold_env = {**defaults, "DJ_OTLP_HOLD": "always", "DJ_OTLP_WAIT": "30", "DJ_SWEEP_INTERVAL": "2"}
     hold_db = f"sqlite:///{home / 'hold.db'}" if args.database == "sqlite" else database
     if args.database == "sqlite":
         upgrade(hold_db)

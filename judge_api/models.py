@@ -544,6 +544,7 @@ class OtlpSpan(Base):
         UniqueConstraint("monitor_id", "response_id", name="uq_otlp_spans_response"),
         Index("ix_otlp_spans_conversation", "monitor_id", "conversation_id", "started_at"),
         Index("ix_otlp_spans_waiting", "status", "release_after"),
+        Index("ix_otlp_spans_received", "received_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

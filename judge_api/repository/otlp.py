@@ -136,10 +136,12 @@ def release(session: Session, span_ids: Sequence[int]) -> set[int]:
 
 
 def purge_history(session: Session, before: datetime, limit: int = 10_000) -> int:
-    """Delete released spans started before ``before`` (kept that long as their conversations' history)."""
+    """Delete released spans received before ``before`` (kept that long as their conversations' history). By when
+    they were received, not their own time: a span whose clock is off, or a replayed export, is history for as
+    long as any other."""
     old = list(
         session.scalars(
-            select(OtlpSpan.id).where(OtlpSpan.status == RELEASED, OtlpSpan.started_at < before).limit(limit)
+            select(OtlpSpan.id).where(OtlpSpan.status == RELEASED, OtlpSpan.received_at < before).limit(limit)
         )
     )
     if old:

@@ -336,3 +336,22 @@ def test_hold_always_waits_so_a_late_earlier_session_still_counts(otlp_api: Api)
         ("What's my dog's name?", 3),
     ]
     assert last["meta"]["otlp"]["complete"] is True
+
+
+def test_history_is_purged_by_when_it_was_received_not_by_the_spans_own_clock(otlp_api: Api) -> None:
+    """Spans stamped long ago (a skewed clock, a replayed export) stay history DJ_OTLP_HISTORY_DAYS after they
+    arrived: a sweep in between must not purge the earlier turns a waiting response needs."""
+    monitor = create_monitor(otlp_api)
+    first, second, third = whole_history("conv-old")  # stamped in 2025, more than DJ_OTLP_HISTORY_DAYS ago
+    assert post(otlp_api, [first, third], monitor=monitor).status_code == 200
+    assert release_due(session_factory(), settings_of(otlp_api)) == 0  # a sweep: nothing due, history kept
+    assert post(otlp_api, [second], monitor=monitor).status_code == 200
+    items = items_of(otlp_api, monitor)
+    assert len(items) == 3 and items[third.response_id]["meta"]["otlp"]["complete"] is True
+    later = utcnow() + timedelta(days=settings_of(otlp_api).otlp_history_days + 1)
+    release_due(session_factory(), settings_of(otlp_api), now=later)
+    engine = create_engine(otlp_api.database_url)
+    with engine.connect() as connection:
+        left = connection.execute(text("SELECT COUNT(*) FROM otlp_spans WHERE monitor_id = :m"), {"m": monitor})
+        assert left.scalar_one() == 0  # purged once the history window after their receipt is over
+    engine.dispose()

@@ -31,6 +31,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_otlp_spans_conversation", "otlp_spans", ["monitor_id", "conversation_id", "started_at"])
     op.create_index("ix_otlp_spans_waiting", "otlp_spans", ["status", "release_after"])
+    op.create_index("ix_otlp_spans_received", "otlp_spans", ["received_at"])
     with op.batch_alter_table("projects") as batch:
         batch.add_column(sa.Column("default_monitor_id", sa.String(32), nullable=True))
     with op.batch_alter_table("monitors") as batch:
@@ -42,6 +43,7 @@ def downgrade() -> None:
         batch.drop_column("otlp_stats")
     with op.batch_alter_table("projects") as batch:
         batch.drop_column("default_monitor_id")
+    op.drop_index("ix_otlp_spans_received", "otlp_spans")
     op.drop_index("ix_otlp_spans_waiting", "otlp_spans")
     op.drop_index("ix_otlp_spans_conversation", "otlp_spans")
     op.drop_table("otlp_spans")
