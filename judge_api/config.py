@@ -71,6 +71,23 @@ class Settings(BaseSettings):
     # monitors: a response id is remembered (a replay is a duplicate) for at least this many days after it was
     # received, whatever the monitor's retention_days (judge_api/repository/monitors.apply_retention)
     monitor_replay_days: int = Field(default=7, ge=1, alias="DJ_MONITOR_REPLAY_DAYS")
+    # OTLP traces in (POST /v1/otlp/v1/traces, docs/monitoring.md#opentelemetry-traces): the largest export read
+    # (compressed and decompressed), the gap in time that starts a new session of a conversation, how long a response
+    # whose earlier turns have not arrived waits for them, how long LLM spans are kept as conversation history, and the
+    # attributes the persona, memory, system, version and conversation id are read from besides the conventions'
+    otlp_max_bytes: int = Field(default=16_777_216, ge=1024, alias="DJ_OTLP_MAX_BYTES")
+    otlp_session_gap_s: float = Field(default=1800.0, gt=0, alias="DJ_OTLP_SESSION_GAP")
+    otlp_wait_s: float = Field(default=60.0, ge=0, le=86_400, alias="DJ_OTLP_WAIT")
+    # "missing": a response waits only while earlier turns its span refers to are missing; "always": every response
+    # of a conversation waits DJ_OTLP_WAIT (for apps whose calls carry no history: a late earlier session still counts)
+    otlp_hold: str = Field(default="missing", pattern="^(missing|always)$", alias="DJ_OTLP_HOLD")
+    otlp_history_days: int = Field(default=30, ge=1, alias="DJ_OTLP_HISTORY_DAYS")
+    otlp_instructions_as: str = Field(default="memory", pattern="^(memory|persona)$", alias="DJ_OTLP_INSTRUCTIONS_AS")
+    otlp_persona_attribute: str = Field(default="", alias="DJ_OTLP_PERSONA_ATTRIBUTE")
+    otlp_memory_attribute: str = Field(default="", alias="DJ_OTLP_MEMORY_ATTRIBUTE")
+    otlp_system_attribute: str = Field(default="service.name", alias="DJ_OTLP_SYSTEM_ATTRIBUTE")
+    otlp_version_attribute: str = Field(default="service.version", alias="DJ_OTLP_VERSION_ATTRIBUTE")
+    otlp_conversation_attribute: str = Field(default="", alias="DJ_OTLP_CONVERSATION_ATTRIBUTE")
 
     # reliability: a claim's lease is renewed every third of it while its worker lives (workers/leases.py), so a
     # short lease is safe and a dead worker's judgments are re-sent within lease + sweep interval

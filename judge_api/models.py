@@ -59,6 +59,8 @@ class Project(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    default_monitor_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    """The monitor OTLP spans naming none (no ``dialogue_judge.monitor`` attribute) go to (issue 38)."""
 
 
 class ApiKey(Base):
@@ -341,6 +343,8 @@ class Monitor(Base):
     callback_secret: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    otlp_stats: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """OTLP spans of this UTC day: received, turned into responses, waiting, skipped and why (issue 38)."""
 
 
 class MonitorResponse(Base):
@@ -528,3 +532,28 @@ class MonitorAlert(Base):
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
     resolution: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class OtlpSpan(Base):
+    """An LLM span received over OTLP (issue 38): kept as its conversation's history (later spans' dialogues are
+    rebuilt from it) and, while earlier turns it refers to are missing, ``waiting`` until ``release_after``; then
+    ``released``: its response was handed to the monitor's ingestion (stored once per response id there too)."""
+
+    __tablename__ = "otlp_spans"
+    __table_args__ = (
+        UniqueConstraint("monitor_id", "response_id", name="uq_otlp_spans_response"),
+        Index("ix_otlp_spans_conversation", "monitor_id", "conversation_id", "started_at"),
+        Index("ix_otlp_spans_waiting", "status", "release_after"),
+        Index("ix_otlp_spans_received", "received_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"))
+    response_id: Mapped[str] = mapped_column(String(200))
+    conversation_id: Mapped[str] = mapped_column(String(200), default="")
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    received_at: Mapped[datetime] = mapped_column(DateTime)
+    release_after: Mapped[datetime] = mapped_column(DateTime)
+    status: Mapped[str] = mapped_column(String(16))
+    call: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """The span as read (judge_api.otlp.genai.LlmCall.to_json): messages, output, instructions, slice keys."""
