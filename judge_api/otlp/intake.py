@@ -26,6 +26,7 @@ from typing import Any
 
 from fastapi import HTTPException
 from pydantic import ValidationError
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from judge_api.admission import monitor_response_refusal
@@ -343,6 +344,9 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
     count it, commit, publish. The responses ingested; None when nothing was claimed or released, or when the
     monitor's config no longer plans (the spans are left as they were: claimed ones ``received`` again)."""
     try:
+        if not spans_store.lock_monitor(session, monitor_id):  # another processor has it: in order, one at a time
+            session.rollback()
+            return None
         monitor = session.get(Monitor, monitor_id)
         if monitor is None:
             session.rollback()
@@ -358,6 +362,10 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
     except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left as they were
         session.rollback()
         log.warning("OTLP responses of monitor %s not processed: %s", monitor_id, exc)
+        return None
+    except OperationalError as exc:  # a deadlock with another monitor's ingestion (its first rubric snapshot...)
+        session.rollback()
+        log.warning("OTLP responses of monitor %s not processed now, retried: %s", monitor_id, exc.orig)
         return None
     except Exception:
         session.rollback()

@@ -7,6 +7,7 @@ counts of the day."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -132,6 +133,15 @@ def any_received(session: Session) -> bool:
     return session.scalar(select(OtlpSpan.id).where(OtlpSpan.status == RECEIVED).limit(1)) is not None
 
 
+def lock_monitor(session: Session, monitor_id: str) -> bool:
+    """Take the monitor's processing lock for this transaction, without waiting (PostgreSQL: an advisory lock; SQLite:
+    its one writer serializes anyway). False: another processor holds it, its spans are being processed in order."""
+    if session.get_bind().dialect.name != "postgresql":
+        return True
+    key = int.from_bytes(hashlib.sha256(f"otlp:{monitor_id}".encode()).digest()[:8], "big", signed=True)
+    return bool(session.scalar(select(func.pg_try_advisory_xact_lock(key))))
+
+
 def claim_received(session: Session, monitor_id: str, limit: int) -> list[int]:
     """Claim the monitor's oldest received spans for this transaction (``received`` -> ``waiting``); the ids
     claimed, in the order received. Exactly once: on PostgreSQL the rows are locked FOR UPDATE SKIP LOCKED (a
@@ -146,17 +156,21 @@ def claim_received(session: Session, monitor_id: str, limit: int) -> list[int]:
     )
     if session.get_bind().dialect.name == "postgresql":
         query = query.with_for_update(skip_locked=True)
-    candidates = [int(i) for i in session.scalars(query)]
-    if not candidates:
-        return []
-    result = session.execute(
-        update(OtlpSpan)
-        .where(OtlpSpan.id.in_(candidates), OtlpSpan.status == RECEIVED)
-        .values(status=WAITING)
-        .returning(OtlpSpan.id)
-        .execution_options(synchronize_session=False)
-    )
-    return sorted(int(i) for i in result.scalars())
+    for _ in range(2):  # SQLite: a claim lost to another processor's commit holds the writer now; the second cannot
+        candidates = [int(i) for i in session.scalars(query)]
+        if not candidates:
+            return []
+        result = session.execute(
+            update(OtlpSpan)
+            .where(OtlpSpan.id.in_(candidates), OtlpSpan.status == RECEIVED)
+            .values(status=WAITING)
+            .returning(OtlpSpan.id)
+            .execution_options(synchronize_session=False)
+        )
+        claimed = sorted(int(i) for i in result.scalars())
+        if claimed:
+            return claimed
+    return []
 
 
 def due_waiting(session: Session, now: datetime, limit: int, monitor_id: str | None = None) -> list[tuple[str, str]]:
