@@ -57,7 +57,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from dialogue_judge.testing import LiveService  # noqa: E402
 from judge_api.migrate import upgrade  # noqa: E402
 
-JUDGE = "openai-compatible:bench-judge@http://127.0.0.1:9/v1"  # never called: no worker runs
+JUDGE = "openai-compatible:bench-judge@http://127.0.0.1:9/v1"  # a closed port: never called without a worker
 BATCH = 512
 BASE_NS = 1_764_000_000_000_000_000
 SYSTEM = "You are Max, a friendly barista bot."
@@ -317,14 +317,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--sample-rate", type=float, default=0.05)
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="process the spans in a worker process (DJ_OTLP_PROCESS=workers), not in the API process",
+    )
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="bench-otlp-"))
     database = f"sqlite:///{home / 'bench.db'}" if args.database == "sqlite" else args.database
     upgrade(database)
     defaults = {"DJ_SWEEP_INTERVAL": "10", "DJ_REQUEUE_AFTER": "60", "DJ_CLAIM_LEASE": "30", "DJ_MAX_ITEMS": "20000"}
-    service = LiveService(args.redis, database, home / "svc", env_overrides=defaults)
+    env = {**defaults, "DJ_OTLP_PROCESS": "workers"} if args.worker else defaults
+    service = LiveService(args.redis, database, home / "svc", env_overrides=env)
     service.start_api()
+    if args.worker:
+        service.start_worker(concurrency=1)
     try:
         api = service.api_url
         monitor = create_monitor(api, "bench", args.sample_rate)
@@ -332,7 +340,8 @@ def main() -> None:
         sequential(api, monitor, batches, 3)  # warm up
         body, _ = batches.take()
         print(
-            f"database: {database.split('://')[0]}, sample rate {args.sample_rate}, one API process; a batch: "
+            f"database: {database.split('://')[0]}, sample rate {args.sample_rate}, one API process, spans processed "
+            f"in {'a worker process' if args.worker else 'the API process'}; a batch: "
             f"{BATCH} spans, {len(body) / 1e6:.2f} MB protobuf ({len(gzip.compress(body)) / 1e6:.2f} MB gzip)"
         )
         figures: dict[str, list[float]] = {}

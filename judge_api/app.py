@@ -36,7 +36,7 @@ def _start_sweeper(settings: Settings) -> Sweeper | None:
     """The API's own sweeper re-sends judgments whose publishing failed, also when no worker is up yet."""
     if settings.resolved_redis_url() is None:
         return None
-    sweeper = Sweeper(settings, redis_client(settings))
+    sweeper = Sweeper(settings, redis_client(settings), otlp=settings.otlp_process == "all")
     sweeper.start()
     return sweeper
 

@@ -248,7 +248,7 @@ def release_otlp_responses(settings: Settings) -> int:
 
 
 class Sweeper(threading.Thread):
-    def __init__(self, settings: Settings, client: redis.Redis) -> None:
+    def __init__(self, settings: Settings, client: redis.Redis, *, otlp: bool = True) -> None:
         super().__init__(name="dj-sweeper", daemon=True)
         self.settings = settings
         self.client = client
@@ -257,12 +257,13 @@ class Sweeper(threading.Thread):
         self._retention_at = -monitor_retention.RETENTION_EVERY_S
         # webhooks go out in their own thread: a slow receiver must not hold up this loop's dead-worker checks
         self.webhook_sender = webhooks.Sender(settings, self.stop_event)
-        self.otlp_processor = OtlpProcessor(settings, self.stop_event)
+        self.otlp_processor = OtlpProcessor(settings, self.stop_event) if otlp else None
 
     def start(self) -> None:
         super().start()
         self.webhook_sender.start()
-        self.otlp_processor.start()
+        if self.otlp_processor is not None:
+            self.otlp_processor.start()
 
     def _redis_restarted(self) -> bool:
         run_id = str(self.client.info("server").get("run_id"))
