@@ -68,6 +68,7 @@ def otlp_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
             "DJ_RUNS_PER_MINUTE": "100000",
             "DJ_JUDGE_URL_ALLOWLIST": "http://127.0.0.1:9/v1",
             "DJ_OTLP_MAX_BYTES": "2000000",
+            "DJ_OTLP_PROCESS": "workers",  # no processor thread: the tests take the processing step (process)
         }.items():
             env.setenv(name, value)
         env.delenv("REDIS_URL", raising=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -52,7 +53,7 @@ def scalar(api: Api, query: str, **params: Any) -> int:
 def stored_api(api_factory: ApiFactory, database_url: str) -> tuple[Api, list[str], int]:
     """An app on the database, two monitors sampling everything, and their spans exported shuffled and stored (not
     processed: no Redis, no sweeper)."""
-    api = api_factory(auth=False, database_url=database_url)
+    api = api_factory(auth=False, database_url=database_url, DJ_OTLP_PROCESS="workers")  # the tests process
     monitors = []
     for name in ("first", "second"):
         body = monitor_body(
@@ -157,3 +158,20 @@ def test_a_processor_killed_between_claim_and_ingest_leaves_the_spans_to_the_nex
     dying.close()
     assert intake.process_received(session_factory(), settings) == spans - handed
     assert_judged_once(api, spans)
+
+
+def test_without_redis_the_apps_own_processor_handles_an_export_within_seconds(
+    api_factory: ApiFactory, sqlite_url: str
+) -> None:
+    """No Redis, no sweeper: the API still starts its OTLP processor (DJ_OTLP_PROCESS=all), woken by the export."""
+    api = api_factory(auth=False, database_url=sqlite_url)
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    payload, headers = encoded(export(conversation(1), {"dialogue_judge.monitor": monitor}), "protobuf")
+    answered = time.monotonic()
+    assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+    while scalar(api, "SELECT COUNT(*) FROM monitor_responses") < TURNS:
+        assert time.monotonic() - answered < 5.0, "not processed within 5 s"
+        time.sleep(0.05)
+    status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]
+    assert status["responses"] == TURNS and status["received"] == 0

@@ -42,6 +42,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
             "DATABASE_URL": url,
             "DJ_AUTH": "true",
             "DJ_JUDGE_URL_ALLOWLIST": "http://127.0.0.1:9/v1",
+            "DJ_OTLP_PROCESS": "workers",  # no processor thread: the test takes the processing step (process)
         }.items():
             env.setenv(name, value)
         env.delenv("REDIS_URL", raising=False)
