@@ -124,7 +124,7 @@ def _estimate(
         inclusion = np.full(big_n, n / big_n)
     labeled = np.r_[np.ones(n, dtype=bool), np.zeros(big_n - n, dtype=bool)]
     values = np.r_[y, np.zeros(big_n - n)]
-    return ppi_mean_active(values, np.r_[yhat, unl], labeled, inclusion, ci=ci), None
+    return ppi_mean_active(values, np.r_[yhat, unl], labeled, inclusion, ci=ci, bounds=bounds), None
 
 
 def _mapped_judge(items: pd.DataFrame, scales: dict[str, tuple[float, float] | str]) -> pd.DataFrame:
