@@ -124,7 +124,7 @@ def ppi_mean(
     human_se = float(np.std(yv, ddof=ddof)) / math.sqrt(n)
     human_mean = float(np.mean(yv))
     human = MeanInterval(human_mean, human_mean - z * human_se, human_mean + z * human_se, human_se)
-    if bounds is not None and human_se == 0.0:
+    if bounds is not None and _flat(yv, bounds):
         human = _worst_case(human_mean, 0.0, bounds, n, ci)
     tuned = power_tuned_lambda(yv, yhat_v, unl) if lam is None else float(lam)
     if big_n == 0:
@@ -140,7 +140,7 @@ def ppi_mean(
     z = _quantile(ci, n, small_sample, fitted)
     se = math.sqrt(imputed_var + float(np.var(rectifier, ddof=r_ddof)) / n)
     calibrated = MeanInterval(estimate, estimate - z * se, estimate + z * se, se)
-    if bounds is not None and float(np.ptp(rectifier)) == 0.0:
+    if bounds is not None and _flat(rectifier, bounds):
         lo, hi = bounds
         rect_bounds = (lo - tuned * hi, hi - tuned * lo)
         worst = _worst_case(float(np.mean(rectifier)), 0.0, rect_bounds, n, ci)
@@ -149,6 +149,17 @@ def ppi_mean(
             estimate, imputed_mean + worst.ci_low - spread, imputed_mean + worst.ci_high + spread, se
         )
     return PPIEstimate(calibrated=calibrated, human_only=human, lam=tuned, n_labeled=n, n_unlabeled=big_n)
+
+
+FLAT = 1e-9
+"""Values whose range is below this share of their scale's width are equal: labels such as ``1.4 - 1.0`` and
+``1.2 - 0.8`` differ in the last bit, and an exact ``== 0`` test let that rounding pass for spread (a standard
+deviation of 1e-16, an interval of zero width)."""
+
+
+def _flat(values: np.ndarray, bounds: tuple[float, float]) -> bool:
+    """Whether ``values`` are all the same, up to float rounding (:data:`FLAT` of the scale ``bounds``)."""
+    return values.size > 0 and float(np.ptp(values)) <= FLAT * abs(bounds[1] - bounds[0])
 
 
 def _unseen_share(ci: float, n: int) -> float:
@@ -169,7 +180,7 @@ def _flat_widening(
     over the items not labeled, when the rectifier is the same on every labeled item (zero spread says nothing about
     them): the scale's worst case :func:`_unseen_share` of the way to the rectifier's ends (``lams``: every lambda
     the rectifier was computed with). ``(0, 0)`` when the rectifier varies, or without ``bounds``."""
-    if bounds is None or residual.size == 0 or float(np.ptp(residual)) > 0.0:
+    if bounds is None or residual.size == 0 or not _flat(residual, bounds):
         return 0.0, 0.0
     lo, hi = bounds
     r_lo = min(lo - lam * hi for lam in lams)
@@ -372,6 +383,29 @@ def _sides_widening(
     return down_a + up_b, up_a + down_b
 
 
+def _pair_widening(
+    rect_a: np.ndarray,
+    rect_b: np.ndarray,
+    lams: list[tuple[float, float]],
+    bounds: tuple[float, float] | None,
+    ci: float,
+) -> tuple[float, float]:
+    """``(down, up)`` of a difference labeled on the same items on both sides whose per-item rectifier difference
+    ``rect_a - rect_b`` is the same on every labeled item (each side varies, their difference does not): the worst
+    case of :func:`_flat_widening` on the difference's range, over every lambda pair used."""
+    if bounds is None or rect_a.size == 0 or rect_a.size != rect_b.size:
+        return 0.0, 0.0
+    diff = rect_a - rect_b
+    lo, hi = bounds
+    if not _flat(diff, (lo - hi, hi - lo)):
+        return 0.0, 0.0
+    r_lo = min((lo - la * hi) - (hi - lb * lo) for la, lb in lams)
+    r_hi = max((hi - la * lo) - (lo - lb * hi) for la, lb in lams)
+    value = float(diff[0])
+    share = _unseen_share(ci, diff.size)
+    return max(value - r_lo, 0.0) * share, max(r_hi - value, 0.0) * share
+
+
 def ppi_mean_difference(
     y_a: object,
     yhat_a: object,
@@ -560,17 +594,16 @@ def ppi_mean_difference_active(
     lams_b = tuple(float(v) for v in np.unique(lam_of[1][lb]))
     rect_a = ya_raw[la] - lam_of[0][la] * ha[la]
     rect_b = yb_raw[lb] - lam_of[1][lb] * hb[lb]
+    widen = _sides_widening(rect_a, rect_b, lams_a, lams_b, bounds, ci)
+    widen_h = _sides_widening(ya_raw[la], yb_raw[lb], (0.0,), (0.0,), bounds, ci)
+    if np.array_equal(la, lb):  # the same items: the per-item differences may be flat where neither side is
+        if widen == (0.0, 0.0):
+            widen = _pair_widening(rect_a, rect_b, pairs, bounds, ci)
+        if widen_h == (0.0, 0.0):
+            widen_h = _pair_widening(ya_raw[la], yb_raw[lb], [(0.0, 0.0)], bounds, ci)
     return DifferenceEstimate(
-        calibrated=_widened(
-            interval(u + lam_of[0] * p + lam_of[1] * q),
-            *_sides_widening(rect_a, rect_b, lams_a, lams_b, bounds, ci),
-            within=_difference_range(bounds),
-        ),
-        human_only=_widened(
-            interval(u),
-            *_sides_widening(ya_raw[la], yb_raw[lb], (0.0,), (0.0,), bounds, ci),
-            within=_difference_range(bounds),
-        ),
+        calibrated=_widened(interval(u + lam_of[0] * p + lam_of[1] * q), *widen, within=_difference_range(bounds)),
+        human_only=_widened(interval(u), *widen_h, within=_difference_range(bounds)),
         lam_a=lam[0],
         lam_b=lam[1],
         n_labeled_a=n_a,

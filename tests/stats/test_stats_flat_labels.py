@@ -18,6 +18,7 @@ from dialogue_judge.gate.inputs import BASELINE, CANDIDATE
 from dialogue_judge.gate.outcome import AspectReport
 from judge_api.stats.calibrated import Design, _estimate
 from judge_api.stats.label_sampling import draw
+from judge_api.stats.ppi import ppi_mean
 
 N_ITEMS, N_LABELS, REPS = 200, 10, 300
 
@@ -61,13 +62,23 @@ def _report(threshold: float) -> AspectReport:
 
 
 @pytest.mark.parametrize("design", ["paired", "two-sample", "active"])
-def test_the_gate_does_not_pass_a_regression_its_labels_missed(design: str) -> None:
+@pytest.mark.parametrize("decimals", [False, True], ids=["whole", "decimal"])
+def test_the_gate_does_not_pass_a_regression_its_labels_missed(design: str, decimals: bool) -> None:
     """The candidate drops from 2 to 0 (humans' 0-2 scale) on a tenth of the items: a mean drop of 0.2, twice the
-    tolerance (5 points on the judge's 1-100). The judge scores both runs alike. 10 labels per run."""
+    tolerance (5 points on the judge's 1-100). The judge scores both runs alike. 10 labels per run.
+
+    ``decimal``: the baseline's labels are tenths (0.4-1.6) and the candidate's 0.4 lower, rounded to tenths, on
+    nine items in ten: every labelled difference is 0.4 but for the last bit (1.4 - 1.0 against 1.2 - 0.8), which
+    an exact zero-spread test took for spread."""
     rng = np.random.default_rng(0)
     items = [f"it{i}" for i in range(N_ITEMS)]
-    base = dict.fromkeys(items, 2.0)
-    cand = {item: 0.0 if i % 10 == 0 else 2.0 for i, item in enumerate(items)}
+    if decimals:
+        tenths = np.round(rng.uniform(0.4, 1.6, N_ITEMS), 1)
+        base = {item: float(tenths[i]) for i, item in enumerate(items)}
+        cand = {item: 0.0 if i % 10 == 0 else float(np.round(tenths[i] - 0.4, 1)) for i, item in enumerate(items)}
+    else:
+        base = dict.fromkeys(items, 2.0)
+        cand = {item: 0.0 if i % 10 == 0 else 2.0 for i, item in enumerate(items)}
     truth = float(np.mean(list(base.values())) - np.mean(list(cand.values())))
     scores = {(i, side): 80.0 for i in items for side in (BASELINE, CANDIDATE)}
     missed = passed = 0
@@ -91,3 +102,14 @@ def test_the_gate_does_not_pass_a_regression_its_labels_missed(design: str) -> N
         passed += entry["verdict"] == "no_regression"
     assert missed / REPS <= 0.07
     assert passed / REPS <= 0.05
+
+
+def test_labels_equal_but_for_rounding_are_flat() -> None:
+    """Ten labels 0.4 apart from their pair, computed from tenths (``ppi_mean`` of the differences, a judge that
+    says the same of both): their spread is rounding, not information, so the interval is the worst case's."""
+    tenths = np.round(np.linspace(0.5, 1.6, 10), 1)
+    differences = tenths - np.round(tenths - 0.4, 1)
+    assert 0.0 < float(np.ptp(differences)) < 1e-12
+    est = ppi_mean(differences, np.zeros(10), np.zeros(190), bounds=(-2.0, 2.0))
+    for interval in (est.calibrated, est.human_only):
+        assert interval.ci_high - interval.ci_low > 0.3
