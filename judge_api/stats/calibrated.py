@@ -105,6 +105,10 @@ def _estimate(
         if y.size < MIN_LABELS:
             return None, _needs_labels(int(y.size))
         return ppi_mean(y, yhat, unl, ci=ci, bounds=bounds), None
+    if design.strategy == "active":  # a label the queue did not draw has no probability: its item counts unlabeled
+        undrawn = np.array([i in design.inclusion and i not in design.drawn for i in labeled_ids], dtype=bool)
+        unl, unlabeled_ids = np.r_[unl, yhat[undrawn]], np.r_[unlabeled_ids, labeled_ids[undrawn]]
+        y, yhat, labeled_ids = y[~undrawn], yhat[~undrawn], labeled_ids[~undrawn]
     in_lab = np.array([i in design.inclusion for i in labeled_ids], dtype=bool)
     in_unl = np.array([i in design.inclusion for i in unlabeled_ids], dtype=bool)
     y, yhat, lab_ids = y[in_lab], yhat[in_lab], labeled_ids[in_lab]
@@ -420,13 +424,21 @@ def calibrated_section(
     drawn = design.drawn if design is not None else frozenset()
     from_queue = sum(1 for item, _ in units if item in drawn)
     outside = len(units) - from_queue
-    weighted = design if design is not None and outside == 0 else None
+    # an active queue's labels are no uniform sample: with labels outside it, its drawn labels stay weighted and
+    # the others are left out of the score and difference rows (a uniform queue's join them as a uniform sample)
+    weighted = design if design is not None and (outside == 0 or design.strategy == "active") else None
     scores = _score_rows(joined, scales, ci, weighted)
     differences = _difference_rows(joined, ci, weighted)
     win_rates = _win_rate_rows(combined, r, ci)
     if not scores and not win_rates:
         return None
-    if weighted is not None:
+    if weighted is not None and outside:
+        notes.append(
+            f"{outside} of {len(units)} labeled (item, system) pairs came from no label queue: the run's active "
+            "queue weights its labels by their inclusion probabilities, which labels it did not draw do not have, "
+            "so the score and difference rows leave those out (the judges table and win rates use every label)."
+        )
+    elif weighted is not None:
         notes.append(
             f"Every label came from the run's {weighted.strategy} label queue: each is weighted by its item's "
             "inclusion probability, so the intervals are valid by design (items judged after the draw are left out)."
