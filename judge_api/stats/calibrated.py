@@ -20,7 +20,7 @@ the section's notes say so, with how many labels came from a label queue.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ import pandas as pd
 
 from judge_api.stats import frames as F
 from judge_api.stats.agreement import quadratic_weighted_kappa, to_bins
+from judge_api.stats.panel import PANEL_JUDGE
 from judge_api.stats.ppi import PPIEstimate, affine_to_scale, ppi_mean, ppi_mean_active
 
 MIN_LABELS = 10
@@ -351,8 +352,11 @@ def _ranking(scores: list[dict[str, Any]], differences: list[dict[str, Any]]) ->
     return out
 
 
-def _judge_rows(joined: pd.DataFrame, judgments: pd.DataFrame, ci: float) -> list[dict[str, Any]]:
-    """Per judge x aspect, pooled over systems (the (item, system) pairs as units, labels taken as uniform)."""
+def _judge_rows(
+    joined: pd.DataFrame, judgments: pd.DataFrame, ci: float, panel_members: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Per judge x aspect, pooled over systems (the (item, system) pairs as units, labels taken as uniform). The
+    panel's verdicts cost what its members' judgments of the aspect cost (its own rows carry no cost)."""
     rows: list[dict[str, Any]] = []
     usable = joined[joined["judge_h"].notna()]
     for (judge, aspect), g in usable.groupby([F.JUDGE, F.ASPECT], sort=True):
@@ -362,7 +366,14 @@ def _judge_rows(joined: pd.DataFrame, judgments: pd.DataFrame, ci: float) -> lis
         est, _ = _estimate(y, jh[labeled], jh[~labeled], ci)
         mine = judgments[(judgments[F.JUDGE] == judge) & (judgments[F.ASPECT] == aspect)]
         finished = mine[mine[F.STATUS].isin(F.FINISHED_STATUSES)]
-        cost = float(finished[F.COST_USD].fillna(0.0).sum())
+        paid = finished
+        if judge == PANEL_JUDGE and panel_members:
+            paid = judgments[
+                judgments[F.JUDGE].isin(list(panel_members))
+                & (judgments[F.ASPECT] == aspect)
+                & judgments[F.STATUS].isin(F.FINISHED_STATUSES)
+            ]
+        cost = float(paid[F.COST_USD].fillna(0.0).sum())
         usd_per_1k = 1000.0 * cost / len(finished) if len(finished) else None
         kappa = None
         if labeled.sum() >= 2 and pd.notna(g["human_scale_lo"].iloc[0]):
@@ -400,11 +411,13 @@ def calibrated_section(
     combined: pd.DataFrame,
     ci: float = 0.95,
     design: Design | None = None,
+    panel_members: Sequence[str] = (),
 ) -> dict[str, Any] | None:
     """The ``calibrated`` section (module docstring); None when the run has no human ratings.
 
     ``judgments``: the validated frame (with the panel's rows); ``items``: its ``scores.item_scores``; ``combined``:
-    its ``preferences.combine_orders``; ``design``: the run's label queue, if it has one. With a queue and every
+    its ``preferences.combine_orders``; ``design``: the run's label queue, if it has one; ``panel_members``: the
+    judges whose costs the panel's row adds up. With a queue and every
     score label on a drawn item, the score and difference rows weight the labels by the queue's inclusion
     probabilities; with labels outside the queue, every label is taken as a uniform sample, and a note says so.
     """
@@ -462,7 +475,7 @@ def calibrated_section(
             "differences": differences,
             "win_rates": win_rates,
             "ranking": _ranking(scores, differences),
-            "judges": _judge_rows(joined, judgments, ci),
+            "judges": _judge_rows(joined, judgments, ci, panel_members),
             "notes": notes,
         }
     )

@@ -300,3 +300,52 @@ def test_an_active_queue_with_a_stray_label_stays_weighted_and_covers() -> None:
         errors.append(row["estimate"] - float(truth.mean()))
     assert abs(float(np.mean(errors))) < 0.1
     assert covered / reps >= 0.8
+
+
+def test_the_panel_costs_what_its_members_cost() -> None:
+    """Issue 37 review: the panel's rows carry no cost, so the judges table called the panel free (0 USD per 1,000)
+    and ranked it first by effective labels per dollar, above members that cost 1 and 10 USD per 1,000."""
+    from judge_api.stats.report import calibrated_report
+
+    rng = np.random.default_rng(0)
+    n_items = 200
+    truth = np.clip(rng.normal(1.0, 0.4, n_items), 0.0, 2.0)
+    rows = []
+    for judge, noise, cost in (("a:cheap", 10.0, 0.001), ("b:dear", 5.0, 0.01)):
+        scores = np.clip(np.round(1 + 49.5 * truth + rng.normal(0, noise, n_items)), 1, 100)
+        rows += [
+            {
+                "item_id": f"i{i}",
+                "mode": "single",
+                "system_a": "v1",
+                "aspect": "consistency",
+                "judge": judge,
+                "status": "done",
+                "score": float(scores[i]),
+                "scale_min": 1.0,
+                "scale_max": 100.0,
+                "cost_usd": cost,
+            }
+            for i in range(n_items)
+        ]
+    ratings = pd.DataFrame(
+        {
+            "item_id": [f"i{i}" for i in range(40)],
+            "system": "v1",
+            "aspect": "consistency",
+            "rater": "h1",
+            "kind": "score",
+            "value": truth[:40],
+            "scale_min": 0.0,
+            "scale_max": 2.0,
+        }
+    )
+    section = calibrated_report(pd.DataFrame(rows), ratings, panel={"judges": ["a:cheap", "b:dear"]})
+    assert section is not None
+    by_judge = {r["judge"]: r for r in section["judges"]}
+    assert by_judge["panel"]["usd_per_1k"] == pytest.approx(11.0)
+    assert by_judge["panel"]["effective_labels_per_usd"] == pytest.approx(by_judge["panel"]["effective_labels"] / 2.2)
+    per_usd = [r["effective_labels_per_usd"] for r in section["judges"]]
+    assert per_usd == sorted(per_usd, reverse=True)
+    report = build_report(pd.DataFrame(rows), ratings, n_boot=20, panel={"judges": ["a:cheap", "b:dear"]})
+    assert report["calibrated"]["judges"] == section["judges"]
