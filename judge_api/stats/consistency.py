@@ -33,6 +33,9 @@ def sample_confidence(judgments: pd.DataFrame, *, validated: bool = False) -> pd
     done = df[_repeated_done(df)].copy()
     if done.empty:
         return pd.DataFrame(columns=columns)
+    for col in KEY:  # plain strings (a categorical key, issue 39, has no "" to fill with)
+        if isinstance(done[col].dtype, pd.CategoricalDtype):
+            done[col] = done[col].astype("str")
     done[F.SYSTEM_B] = done[F.SYSTEM_B].fillna("")
     done[F.ORDER] = done[F.ORDER].fillna("")
     single = done[(done[F.MODE] == F.SINGLE) & done[F.SCORE].notna()]

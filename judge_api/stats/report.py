@@ -271,7 +271,7 @@ def build_report(
     the items, with its warning) is the ``reference_metrics`` section as given. ``label_design`` (the run's label
     queue) lets the ``calibrated`` section weight the labels by their inclusion probabilities.
     """
-    stored = F.validate_judgments(judgments)
+    stored = F.encode_strings(F.validate_judgments(judgments))
     settings = panel_config(panel)
     imported = F.imported_judges(stored)
     members, df, panel_judgments, items, combined = _with_panel(stored, settings, imported)
@@ -378,21 +378,14 @@ def _with_panel(
     )
     if rows.empty:
         return members, stored, rows, stored_items, stored_combined
-    rows = rows.assign(**{F.JUDGMENT_ID: -np.arange(1, len(rows) + 1)})
-    df = F.validate_judgments(pd.concat([stored, rows], ignore_index=True))
+    rows = F.encode_strings(rows.assign(**{F.JUDGMENT_ID: -np.arange(1, len(rows) + 1)}))
+    df = F.stack_encoded(stored, rows)
+    df.attrs = dict(stored.attrs)
     if (stored[F.JUDGE] == PANEL_JUDGE).any():  # a stored judge named like the panel: its groups would merge
         return members, df, rows, item_scores(df, validated=True), combine_orders(df, validated=True)
-    items = _stacked(stored_items, item_scores(rows, validated=True))
-    combined = _stacked(stored_combined, combine_orders(rows, validated=True))
+    items = F.stack_encoded(stored_items, item_scores(rows, validated=True))
+    combined = F.stack_encoded(stored_combined, combine_orders(rows, validated=True))
     return members, df, rows, items, combined
-
-
-def _stacked(first: pd.DataFrame, then: pd.DataFrame) -> pd.DataFrame:
-    if then.empty:
-        return first
-    if first.empty:
-        return then
-    return pd.concat([first, then], ignore_index=True)
 
 
 def calibrated_report(
@@ -407,7 +400,7 @@ def calibrated_report(
     """The report's ``calibrated`` section alone (``stats.calibrated``), as ``build_report`` would give it."""
     if ratings is None:
         return None
-    stored = F.validate_judgments(judgments)
+    stored = F.encode_strings(F.validate_judgments(judgments))
     _, df, _, items, combined = _with_panel(stored, panel_config(panel), F.imported_judges(stored))
     r = F.validate_ratings(ratings)
     human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]

@@ -276,7 +276,9 @@ def _scale_width(items: pd.DataFrame) -> float | None:
 
 def _wide(items: pd.DataFrame) -> pd.DataFrame:
     """Item scores as (aspect, judge, item_id) x system."""
-    return items.set_index([F.ASPECT, F.JUDGE, F.ITEM_ID, SYSTEM])[F.SCORE].unstack(SYSTEM)
+    wide = items.set_index([F.ASPECT, F.JUDGE, F.ITEM_ID, SYSTEM])[F.SCORE].unstack(SYSTEM)
+    # rows sorted by the keys' values: unstack sorts string levels, not categorical ones (issue 39)
+    return wide.sort_index() if any(isinstance(lv, pd.CategoricalIndex) for lv in wide.index.levels) else wide
 
 
 def paired_comparison(
