@@ -367,7 +367,9 @@ def stack_encoded(first: pd.DataFrame, then: pd.DataFrame) -> pd.DataFrame:
             continue
         a = a if a_cat else a.astype("category")
         b = b if b_cat else b.astype("category")
-        union = sorted(set(a.cat.categories) | set(b.cat.categories))
+        union = a.cat.categories.union(b.cat.categories, sort=None)
+        if not union.is_monotonic_increasing:
+            union = union.sort_values()
         first[col] = a.cat.set_categories(union)
         then[col] = b.cat.set_categories(union)
     return pd.concat([first, then], ignore_index=True)

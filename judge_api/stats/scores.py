@@ -343,7 +343,12 @@ def _paper_items(items: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[str, str
     kept are in their order in ``items``, so every mean over them sums in the same order as before."""
     if items.empty:
         return items, {}
-    block, blocks = pd.factorize(pd.MultiIndex.from_arrays([items[F.JUDGE], items[F.ASPECT]]), sort=False)
+    judge, judges = pd.factorize(items[F.JUDGE])
+    aspect, aspects = pd.factorize(items[F.ASPECT])
+    # blocks numbered in the order they first appear, as groupby(sort=False) numbers them
+    block = pd.factorize(judge.astype(np.int64) * len(aspects) + aspect)[0]
+    starts = np.unique(block, return_index=True)[1]
+    blocks = [(judges[judge[i]], aspects[aspect[i]]) for i in starts]
     n_blocks = len(blocks)
     system, system_names = pd.factorize(items[SYSTEM])
     item = pd.factorize(items[F.ITEM_ID])[0]
