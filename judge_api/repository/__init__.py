@@ -32,6 +32,14 @@ from judge_api.repository.idempotency_keys import (
 from judge_api.repository.label_queue import LabelQueue, label_queue, store_label_queue
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
 from judge_api.repository.ratings import item_systems, upsert_ratings
+from judge_api.repository.report_cache import (
+    CachedReport,
+    cached_report,
+    drop_reports,
+    params_key,
+    run_state,
+    store_report,
+)
 from judge_api.repository.rubric_snapshots import (
     rubric_content,
     rubric_snapshot,
@@ -63,10 +71,13 @@ __all__ = [
     "JUDGMENT_FILTERS",
     "JUDGMENT_FRAME_COLUMNS",
     "RATING_FRAME_COLUMNS",
+    "CachedReport",
     "LabelQueue",
     "VerdictImportError",
+    "cached_report",
     "cancel_pending",
     "create_run",
+    "drop_reports",
     "ensure_project",
     "fact_labels_frame",
     "find_idempotency_key",
@@ -84,6 +95,7 @@ __all__ = [
     "list_runs",
     "memory_audit_frame",
     "new_run_id",
+    "params_key",
     "poll_run",
     "prune_idempotency_keys",
     "ratings_frame",
@@ -94,7 +106,9 @@ __all__ = [
     "rubric_versions",
     "run_counts",
     "run_item_keys",
+    "run_state",
     "store_label_queue",
+    "store_report",
     "store_rubric_snapshots",
     "summarize_runs",
     "upsert_ratings",

@@ -11,12 +11,14 @@ import json
 from typing import Any, Literal
 
 import pandas as pd
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from sqlalchemy.orm import Session
 
 from judge_api import repository
 from judge_api.auth import Principal
+from judge_api.config import get_settings
 from judge_api.deps import get_session, require, run_or_404
+from judge_api.models import utcnow
 from judge_api.planning import panel_settings
 from judge_api.reference_metrics import LEXICAL_METRICS, REFERENCE_JUDGE
 from judge_api.reference_tokens import tokenisation_section
@@ -53,26 +55,54 @@ def report(
     panel_quorum: int | None = PANEL_QUORUM,
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
-) -> dict[str, Any]:
+) -> Response:
+    """The run's report. Computed once per state of the run and query (``repository.report_cache``: any write to
+    the run's judgments, ratings or label queue makes the next call compute it again); ``computed_at`` says when,
+    ``cached`` whether this answer was kept from an earlier call."""
     run = run_or_404(session, run_id, principal)
-    judgments = repository.judgments_frame(session, run_id)
-    ratings = repository.ratings_frame(session, run_id)
-    result = build_report(
-        judgments,
-        ratings if len(ratings) else None,
-        n_boot=n_boot,
-        seed=seed,
-        ci=ci,
-        human_prefix=human_prefix,
-        panel=panel_settings(run.config, panel_judge, panel_aggregate, panel_quorum),
-        fact_labels=repository.fact_labels_frame(session, run_id),
-        memory_audit=repository.memory_audit_frame(session, run_id),
-        reference_metrics=_reference_tokens(session, run_id, run.config, judgments),
-        label_design=label_design(session, run_id),
-    )
+    panel = panel_settings(run.config, panel_judge, panel_aggregate, panel_quorum)
+    params = {"n_boot": n_boot, "seed": seed, "ci": ci, "human_prefix": human_prefix, "panel": panel}
+    settings = get_settings()
+    key = repository.params_key(run.project_id, params)
+    hit: repository.CachedReport | None = None
+    state: str | None = None
+    if settings.report_cache:
+        running = run.finished_at is None  # still judging (a monitor's run always is)
+        hit, state = repository.cached_report(session, run_id, key, fresh_s=settings.report_fresh_s if running else 0.0)
+    if hit is not None:
+        body, computed_at, cached = hit.body, hit.computed_at, True
+    else:
+        if state is None and settings.report_cache:
+            state = repository.run_state(session, run_id)
+        computed_at = utcnow()
+        body = json.dumps(_build(session, run_id, run.config, params), allow_nan=False)
+        cached = False
+        if state is not None:
+            repository.store_report(session, run_id, run.project_id, key, state, body, computed_at)
     summary = repository.summarize_runs(session, [run])[0]
     session.commit()  # keep the finished_at the summary stamped, as GET /v1/runs/{id} does: a report is stable
-    return {"run": json.loads(summary.model_dump_json()), **result}
+    head = json.dumps({"run": json.loads(summary.model_dump_json())})[:-1]
+    tail = json.dumps({"computed_at": computed_at.isoformat() + "Z", "cached": cached})[1:]
+    inner = body[1:-1]
+    return Response(f"{head}, {inner}, {tail}" if inner else f"{head}, {tail}", media_type="application/json")
+
+
+def _build(session: Session, run_id: str, config: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
+    judgments = repository.judgments_frame(session, run_id)
+    ratings = repository.ratings_frame(session, run_id)
+    return build_report(
+        judgments,
+        ratings if len(ratings) else None,
+        n_boot=params["n_boot"],
+        seed=params["seed"],
+        ci=params["ci"],
+        human_prefix=params["human_prefix"],
+        panel=params["panel"],
+        fact_labels=repository.fact_labels_frame(session, run_id),
+        memory_audit=repository.memory_audit_frame(session, run_id),
+        reference_metrics=_reference_tokens(session, run_id, config, judgments),
+        label_design=label_design(session, run_id),
+    )
 
 
 def label_design(session: Session, run_id: str) -> Design | None:
