@@ -214,8 +214,10 @@ def time_api(database_url: str, run_id: str, rounds: int, warm: int, n_boot: int
 
     first: list[float] = []
     warm_times: list[float] = []
+    peaks: list[float | None] = []
     size = n_rows = 0
     for index in range(rounds):
+        _clear_report_cache(database_url)  # a first call computes the report (the cache outlives the API process)
         service = LiveService("", database_url, home / f"api-{index}", env_overrides={"DJ_RUNS_PER_MINUTE": "0"})
         service.start_api()
         try:
@@ -224,9 +226,50 @@ def time_api(database_url: str, run_id: str, rounds: int, warm: int, n_boot: int
             first.append(elapsed)
             for _ in range(warm):
                 warm_times.append(_get(url)[0])
+            if service.api is not None:
+                peaks.append(_peak_rss_mb(service.api.pid))
         finally:
             service.stop()
-    return {"first_s": first, "warm_s": warm_times, "report_bytes": size, "report_rows": n_rows}
+    return {
+        "first_s": first,
+        "warm_s": warm_times,
+        "report_bytes": size,
+        "report_rows": n_rows,
+        "api_peak_rss_mb": max(peaks) if peaks else None,
+    }
+
+
+def _clear_report_cache(database_url: str) -> None:
+    """Empty the report cache (issue 39) when the database has one (code from before it has not)."""
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(database_url)
+    try:
+        if inspect(engine).has_table("report_cache"):
+            with engine.begin() as connection:
+                connection.execute(text("DELETE FROM report_cache"))
+    finally:
+        engine.dispose()
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    """The peak resident set (VmHWM) of the process and of its children (uvicorn may run the app in one)."""
+    best: float | None = None
+    pids = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        pids += [int(c) for c in children]
+    except OSError:
+        pass
+    for each in pids:
+        try:
+            for line in Path(f"/proc/{each}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    value = int(line.split()[1]) / 1024
+                    best = value if best is None else max(best, value)
+        except OSError:
+            continue
+    return best
 
 
 def _timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -264,6 +307,10 @@ def time_stages(database_url: str, run_id: str, n_boot: int, repeat: int) -> dic
     stages["jsonable_encoder"], encoded = _timed(lambda: jsonable_encoder(result), repeat)
     stages["json.dumps"], _ = _timed(lambda: json.dumps(encoded, allow_nan=False), repeat)
     return stages
+
+
+def _fmt_mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} MB"
 
 
 def _median(values: list[float]) -> float:
@@ -306,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"  first GET /report after API start: min {min(first):.2f} s  median {_median(first):.2f} s  "
                 f"[{' '.join(f'{t:.2f}' for t in first)}]\n"
                 f"  warm GET /report                 : min {min(warm, default=float('nan')):.2f} s  "
-                f"median {_median(warm):.2f} s  [{' '.join(f'{t:.2f}' for t in warm)}]",
+                f"median {_median(warm):.2f} s  [{' '.join(f'{t * 1000:.0f}ms' for t in warm)}]\n"
+                f"  API peak RSS (VmHWM)             : {_fmt_mb(res['api_peak_rss_mb'])}",
                 flush=True,
             )
             if stages:
