@@ -9,6 +9,7 @@ Split by who uses it:
   Their names are re-exported here, so routes call ``repository.create_run`` and the like.
 - ``claims``: the workers' claim/write path. Workers import it directly (``from judge_api.repository import claims``).
 - ``cache``: the judge cache, used by the workers' batch path and the verdict writer.
+- ``report_cache``: the reports ``GET /v1/runs/{id}/report`` keeps per state of the run (re-exported here).
 - ``sql``: dialect helpers the modules share.
 
 Writes that belong together happen in one transaction (a run, its items and its judgments are stored together or

@@ -71,20 +71,29 @@ def report(
         hit, state = repository.cached_report(session, run_id, key, fresh_s=settings.report_fresh_s if running else 0.0)
     if hit is not None:
         body, computed_at, cached = hit.body, hit.computed_at, True
+        kept = json.loads(hit.body)
+        if run.finished_at is None or kept["run"].get("finished_at") is None:
+            # still judging: the kept report with the run's summary of now (a finished run's summary is part of the
+            # state the entry was computed on, and is served as it was)
+            kept["run"] = _summary(session, run)
+            body = json.dumps(kept, allow_nan=False)
     else:
         if state is None and settings.report_cache:
-            state = repository.run_state(session, run_id)
+            state = repository.run_state(session, run_id)  # before the frames: a write meanwhile is seen next time
         computed_at = utcnow()
-        body = json.dumps(_build(session, run_id, run.config, params), allow_nan=False)
+        result = _build(session, run_id, run.config, params)
+        body = json.dumps({"run": _summary(session, run), **result}, allow_nan=False)
         cached = False
         if state is not None:
             repository.store_report(session, run_id, run.project_id, key, state, body, computed_at)
-    summary = repository.summarize_runs(session, [run])[0]
     session.commit()  # keep the finished_at the summary stamped, as GET /v1/runs/{id} does: a report is stable
-    head = json.dumps({"run": json.loads(summary.model_dump_json())})[:-1]
     tail = json.dumps({"computed_at": computed_at.isoformat() + "Z", "cached": cached})[1:]
-    inner = body[1:-1]
-    return Response(f"{head}, {inner}, {tail}" if inner else f"{head}, {tail}", media_type="application/json")
+    return Response(f"{body[:-1]}, {tail}", media_type="application/json")
+
+
+def _summary(session: Session, run: Any) -> Any:
+    """The run's summary as GET /v1/runs/{id} gives it (it stamps ``finished_at`` when the run has finished)."""
+    return json.loads(repository.summarize_runs(session, [run])[0].model_dump_json())
 
 
 def _build(session: Session, run_id: str, config: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
