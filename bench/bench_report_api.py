@@ -235,7 +235,7 @@ def time_api(database_url: str, run_id: str, rounds: int, warm: int, n_boot: int
         "warm_s": warm_times,
         "report_bytes": size,
         "report_rows": n_rows,
-        "api_peak_rss_mb": max(peaks) if peaks else None,
+        "api_peak_rss_mb": max((p for p in peaks if p is not None), default=None),
     }
 
 

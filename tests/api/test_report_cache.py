@@ -10,7 +10,7 @@ import json
 import random
 from typing import Any
 
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, delete, select, text
 
 from judge_api.db import get_engine, session_scope
 from judge_api.models import Judgment
@@ -168,7 +168,7 @@ def test_deleted_judgments_are_not_in_the_next_report(api_factory: ApiFactory) -
     _judge(rows)
     before = _report(api, run_id, n_boot=10)
     with session_scope() as session:
-        session.execute(Judgment.__table__.delete().where(Judgment.id.in_([r[0] for r in rows[:5]])))
+        session.execute(delete(Judgment).where(Judgment.id.in_([r[0] for r in rows[:5]])))
     after = _report(api, run_id, n_boot=10)
     assert after["cached"] is False
     assert after["counts"]["n_rows"] == before["counts"]["n_rows"] - 5

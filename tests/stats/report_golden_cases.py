@@ -128,7 +128,7 @@ def _imported_and_reference(seed: int) -> pd.DataFrame:
     """Three judges, one of them imported (a ``source``), plus the reference metrics' pseudo-judge."""
     frame = _sampled(40, seed, ("openai:gpt-4o", "anthropic:claude-3-5-sonnet", "ext-judge"), samples=1)
     ext = (frame["judge"] == "ext-judge").to_numpy()
-    frame["source"] = np.where(ext, "sha256-of-file", None)
+    frame["source"] = np.array(["sha256-of-file" if e else None for e in ext], dtype=object)
     ref = frame[(frame["judge"] == "openai:gpt-4o") & (frame["mode"] == "single") & (frame["aspect"] == "coherence")]
     ref = ref.assign(judge="reference", aspect="f1", score=np.round(np.random.default_rng(seed).random(len(ref)), 3))
     ref = ref.assign(scale_min=np.nan, scale_max=np.nan, status="done", cost_usd=0.0)
