@@ -33,6 +33,7 @@ from judge_api.repository.verdicts import IMPORTED_VERSION
 from judge_api.responders import parse_responder
 from judge_api.rubrics import RubricRegistry
 from judge_api.schemas import JudgeOptions, RunCreate
+from judge_api.schemas.monitors import MonitorResponseIn
 from judge_api.schemas.ratings import MAX_RATINGS
 from judge_api.stats.label_sampling import STRATEGIES
 from judge_api.strategies import StrategyError, StrategyRegistry, get_strategies
@@ -136,6 +137,27 @@ def check_run_limits(request: RunCreate, settings: Settings) -> None:
                             f"persona line of {len(line)} characters exceeds the limit of "
                             f"{settings.max_chars_per_turn} (DJ_MAX_CHARS_PER_TURN)",
                         )
+
+
+def monitor_response_refusal(response: MonitorResponseIn, settings: Settings) -> tuple[list[str | int], str] | None:
+    """Where and why a response posted to a monitor (``POST /v1/monitors/{id}/responses``, or rebuilt from OTLP
+    spans) is larger than the server accepts (DJ_MAX_TURNS, DJ_MAX_CHARS_PER_TURN), or None."""
+    if len(response.dialogue) > settings.max_turns_per_item:
+        return ["dialogue"], f"{len(response.dialogue)} turns exceed the limit of {settings.max_turns_per_item}"
+    for turn_index, turn in enumerate(response.dialogue):
+        if len(turn.text) > settings.max_chars_per_turn:
+            return (
+                ["dialogue", turn_index, "text"],
+                f"turn of {len(turn.text)} characters exceeds the limit of {settings.max_chars_per_turn} "
+                "(DJ_MAX_CHARS_PER_TURN)",
+            )
+    if len(response.response) > settings.max_chars_per_turn:
+        return (
+            ["response"],
+            f"response of {len(response.response)} characters exceeds the limit of {settings.max_chars_per_turn} "
+            "(DJ_MAX_CHARS_PER_TURN)",
+        )
+    return None
 
 
 def check_systems(request: RunCreate, settings: Settings) -> None:

@@ -71,6 +71,23 @@ class Settings(BaseSettings):
     # monitors: a response id is remembered (a replay is a duplicate) for at least this many days after it was
     # received, whatever the monitor's retention_days (judge_api/repository/monitors.apply_retention)
     monitor_replay_days: int = Field(default=7, ge=1, alias="DJ_MONITOR_REPLAY_DAYS")
+    # OTLP traces in (POST /v1/otlp/v1/traces, docs/monitoring.md#opentelemetry-traces): the largest export read
+    # (compressed and decompressed), the gap in time that starts a new session of a conversation, how long a response
+    # whose earlier turns have not arrived waits for them, how long LLM spans are kept as conversation history, and the
+    # attributes the persona, memory, system, version and conversation id are read from besides the conventions'
+    otlp_max_bytes: int = Field(default=16_777_216, ge=1024, alias="DJ_OTLP_MAX_BYTES")
+    otlp_session_gap_s: float = Field(default=1800.0, gt=0, alias="DJ_OTLP_SESSION_GAP")
+    otlp_wait_s: float = Field(default=60.0, ge=0, le=86_400, alias="DJ_OTLP_WAIT")
+    # "missing": a response waits only while earlier turns its span refers to are missing; "always": every response
+    # of a conversation waits DJ_OTLP_WAIT (for apps whose calls carry no history: a late earlier session still counts)
+    otlp_hold: str = Field(default="missing", pattern="^(missing|always)$", alias="DJ_OTLP_HOLD")
+    otlp_history_days: int = Field(default=30, ge=1, alias="DJ_OTLP_HISTORY_DAYS")
+    otlp_instructions_as: str = Field(default="memory", pattern="^(memory|persona)$", alias="DJ_OTLP_INSTRUCTIONS_AS")
+    otlp_persona_attribute: str = Field(default="", alias="DJ_OTLP_PERSONA_ATTRIBUTE")
+    otlp_memory_attribute: str = Field(default="", alias="DJ_OTLP_MEMORY_ATTRIBUTE")
+    otlp_system_attribute: str = Field(default="service.name", alias="DJ_OTLP_SYSTEM_ATTRIBUTE")
+    otlp_version_attribute: str = Field(default="service.version", alias="DJ_OTLP_VERSION_ATTRIBUTE")
+    otlp_conversation_attribute: str = Field(default="", alias="DJ_OTLP_CONVERSATION_ATTRIBUTE")
 
     # reliability: a claim's lease is renewed every third of it while its worker lives (workers/leases.py), so a
     # short lease is safe and a dead worker's judgments are re-sent within lease + sweep interval
@@ -86,6 +103,10 @@ class Settings(BaseSettings):
     max_turns_per_item: int = Field(default=2_000, alias="DJ_MAX_TURNS")
     max_judgments_per_run: int = Field(default=500_000, alias="DJ_MAX_JUDGMENTS")
     runs_per_minute: int = Field(default=60, alias="DJ_RUNS_PER_MINUTE")
+    # GET /v1/runs/{id}/report is kept per state of the run (repository.report_cache); a run still judging may be
+    # answered from a report this many seconds old without reading its state (0: never; the answer's computed_at)
+    report_cache: bool = Field(default=True, alias="DJ_REPORT_CACHE")
+    report_fresh_s: float = Field(default=3.0, ge=0, le=300, alias="DJ_REPORT_FRESH_SECONDS")
     # monitors: each is evaluated by every sweep and its rules are /metrics series (GET /v1/limits says them)
     max_monitors_per_project: int = Field(default=100, ge=1, alias="DJ_MAX_MONITORS")
     max_rules_per_monitor: int = Field(default=20, ge=0, le=50, alias="DJ_MAX_RULES_PER_MONITOR")

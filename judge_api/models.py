@@ -59,6 +59,8 @@ class Project(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    default_monitor_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    """The monitor OTLP spans naming none (no ``dialogue_judge.monitor`` attribute) go to (issue 38)."""
 
 
 class ApiKey(Base):
@@ -130,6 +132,8 @@ class Judgment(Base):
         Index("ix_judgments_run_created", "run_id", "created_at"),  # a monitor's spend today (its daily budget)
         # the estimate's calibration: a run's judgments of a rubric version and judge, newest first (repository.history)
         Index("ix_judgments_history", "run_id", "rubric_id", "rubric_version", "judge", "id"),
+        # the report cache's state of a run: its last write, one index seek (repository.report_cache, issue 39)
+        Index("ix_judgments_run_updated", "run_id", "updated_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -254,6 +258,23 @@ class HumanRating(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
+class ReportCacheEntry(Base):
+    """A run's report as ``GET /v1/runs/{id}/report`` computed it, for the state of the run it was computed on
+    (``state``: the run's judgment count and last write, its ratings and label queue) and the query it answered
+    (``params_key``). Served again while the run's state is the same (repository.report_cache, issue 39)."""
+
+    __tablename__ = "report_cache"
+    __table_args__ = (UniqueConstraint("run_id", "params_key", name="uq_report_cache_run_params"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    project_id: Mapped[str] = mapped_column(String(100))
+    params_key: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(Text)
+    computed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    body: Mapped[str] = mapped_column(Text)
+
+
 class LabelQueueItem(Base):
     """One item of a run's label queue: drawn with a known inclusion probability (``stats.label_sampling``), so the
     calibrated estimate can weight its label by it. Every eligible item of the draw has a row (``position`` None:
@@ -341,6 +362,8 @@ class Monitor(Base):
     callback_secret: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    otlp_stats: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """OTLP spans of this UTC day: received, turned into responses, waiting, skipped and why (issue 38)."""
 
 
 class MonitorResponse(Base):
@@ -528,3 +551,28 @@ class MonitorAlert(Base):
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
     resolution: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class OtlpSpan(Base):
+    """An LLM span received over OTLP (issue 38): kept as its conversation's history (later spans' dialogues are
+    rebuilt from it) and, while earlier turns it refers to are missing, ``waiting`` until ``release_after``; then
+    ``released``: its response was handed to the monitor's ingestion (stored once per response id there too)."""
+
+    __tablename__ = "otlp_spans"
+    __table_args__ = (
+        UniqueConstraint("monitor_id", "response_id", name="uq_otlp_spans_response"),
+        Index("ix_otlp_spans_conversation", "monitor_id", "conversation_id", "started_at"),
+        Index("ix_otlp_spans_waiting", "status", "release_after"),
+        Index("ix_otlp_spans_received", "received_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"))
+    response_id: Mapped[str] = mapped_column(String(200))
+    conversation_id: Mapped[str] = mapped_column(String(200), default="")
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    received_at: Mapped[datetime] = mapped_column(DateTime)
+    release_after: Mapped[datetime] = mapped_column(DateTime)
+    status: Mapped[str] = mapped_column(String(16))
+    call: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """The span as read (judge_api.otlp.genai.LlmCall.to_json): messages, output, instructions, slice keys."""

@@ -201,6 +201,18 @@ def step_adaptive_runs(settings: Settings) -> int:
         return 0
 
 
+def release_otlp_responses(settings: Settings) -> int:
+    """OTLP responses whose earlier turns did not arrive within DJ_OTLP_WAIT: judged with what arrived
+    (judge_api.otlp.intake). Returns how many were handed to their monitors."""
+    from judge_api.otlp.intake import release_due
+
+    try:
+        return release_due(session_factory(), settings)
+    except Exception as exc:  # the database is away: the next sweep tries again
+        log.warning("releasing waiting OTLP responses failed: %s", exc)
+        return 0
+
+
 class Sweeper(threading.Thread):
     def __init__(self, settings: Settings, client: redis.Redis) -> None:
         super().__init__(name="dj-sweeper", daemon=True)
@@ -268,6 +280,7 @@ class Sweeper(threading.Thread):
             except Exception as exc:  # the judgments' sweep is done; this one retries next round
                 log.warning("generation sweep failed: %s", exc)
             step_adaptive_runs(self.settings)
+            release_otlp_responses(self.settings)
             self._monitor_retention()
             poll_provider_batches(self.settings)
             try:

@@ -242,6 +242,44 @@ def bucket_section(monitor: dict[str, Any], rows: pd.DataFrame) -> None:
         state.select_run(str(data["run_id"]))
         st.session_state["ex_typed"] = chosen
         st.switch_page("views/explorer.py")
+    if chosen:
+        conversation_section(str(data["run_id"]), str(chosen))
+
+
+def conversation_frame(item: dict[str, Any]) -> pd.DataFrame:
+    """The dialogue a response was judged against, one row per turn (its session, speaker and text), the judged
+    response last."""
+    rows = [
+        {"session": t.get("session"), "speaker": t.get("speaker"), "text": t.get("text")}
+        for t in item.get("dialogue") or []
+    ]
+    last_session = rows[-1]["session"] if rows else None
+    for system, text in (item.get("candidates") or {}).items():
+        rows.append({"session": last_session, "speaker": f"{system} (judged)", "text": text})
+    return pd.DataFrame(rows, columns=["session", "speaker", "text"])
+
+
+def conversation_section(run_id: str, response_id: str) -> None:
+    """The chosen response with the conversation it was judged against: memory or persona, then the turns session
+    by session; a response rebuilt from OTLP traces says whether its history was complete."""
+    item = widgets.guard(api.get_item, state.conn(), run_id, response_id, what="the response")
+    if not item:
+        return
+    with st.expander(f"Conversation of `{response_id}`", expanded=True):
+        if item.get("memory"):
+            st.markdown(f"**Memory / instructions:** {item['memory']}")
+        persona = item.get("persona") or {}
+        if persona.get("bot") or persona.get("user"):
+            bot, user = "; ".join(persona.get("bot") or []), "; ".join(persona.get("user") or [])
+            st.markdown(f"**Persona:** bot: {bot} · user: {user}")
+        otlp = (item.get("meta") or {}).get("otlp") or {}
+        if otlp.get("incomplete"):
+            st.warning(str(otlp["incomplete"]), icon="⏳")
+        elif otlp:
+            st.caption(
+                f"rebuilt from OTLP traces: conversation {otlp.get('conversation_id')}, session {otlp.get('session')}"
+            )
+        widgets.table(conversation_frame(item), f"conversation_{response_id}", "mon_conversation_t")
 
 
 def render() -> None:

@@ -22,6 +22,7 @@ from judge_api.models import (
     MonitorHourly,
     MonitorResponse,
     MonitorRuleState,
+    OtlpSpan,
     Run,
     RunItem,
     utcnow,
@@ -105,6 +106,7 @@ def delete_monitor(session: Session, monitor: Monitor) -> dict[str, int]:
     removed["monitor_rule_states"] = _rowcount(
         session.execute(delete(MonitorRuleState).where(MonitorRuleState.monitor_id == monitor.id))
     )
+    removed["otlp_spans"] = _rowcount(session.execute(delete(OtlpSpan).where(OtlpSpan.monitor_id == monitor.id)))
     removed["monitor_hourly"] = _rowcount(
         session.execute(delete(MonitorHourly).where(MonitorHourly.monitor_id == monitor.id))
     )

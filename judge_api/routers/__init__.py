@@ -19,6 +19,7 @@ from judge_api.routers import (
     limits,
     metrics,
     monitors,
+    otlp,
     ratings,
     reports,
     rubrics,
@@ -40,6 +41,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     label_queue.router,
     verdicts.router,
     monitors.router,
+    otlp.router,
     alerts.router,
     deliveries.router,
 )

@@ -9,13 +9,10 @@ responses need ``submit``, reading needs ``read``.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
-import threading
-import time
 from collections.abc import Sequence
-from datetime import UTC, date, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import pandas as pd
@@ -24,23 +21,23 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from judge_api import queue
-from judge_api.admission import check_callback
+from judge_api.admission import check_callback, monitor_response_refusal
 from judge_api.alerts import window_seconds
 from judge_api.auth import Principal
 from judge_api.config import Settings
-from judge_api.db import get_engine, session_scope
 from judge_api.deps import MAX_OFFSET, app_settings, get_session, require
 from judge_api.errors import field_error
 from judge_api.guards import JsonTooDeep, loads_json
 from judge_api.models import Monitor, utcnow
-from judge_api.planning import PlanError, plan_run, run_config, run_rubrics
+from judge_api.monitor_ingest import budget_paused, ingest, naive_utc, publish, run_request, spent_today
+from judge_api.planning import PlanError, plan_run, run_config
 from judge_api.pricing import load_prices, unpriced_budget_refusal
 from judge_api.repository import monitors as store
+from judge_api.repository import otlp as spans_store
 from judge_api.routers.runs import ensure_project_row
 from judge_api.routers.verdicts import inlined_schema
 from judge_api.rubrics import get_registry
-from judge_api.schemas import Item, JudgeOptions, Page, PanelOptions, RunCreate
+from judge_api.schemas import Item, Page
 from judge_api.schemas.monitors import (
     AlertRule,
     MonitorCreate,
@@ -48,6 +45,7 @@ from judge_api.schemas.monitors import (
     MonitorResponseIn,
     MonitorStatus,
     MonitorUpdate,
+    OtlpStatus,
     ResponsesAccepted,
     Series,
     SeriesRow,
@@ -62,37 +60,6 @@ REGISTRY_MAX_AGE_S = 1.0  # ingestion looks at the rubric folders at most once a
 
 
 # -- sampling ----------------------------------------------------------------------------------------------------
-
-
-def sample_point(monitor_id: str, response_id: str) -> float:
-    """The response's uniform draw in [0, 1): the first 8 bytes of SHA-256(``<monitor id>:<response id>``) over
-    2**64. A response is sampled when it is below the sample rate: the same id always gets the same answer (a
-    retry is never sampled anew), and raising the rate samples a superset."""
-    digest = hashlib.sha256(f"{monitor_id}:{response_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
-
-
-def is_sampled(monitor_id: str, response_id: str, rate: float) -> bool:
-    return sample_point(monitor_id, response_id) < rate
-
-
-# -- the monitor's judging config --------------------------------------------------------------------------------
-
-
-def run_request(config: dict[str, Any], name: str, items: Sequence[Item]) -> RunCreate:
-    """The run request a monitor's sampled responses are planned with (single mode, no reference metrics, no
-    panel: one verdict per response, rubric, aspect and judge)."""
-    return RunCreate(
-        name=name,
-        items=list(items),
-        rubrics=config["rubrics"],
-        judges=config["judges"],
-        mode=["single"],
-        aspects=config.get("aspects"),
-        options=JudgeOptions.model_validate(config.get("options") or {}),
-        metrics=[],
-        panel=PanelOptions(enabled=False),
-    )
 
 
 def placeholder_item() -> Item:
@@ -156,42 +123,6 @@ def monitor_config(monitor: Monitor) -> dict[str, Any]:
 
 # -- spend and status --------------------------------------------------------------------------------------------
 
-SPEND_TTL_S = 2.0
-_spend: dict[tuple[str, str], tuple[float, date, store.Spend]] = {}  # (database, monitor) -> (read at, day, spend)
-_spend_lock = threading.Lock()
-
-
-def spent_today(session: Session, monitor: Monitor, now: datetime, *, fresh: bool = False) -> store.Spend:
-    """The spend of the monitor's judgments created this UTC day: recorded, and expected for those still queued;
-    read at most every SPEND_TTL_S per process for ingestion (this process adds what it queues meanwhile, other API
-    processes' share of those seconds can overshoot the budget)."""
-    key = (str(get_engine().url), monitor.id)
-    today = now.date()
-    if not fresh:
-        with _spend_lock:
-            cached = _spend.get(key)
-        if cached is not None and cached[1] == today and time.monotonic() - cached[0] < SPEND_TTL_S:
-            return cached[2]
-    value = store.spent_since(session, monitor.run_id, store.day_start(now))
-    with _spend_lock:
-        _spend[key] = (time.monotonic(), today, value)
-    return value
-
-
-def add_queued_spend(monitor: Monitor, now: datetime, estimated_usd: float) -> None:
-    """This process queued judgments expected to cost ``estimated_usd``: its cached spend counts them at once."""
-    key = (str(get_engine().url), monitor.id)
-    with _spend_lock:
-        cached = _spend.get(key)
-        if cached is not None and cached[1] == now.date():
-            spend = store.Spend(cached[2].recorded, cached[2].queued + estimated_usd)
-            _spend[key] = (cached[0], cached[1], spend)
-
-
-def budget_paused(monitor: Monitor, spend: store.Spend) -> bool:
-    """Over the daily budget: the recorded cost plus the expected cost of the queued judgments reached it."""
-    return monitor.daily_budget_usd is not None and spend.committed >= monitor.daily_budget_usd
-
 
 def monitor_status(session: Session, monitor: Monitor, now: datetime | None = None) -> MonitorStatus:
     now = now or utcnow()
@@ -210,7 +141,11 @@ def monitor_status(session: Session, monitor: Monitor, now: datetime | None = No
         state, paused_until = "active", None
         budget = f" of ${monitor.daily_budget_usd:g}" if monitor.daily_budget_usd is not None else ""
         message = f"sampling {monitor.sample_rate:g} of responses; ${spend.recorded:.4f}{queued}{budget} spent today"
+    otlp = otlp_status(session, monitor, now)
+    if otlp is not None and otlp.message:
+        message = f"{message}; {otlp.message}"
     return MonitorStatus(
+        otlp=otlp,
         state=state,
         message=message,
         paused_until=paused_until,
@@ -222,9 +157,30 @@ def monitor_status(session: Session, monitor: Monitor, now: datetime | None = No
     )
 
 
-def monitor_out(monitor: Monitor, status: MonitorStatus | None = None) -> MonitorOut:
+def otlp_status(session: Session, monitor: Monitor, now: datetime) -> OtlpStatus | None:
+    """The day's OTLP counts of the monitor (None: no span today), saying why spans were skipped."""
+    stats = dict(monitor.otlp_stats or {})
+    waiting = spans_store.waiting_count(session, monitor.id)
+    if stats.get("day") != now.date().isoformat():
+        if not waiting:
+            return None
+        stats = {"day": now.date().isoformat()}
+    notes = []
+    if stats.get("no_content"):
+        notes.append(
+            f"{stats['no_content']} LLM spans today carried no message content: "
+            + str(stats.get("last_skip") or "turn the instrumentation's content capture on").split(": ", 1)[-1]
+        )
+    if waiting:
+        notes.append(f"{waiting} responses wait for earlier turns of their conversation (at most DJ_OTLP_WAIT)")
+    known = {k: int(v) for k, v in stats.items() if k in OtlpStatus.model_fields and k not in ("day", "message")}
+    return OtlpStatus(day=str(stats["day"]), **{**known, "waiting": waiting}, message="; ".join(notes))
+
+
+def monitor_out(monitor: Monitor, status: MonitorStatus | None = None, default_id: str | None = None) -> MonitorOut:
     config = monitor.config
     return MonitorOut(
+        otlp_default=default_id == monitor.id,
         id=monitor.id,
         name=monitor.name,
         run_id=monitor.run_id,
@@ -301,11 +257,14 @@ def create_monitor(
     }
     try:
         monitor = store.create_monitor(session, principal.project_id, fields, config)
+        if request.otlp_default:
+            spans_store.set_default_monitor(session, principal.project_id, monitor.id)
         session.commit()
     except Exception:
         session.rollback()
         raise
-    return monitor_out(monitor, monitor_status(session, monitor))
+    default_id = spans_store.default_monitor_id(session, principal.project_id)
+    return monitor_out(monitor, monitor_status(session, monitor), default_id)
 
 
 @router.get("/v1/monitors", response_model=Page[MonitorOut])
@@ -316,7 +275,8 @@ def list_monitors(
     session: Session = Depends(get_session),
 ) -> Page[MonitorOut]:
     total, rows = store.list_monitors(session, principal.project_id, offset, limit)
-    items = [monitor_out(m, monitor_status(session, m)) for m in rows]
+    default_id = spans_store.default_monitor_id(session, principal.project_id)
+    items = [monitor_out(m, monitor_status(session, m), default_id) for m in rows]
     return Page[MonitorOut](total=total, offset=offset, limit=limit, items=items)
 
 
@@ -325,7 +285,8 @@ def get_monitor(
     monitor_id: str, principal: Principal = Depends(require("read")), session: Session = Depends(get_session)
 ) -> MonitorOut:
     monitor = monitor_or_404(session, monitor_id, principal)
-    return monitor_out(monitor, monitor_status(session, monitor))
+    default_id = spans_store.default_monitor_id(session, principal.project_id)
+    return monitor_out(monitor, monitor_status(session, monitor), default_id)
 
 
 @router.patch("/v1/monitors/{monitor_id}", response_model=MonitorOut)
@@ -342,7 +303,7 @@ def update_monitor(
     given = request.model_fields_set
     if request.alerts is not None:
         check_rule_count(request.alerts, settings)
-    for name in ("name", "rubrics", "judges", "sample_rate", "alerts"):
+    for name in ("name", "rubrics", "judges", "sample_rate", "alerts", "otlp_default"):
         if name in given and getattr(request, name) is None:
             raise field_error([name], f"{name} cannot be cleared (null)")
     updates = request.model_dump(mode="json", include=given)
@@ -373,11 +334,16 @@ def update_monitor(
         monitor.callback_url, monitor.callback_secret = url, secret
         monitor.updated_at = utcnow()
         store.update_run_config(session, monitor, run_cfg)
+        if request.otlp_default is True:
+            spans_store.set_default_monitor(session, principal.project_id, monitor.id)
+        elif request.otlp_default is False:
+            spans_store.clear_default_if(session, monitor.id)
         session.commit()
     except Exception:
         session.rollback()
         raise
-    return monitor_out(monitor, monitor_status(session, monitor))
+    default_id = spans_store.default_monitor_id(session, principal.project_id)
+    return monitor_out(monitor, monitor_status(session, monitor), default_id)
 
 
 @router.delete("/v1/monitors/{monitor_id}")
@@ -387,6 +353,7 @@ def delete_monitor(
     """Delete the monitor with its responses, judgments, hourly sums and internal run, all or nothing."""
     monitor = monitor_or_404(session, monitor_id, principal)
     try:
+        spans_store.clear_default_if(session, monitor.id)
         removed = store.delete_monitor(session, monitor)
         session.commit()
     except Exception:
@@ -445,60 +412,10 @@ def parse_responses(body: bytes, settings: Settings) -> list[MonitorResponseIn]:
 
 
 def check_limits(response: MonitorResponseIn, index: int, settings: Settings) -> None:
-    if len(response.dialogue) > settings.max_turns_per_item:
-        raise field_error(
-            [index, "dialogue"], f"{len(response.dialogue)} turns exceed the limit of {settings.max_turns_per_item}"
-        )
-    for turn_index, turn in enumerate(response.dialogue):
-        if len(turn.text) > settings.max_chars_per_turn:
-            raise field_error(
-                [index, "dialogue", turn_index, "text"],
-                f"turn of {len(turn.text)} characters exceeds the limit of {settings.max_chars_per_turn} "
-                "(DJ_MAX_CHARS_PER_TURN)",
-            )
-    if len(response.response) > settings.max_chars_per_turn:
-        raise field_error(
-            [index, "response"],
-            f"response of {len(response.response)} characters exceeds the limit of {settings.max_chars_per_turn} "
-            "(DJ_MAX_CHARS_PER_TURN)",
-        )
-
-
-def naive_utc(moment: datetime) -> datetime:
-    if moment.tzinfo is None:
-        return moment
-    return moment.astimezone(UTC).replace(tzinfo=None)
-
-
-def item_payload(response: MonitorResponseIn) -> dict[str, Any]:
-    """The run item of a sampled response: its one response is the candidate of its ``system``."""
-    meta = {**response.meta, "version": response.version}
-    if response.segment is not None:
-        meta["segment"] = response.segment
-    if response.timestamp is not None:
-        meta["timestamp"] = naive_utc(response.timestamp).isoformat()
-    item = Item(
-        id=response.id,
-        dialogue=response.dialogue,
-        persona=response.persona,
-        memory=response.memory,
-        facts=response.facts,
-        candidates={response.system: response.response},
-        meta=meta,
-    )
-    return item.model_dump(mode="json")
-
-
-def publish(settings: Settings, judgment_ids: list[int]) -> None:
-    """Send the sampled judgments after the response; unsent (Redis down), the sweepers send them."""
-    try:
-        queue.enqueue(settings, judgment_ids)
-    except Exception:
-        try:
-            with session_scope() as session:
-                store.clear_enqueued(session, judgment_ids)
-        except Exception:
-            pass  # stamped enqueued: the sweepers re-send them after DJ_REQUEUE_AFTER
+    """422 naming the response and field over DJ_MAX_TURNS / DJ_MAX_CHARS_PER_TURN (the gate's rule)."""
+    refusal = monitor_response_refusal(response, settings)
+    if refusal is not None:
+        raise field_error([index, *refusal[0]], refusal[1])
 
 
 _RESPONSES_BODY = {  # the body is read raw (a JSON list or JSON Lines); its schema, for the docs and the fuzz tests
@@ -551,65 +468,16 @@ def _ingest(
     responses = parse_responses(body, settings)
     try:
         monitor = monitor_or_404(session, monitor_id, principal)
-        now = utcnow()
-        paused = budget_paused(monitor, spent_today(session, monitor, now))
-        rate = 0.0 if paused else monitor.sample_rate
-        incoming = []
-        for response in responses:
-            sampled = rate > 0 and is_sampled(monitor.id, response.id, rate)
-            incoming.append(
-                store.Incoming(
-                    response_id=response.id,
-                    system=response.system,
-                    version=response.version,
-                    segment=response.segment or "",
-                    ts=naive_utc(response.timestamp) if response.timestamp is not None else now,
-                    sampled=sampled,
-                    payload=item_payload(response) if sampled else {},
-                )
-            )
-        config, name, project_id = monitor.config, monitor.name, monitor.project_id
-
-        def plan(payloads: list[dict[str, Any]]) -> store.PlannedBatch:
-            # only when something is sampled: loading the rubric registry is most of an unsampled request's time;
-            # a rubric edited within the last second is planned from the next request on
-            registry = get_registry(max_age_s=REGISTRY_MAX_AGE_S)
-            request = run_request(config, name, [Item.model_validate(p) for p in payloads])
-            try:
-                planned = plan_run(request, registry, settings.max_judgments_per_run)
-            except PlanError as exc:  # nothing is stored
-                if exc.field not in ("items", "options.max_samples"):  # the monitor's config no longer plans
-                    raise field_error([], f"the monitor's {exc.field}: {exc.message}", 409) from None
-                raise field_error(  # more judgments than DJ_MAX_JUDGMENTS
-                    [],
-                    f"{len(payloads)} sampled responses: {exc.message} (DJ_MAX_JUDGMENTS="
-                    f"{settings.max_judgments_per_run} per request); send fewer responses per request",
-                    413,
-                ) from None
-            options = request.options.model_dump(mode="json")
-            costs = None
-            if budgeted:  # the daily budget counts a queued judgment at its expected cost until it is judged
-                from judge_api.estimate import expected_costs, priced_pairs, recent_calibration
-
-                prices = load_prices(str(settings.prices_file) if settings.prices_file else None)
-                # once the project has judged enough of a pair, at the lengths its judge really writes (issue 24's
-                # calibration), not the rubric's stated reply: a stated length far above the judge's pauses early
-                calibration = recent_calibration(get_engine(), project_id, registry, priced_pairs(planned, prices))
-                costs = expected_costs(planned, registry, {p["id"]: p for p in payloads}, options, prices, calibration)
-            return store.PlannedBatch(planned, run_rubrics(request, registry), options, costs)
-
-        budgeted = monitor.daily_budget_usd is not None
-        stored = store.store_responses(session, monitor, incoming, plan)
+        done = ingest(session, monitor, responses, settings)
         session.commit()
     except BaseException:
         session.rollback()
         raise
-    if stored.estimated_cost_usd:
-        add_queued_spend(monitor, now, stored.estimated_cost_usd)
-    if stored.judgment_ids:
-        background.add_task(publish, settings, stored.judgment_ids)
+    done.after_commit()
+    if done.judgment_ids:
+        background.add_task(publish, settings, done.judgment_ids)
     return ResponsesAccepted(
-        accepted=stored.accepted, sampled=stored.sampled, duplicates=len(responses) - stored.accepted, paused=paused
+        accepted=done.stored.accepted, sampled=done.stored.sampled, duplicates=done.duplicates, paused=done.paused
     )
 
 

@@ -123,6 +123,11 @@ class MonitorFields(BaseModel):
     alerts: list[AlertRule] | None = Field(default=None, max_length=MAX_ALERT_RULES)
     callback_url: str | None = Field(default=None, max_length=2000)
     callback_secret: str | None = Field(default=None, min_length=16, max_length=500)
+    otlp_default: bool | None = Field(
+        default=None,
+        description="true: OTLP spans naming no monitor (no dialogue_judge.monitor attribute) come to this one, the "
+        "project's default; false: no longer",
+    )
 
     @field_validator("callback_url")
     @classmethod
@@ -168,6 +173,21 @@ class MonitorUpdate(MonitorFields):
     (daily_budget_usd, retention_days, aspects, callback_url with callback_secret)."""
 
 
+class OtlpStatus(BaseModel):
+    """The OTLP spans of this UTC day that named this monitor (or came to it as the default): what became of them."""
+
+    day: str
+    spans: int = 0
+    responses: int = Field(default=0, description="responses handed to the monitor (sampled like any other)")
+    duplicates: int = Field(default=0, description="spans received again (an exporter's retry): not judged twice")
+    waited: int = Field(default=0, description="responses judged after DJ_OTLP_WAIT with earlier turns missing")
+    waiting: int = Field(default=0, description="responses waiting now for their conversation's earlier turns")
+    not_llm: int = 0
+    no_content: int = Field(default=0, description="LLM spans without message content (content capture off)")
+    rejected: int = 0
+    message: str = ""
+
+
 class MonitorStatus(BaseModel):
     state: Literal["active", "paused_budget"]
     message: str
@@ -181,6 +201,7 @@ class MonitorStatus(BaseModel):
     responses_today: int
     sampled_today: int
     pending_judgments: int
+    otlp: OtlpStatus | None = Field(default=None, description="spans received over OTLP today (none: null)")
 
 
 class MonitorOut(BaseModel):
@@ -197,6 +218,7 @@ class MonitorOut(BaseModel):
     alerts: list[dict[str, Any]]
     callback_url: str | None
     callback_secret_set: bool = Field(description="the secret itself is never returned")
+    otlp_default: bool = Field(default=False, description="OTLP spans naming no monitor come to this one")
     created_at: datetime
     updated_at: datetime
     status: MonitorStatus | None = None

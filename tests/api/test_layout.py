@@ -51,6 +51,7 @@ ROUTE_MODULES = [
     ("POST", "/v1/monitors/{monitor_id}/responses", "monitors"),
     ("GET", "/v1/monitors/{monitor_id}/responses", "monitors"),
     ("GET", "/v1/monitors/{monitor_id}/series", "monitors"),
+    ("POST", "/v1/otlp/v1/traces", "otlp"),
     ("GET", "/v1/runs/{run_id}/deliveries", "deliveries"),
     ("GET", "/v1/monitors/{monitor_id}/deliveries", "deliveries"),
     ("GET", "/v1/monitors/{monitor_id}/alerts", "alerts"),

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from judge_api.routers.monitors import is_sampled, sample_point
+from judge_api.monitor_ingest import is_sampled, sample_point
 from tests.api.conftest import JUDGE, Api
 
 MONITOR_TABLES = ("monitors", "monitor_responses", "runs", "items", "judgments")

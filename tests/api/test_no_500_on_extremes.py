@@ -51,6 +51,7 @@ ROUTES = [
     ("/v1/runs/{run}/verdicts", {"format": "alpacaeval"}, "application/json"),
     ("/v1/monitors/{monitor}/responses", {}, "application/json"),
     ("/v1/monitors/{monitor}/responses", {}, "application/x-ndjson"),
+    ("/v1/otlp/v1/traces", {}, "application/json"),
 ]
 
 

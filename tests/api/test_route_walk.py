@@ -19,6 +19,9 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
+from tests.otlp.spans import SpanSpec, current, export
+from tests.otlp.spans import encoded as otlp_encoded
+
 from .conftest import JUDGE, Api, ApiFactory, item, run_body, served_routes
 from .test_import_gate import bundle_of, encoded, grown
 from .test_monitors import monitor_body, response
@@ -156,12 +159,28 @@ def post_responses(n: int) -> Plant:
     return lambda w: w.post(f"/v1/monitors/{w.monitor_id}/responses", json=body)
 
 
+def otlp_spans(n: int) -> Plant:
+    """An OTLP/JSON export of ``n`` LLM spans naming the world's monitor."""
+
+    def plant(w: World) -> Any:
+        specs = [SpanSpec(7, i + 1, attrs=current([("user", f"Hi {i}")], f"Hello {i}")) for i in range(n)]
+        body, headers = otlp_encoded(export(specs, {"dialogue_judge.monitor": w.monitor_id}), "json")
+        return w.api.client.post("/v1/otlp/v1/traces", content=body, headers={**headers, **w.api.as_key("alpha")})
+
+    return plant
+
+
 NO_SYSTEMS_VERDICTS = Cannot("verdicts are about the run's given candidates: a verdict names no responder")
 NO_SYSTEMS_RATINGS = Cannot("ratings are about the run's given candidates: a rating names no responder")
 NO_SYSTEMS_MONITOR = Cannot("a monitor judges the responses posted to it and generates none: no responder field")
 FROM_THE_MONITOR = Cannot(
     "a response carries texts only (extra fields are 422): its rubrics and judges are the monitor's, checked when it "
     "is created or patched (those rows)"
+)
+
+FROM_THE_SPANS = Cannot(
+    "a span's attributes become a response's texts and slice keys only (the monitor is one of the key's project's, "
+    "else the span is rejected): its rubrics and judges are the monitor's, checked when it is created or patched"
 )
 
 WALK: dict[tuple[str, str], dict[str, list[Plant] | Cannot]] = {
@@ -249,6 +268,14 @@ WALK: dict[tuple[str, str], dict[str, list[Plant] | Cannot]] = {
         "http responder to loopback": FROM_THE_MONITOR,
         "over the limits": [post_responses(MAX_ITEMS + 1)],
     },
+    ("POST", "/v1/otlp/v1/traces"): {
+        "unknown rubric": FROM_THE_SPANS,
+        "judge URL outside the allowlist": FROM_THE_SPANS,
+        "judge URL on loopback": FROM_THE_SPANS,
+        "python responder (auth on)": FROM_THE_SPANS,
+        "http responder to loopback": FROM_THE_SPANS,
+        "over the limits": [otlp_spans(MAX_ITEMS + 1)],
+    },
 }
 
 # each route's request without a forbidden value: accepted (2xx), so the refusals above are the values'
@@ -261,6 +288,7 @@ CONTROLS: dict[tuple[str, str], Plant] = {
     ("POST", "/v1/monitors"): create_monitor(),
     ("PATCH", "/v1/monitors/{monitor_id}"): patch_monitor(rubrics=["rsum-single"]),
     ("POST", "/v1/monitors/{monitor_id}/responses"): post_responses(1),
+    ("POST", "/v1/otlp/v1/traces"): otlp_spans(1),
 }
 
 # POST/PUT/PATCH routes that bring no values into rows, and why

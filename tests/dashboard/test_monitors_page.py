@@ -84,3 +84,17 @@ def test_no_monitor_says_how_to_create_one(fake_api: FakeApi) -> None:
 def test_api_error_is_a_clear_message(fake_api: FakeApi) -> None:
     at = open_monitors()
     assert "HTTP 500: database is down" in texts(at, "error")
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_a_sampled_response_opens_with_the_conversation_it_was_judged_against(fake_api: FakeApi) -> None:
+    at = open_monitors()
+    chosen = str(at.selectbox(key="mon_response_pick").value)
+    conversation = next(d.value for d in at.dataframe if list(d.value.columns) == ["session", "speaker", "text"])
+    assert conversation["session"].tolist()[:3] == [1, 1, 2]
+    assert conversation["speaker"].tolist()[:3] == ["user", "bot", "user"]
+    index = chosen.split("-")[-1]
+    assert conversation["text"].iloc[0] == f"I adopted a dog called Rex {index} years ago."
+    assert conversation["speaker"].iloc[-1].endswith("(judged)")
+    assert "User has a beagle called Rex." in " ".join(str(m.value) for m in at.markdown)
+    assert any(r.startswith(f"GET /v1/runs/{RUN_A}/items") for r in fake_api.requests)

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 
 from dialogue_judge.client import ApiClient
 from dialogue_judge.testing import LiveService
-from judge_api.routers.monitors import is_sampled
+from judge_api.monitor_ingest import is_sampled
 from judge_simulator.process import SimulatorProcess
 
 pytestmark = [pytest.mark.e2e]

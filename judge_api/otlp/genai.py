@@ -1,0 +1,452 @@
+"""A span read as one LLM call in the conventions instrumentations emit (docs/monitoring.md#opentelemetry-traces):
+
+- OpenTelemetry GenAI, current: ``gen_ai.input.messages`` / ``gen_ai.output.messages`` / ``gen_ai.system_instructions``
+  (JSON strings, or structured values, of messages with ``parts``), on the span or on its
+  ``gen_ai.client.inference.operation.details`` event;
+- OpenTelemetry GenAI, the older event form: ``gen_ai.system.message``, ``gen_ai.user.message``,
+  ``gen_ai.assistant.message``, ``gen_ai.tool.message`` and ``gen_ai.choice`` events (their body as ``content`` /
+  ``message`` / ``gen_ai.event.content`` attributes), and the oldest ``gen_ai.content.prompt`` /
+  ``gen_ai.content.completion`` events (``gen_ai.prompt`` / ``gen_ai.completion`` JSON);
+- OpenLLMetry (Traceloop): ``gen_ai.prompt.N.role`` / ``.content`` and ``gen_ai.completion.N.role`` / ``.content``;
+- OpenInference (Arize Phoenix): ``llm.input_messages.N.message.role`` / ``.content`` (or ``.contents.M.
+  message_content.text``), ``llm.output_messages.N.message.*``, ``session.id``.
+
+A span that is no LLM call, or an LLM call whose messages were not captured, is a ``Skip`` saying why (the latter
+names the instrumentation's content-capture switch). Pure: no storage, no settings (``ReadOptions`` is handed in).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from judge_api.otlp.decode import SpanRecord
+
+MONITOR_ATTRIBUTE = "dialogue_judge.monitor"
+SEGMENT_ATTRIBUTE = "dialogue_judge.segment"
+CONVERSATION_ATTRIBUTES = (
+    "gen_ai.conversation.id",
+    "session.id",
+    "traceloop.association.properties.session_id",
+    "conversation.id",
+)
+MODEL_ATTRIBUTES = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+ROLE_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+NOT_CHAT = ("embeddings", "embedding", "execute_tool", "create_agent")
+SLICE_BAD = re.compile(r"[^A-Za-z0-9_.:@/+ -]")
+
+Convention = Literal["gen_ai", "gen_ai_events", "openllmetry", "openinference"]
+CAPTURE_SWITCHES: dict[str, str] = {
+    "gen_ai": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY with "
+    "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental (older instrumentations: "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
+    "openllmetry": "TRACELOOP_TRACE_CONTENT=true (OpenLLMetry)",
+    "openinference": "OPENINFERENCE_HIDE_INPUTS=false and OPENINFERENCE_HIDE_OUTPUTS=false (OpenInference)",
+}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Where the slice keys, conversation id, persona and memory are read besides the conventions' attributes."""
+
+    system_attribute: str = "service.name"
+    version_attribute: str = "service.version"
+    conversation_attribute: str = ""
+    persona_attribute: str = ""
+    memory_attribute: str = ""
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # system, user, assistant, tool
+    text: str
+
+
+@dataclass(frozen=True)
+class LlmCall:
+    """One LLM call with its captured messages: what its monitor response and later spans' history are built of."""
+
+    trace_id: str
+    span_id: str
+    started_ns: int
+    convention: str
+    monitor: str | None
+    conversation_id: str
+    messages: list[Message]
+    """The input messages, system ones included, in order."""
+    output: str
+    system: str
+    version: str
+    segment: str | None = None
+    model: str | None = None
+    persona: list[str] | None = None
+    memory: str | None = None
+
+    @property
+    def response_id(self) -> str:
+        """Derived from the trace and span ids: an exporter's retry is the same response (a duplicate)."""
+        return f"otlp-{self.trace_id}-{self.span_id}"
+
+    @property
+    def instructions(self) -> str:
+        return "\n".join(m.text for m in self.messages if m.role == "system" and m.text)
+
+    def as_history(self) -> LlmCall:
+        """The call as later spans' history needs it once its response is released: its new user message(s) and
+        output only (the history it carried is its earlier spans', or already judged with it)."""
+        trailing: list[Message] = []
+        for message in reversed(self.messages):
+            if message.role == "assistant" and message.text:
+                break
+            if message.role == "user":
+                trailing.append(message)
+        return replace(self, messages=trailing[::-1], persona=None, memory=None)
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored (``otlp_spans.call``); built by hand: ``dataclasses.asdict`` deep-copies every value."""
+        return {
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "started_ns": self.started_ns,
+            "convention": self.convention,
+            "monitor": self.monitor,
+            "conversation_id": self.conversation_id,
+            "messages": [{"role": m.role, "text": m.text} for m in self.messages],
+            "output": self.output,
+            "system": self.system,
+            "version": self.version,
+            "segment": self.segment,
+            "model": self.model,
+            "persona": self.persona,
+            "memory": self.memory,
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> LlmCall:
+        values = dict(data)
+        values["messages"] = [Message(m["role"], m["text"]) for m in data["messages"]]
+        return LlmCall(**values)
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A span not judged: ``not_llm`` (no LLM call), ``no_content`` (messages not captured) or ``invalid``."""
+
+    kind: Literal["not_llm", "no_content", "invalid"]
+    message: str
+    monitor: str | None = None
+    convention: str | None = None
+
+
+@dataclass
+class _Found:
+    messages: list[Message] = field(default_factory=list)
+    output: str | None = None
+    convention: str | None = None
+
+
+def attribute(span: SpanRecord, name: str) -> Any:
+    """A span attribute, else the resource's."""
+    if not name:
+        return None
+    if name in span.attributes:
+        return span.attributes[name]
+    return span.resource.get(name)
+
+
+def read_span(span: SpanRecord, options: ReadOptions) -> LlmCall | Skip:
+    """The span as an LLM call, or why it is skipped."""
+    monitor = _text_or_none(attribute(span, MONITOR_ATTRIBUTE))
+    convention = _convention(span)
+    if convention is None:
+        return Skip("not_llm", f"span {span.name!r} is not an LLM call", monitor)
+    found = (
+        _current(span) or _openinference(span) or _openllmetry(span) or _events(span) or _Found(convention=convention)
+    )
+    convention = found.convention or convention
+    if not found.output or not found.output.strip():
+        switch = CAPTURE_SWITCHES["gen_ai" if convention.startswith("gen_ai") else convention]
+        return Skip(
+            "no_content",
+            f"LLM span {span.name!r} carries no message content (content capture is off): set {switch}",
+            monitor,
+            convention,
+        )
+    if not span.trace_id or not span.span_id:
+        return Skip("invalid", f"span {span.name!r} has no valid trace id and span id", monitor, convention)
+    conversation = ""
+    for name in (options.conversation_attribute, *CONVERSATION_ATTRIBUTES):
+        value = _text_or_none(attribute(span, name))
+        if value:
+            conversation = value[:200]
+            break
+    model = next((str(v) for n in MODEL_ATTRIBUTES if (v := attribute(span, n)) not in (None, "")), None)
+    return LlmCall(
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        started_ns=span.start_ns,
+        convention=convention,
+        monitor=monitor,
+        conversation_id=conversation,
+        messages=found.messages,
+        output=found.output,
+        system=_slice(attribute(span, options.system_attribute), "unknown_service"),
+        version=_slice(attribute(span, options.version_attribute), "unknown"),
+        segment=_slice(attribute(span, SEGMENT_ATTRIBUTE), "") or None,
+        model=model[:200] if model else None,
+        persona=_lines(attribute(span, options.persona_attribute)),
+        memory=_text_or_none(attribute(span, options.memory_attribute)),
+    )
+
+
+def _convention(span: SpanRecord) -> str | None:
+    """Which convention marks the span as an LLM call (None: not one)."""
+    attrs = span.attributes
+    kind = attrs.get("openinference.span.kind")
+    if kind is not None:
+        return "openinference" if str(kind).upper() == "LLM" else None
+    operation = attrs.get("gen_ai.operation.name")
+    if operation is not None and str(operation) in NOT_CHAT:
+        return None
+    if "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs:  # the common case, without a scan
+        return "gen_ai"
+    if "llm.request.type" in attrs or any(k.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for k in attrs):
+        if attrs.get("llm.request.type") not in (None, "chat", "completion"):
+            return None
+        return "openllmetry"
+    if any(k.startswith("llm.input_messages.") or k.startswith("llm.output_messages.") for k in attrs):
+        return "openinference"
+    if any(e.name.startswith("gen_ai.") for e in span.events):
+        return "gen_ai_events"
+    if operation is not None or any(k.startswith("gen_ai.") for k in attrs):
+        return "gen_ai"
+    return None
+
+
+# -- the current GenAI conventions -------------------------------------------------------------------------------
+
+
+def _current(span: SpanRecord) -> _Found | None:
+    sources = [span.attributes, *(e.attributes for e in span.events if e.name == DETAILS_EVENT)]
+    for attrs in sources:
+        if "gen_ai.input.messages" not in attrs and "gen_ai.output.messages" not in attrs:
+            continue
+        messages = [m for raw in _json_list(attrs.get("gen_ai.input.messages")) if (m := _part_message(raw))]
+        instructions = _parts_text(_json_value(attrs.get("gen_ai.system_instructions")))
+        if instructions:
+            messages.insert(0, Message("system", instructions))
+        outputs = [m for raw in _json_list(attrs.get("gen_ai.output.messages")) if (m := _part_message(raw))]
+        output = next((m.text for m in outputs if m.role == "assistant" and m.text), None)
+        return _Found(messages, output, "gen_ai")
+    return None
+
+
+def _part_message(raw: Any) -> Message | None:
+    if not isinstance(raw, dict):
+        return None
+    role = str(raw.get("role") or "")
+    text = _parts_text(raw.get("parts")) if "parts" in raw else _content_text(raw.get("content"))
+    return Message(_role(role), text) if role else None
+
+
+def _parts_text(parts: Any) -> str:
+    """The text parts of a message's ``parts`` (``{"type": "text", "content": ...}``), joined."""
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return ""
+    texts = []
+    for part in parts:
+        if isinstance(part, dict) and part.get("type", "text") == "text":
+            value = part.get("content", part.get("text"))
+            if isinstance(value, str):
+                texts.append(value)
+        elif isinstance(part, str):
+            texts.append(part)
+    return "\n".join(texts)
+
+
+# -- OpenInference -----------------------------------------------------------------------------------------------
+
+
+def _indexed(attrs: dict[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
+    """``<prefix>.<N>.<rest>`` attributes grouped by N."""
+    out: dict[int, dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if not key.startswith(prefix):
+            continue
+        number, _, rest = key[len(prefix) :].partition(".")
+        if number.isdigit() and rest:
+            out.setdefault(int(number), {})[rest] = value
+    return out
+
+
+def _openinference(span: SpanRecord) -> _Found | None:
+    attrs = span.attributes
+    inputs = _indexed(attrs, "llm.input_messages.")
+    outputs = _indexed(attrs, "llm.output_messages.")
+    if not inputs and not outputs:
+        return None
+
+    def message(fields: dict[str, Any]) -> Message:
+        text = fields.get("message.content")
+        if not isinstance(text, str):
+            contents = _indexed(fields, "message.contents.")
+            text = "\n".join(
+                str(c.get("message_content.text"))
+                for _, c in sorted(contents.items())
+                if c.get("message_content.type", "text") == "text" and c.get("message_content.text") is not None
+            )
+        return Message(_role(str(fields.get("message.role") or "")), _content_text(text))
+
+    messages = [message(inputs[n]) for n in sorted(inputs)]
+    replies = [message(outputs[n]) for n in sorted(outputs)]
+    output = next((m.text for m in replies if m.role == "assistant" and m.text), None)
+    return _Found(messages, output, "openinference")
+
+
+# -- OpenLLMetry -------------------------------------------------------------------------------------------------
+
+
+def _openllmetry(span: SpanRecord) -> _Found | None:
+    attrs = span.attributes
+    prompts = _indexed(attrs, "gen_ai.prompt.")
+    completions = _indexed(attrs, "gen_ai.completion.")
+    if not prompts and not completions:
+        return None
+    messages = [
+        Message(_role(str(p.get("role") or "user")), _content_text(p.get("content")))
+        for _, p in sorted(prompts.items())
+    ]
+    replies = [
+        Message(_role(str(c.get("role") or "assistant")), _content_text(c.get("content")))
+        for _, c in sorted(completions.items())
+    ]
+    output = next((m.text for m in replies if m.role == "assistant" and m.text), None)
+    return _Found(messages, output, "openllmetry")
+
+
+# -- the older event form ----------------------------------------------------------------------------------------
+
+
+def _events(span: SpanRecord) -> _Found | None:
+    messages: list[Message] = []
+    output: str | None = None
+    seen = False
+    for event in span.events:
+        attrs = event.attributes
+        if event.name in ROLE_EVENTS:
+            seen = True
+            body = _event_body(attrs)
+            role = ROLE_EVENTS[event.name]
+            messages.append(Message(role, _content_text(body.get("content") if isinstance(body, dict) else body)))
+        elif event.name == "gen_ai.choice":
+            seen = True
+            body = _event_body(attrs)
+            if isinstance(body, dict):
+                inner = body.get("message", body)
+                text = _content_text(inner.get("content") if isinstance(inner, dict) else inner)
+            else:
+                text = _content_text(body)
+            if output is None and text:
+                output = text
+        elif event.name == "gen_ai.content.prompt":
+            seen = True
+            for raw in _json_list(attrs.get("gen_ai.prompt")):
+                if isinstance(raw, dict) and raw.get("role"):
+                    messages.append(Message(_role(str(raw["role"])), _content_text(raw.get("content"))))
+        elif event.name == "gen_ai.content.completion":
+            seen = True
+            for raw in _json_list(attrs.get("gen_ai.completion")):
+                if isinstance(raw, dict) and output is None:
+                    text = _content_text(raw.get("content"))
+                    output = text or None
+    return _Found(messages, output, "gen_ai_events") if seen else None
+
+
+def _event_body(attrs: dict[str, Any]) -> Any:
+    """An event's body as instrumentations put it on span events: ``gen_ai.event.content`` or ``body`` (JSON),
+    ``message`` (an object or JSON), else the attributes themselves (``content``, ``role``)."""
+    for name in ("gen_ai.event.content", "body", "message"):
+        if name in attrs:
+            value = _json_value(attrs[name])
+            if name == "message" and isinstance(value, dict):
+                return {"message": value}
+            return value
+    return attrs
+
+
+# -- values ------------------------------------------------------------------------------------------------------
+
+
+def _json_value(value: Any) -> Any:
+    """A structured attribute as is; a JSON string parsed (a string that is not JSON stays the string)."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        if stripped[:1] in ("[", "{", '"'):
+            try:
+                return json.loads(stripped)
+            except (ValueError, RecursionError):
+                return value
+    return value
+
+
+def _json_list(value: Any) -> list[Any]:
+    parsed = _json_value(value)
+    return parsed if isinstance(parsed, list) else []
+
+
+def _content_text(content: Any) -> str:
+    """A message's content: a string, a JSON list of parts (OpenAI's ``[{"type": "text", "text": ...}]``)."""
+    if content is None:
+        return ""
+    parsed = _json_value(content) if isinstance(content, str) and content.lstrip()[:1] == "[" else content
+    if isinstance(parsed, list):
+        return _parts_text(parsed)
+    if isinstance(parsed, dict):
+        return _content_text(parsed.get("content", parsed.get("text")))
+    return str(parsed)
+
+
+def _role(role: str) -> str:
+    role = role.lower()
+    if role in ("developer",):
+        return "system"
+    if role in ("model", "ai", "bot"):
+        return "assistant"
+    if role in ("human",):
+        return "user"
+    return role
+
+
+def _text_or_none(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _slice(value: Any, default: str) -> str:
+    """A system / version / segment value the monitor's slices accept: letters, digits and ``_.:@/+- ``, 100 at
+    most, starting with a letter or digit (other characters become ``_``)."""
+    text = SLICE_BAD.sub("_", str(value).strip())[:100] if value not in (None, "") else ""
+    if text and not text[0].isalnum():
+        text = ("v" + text)[:100]
+    return text or default
+
+
+def _lines(value: Any) -> list[str] | None:
+    value = _json_value(value)
+    if value is None or value == "":
+        return None
+    if isinstance(value, list):
+        return [str(v) for v in value if str(v).strip()]
+    return [line for line in str(value).splitlines() if line.strip()]

@@ -1,0 +1,394 @@
+"""OTLP spans into monitor responses (docs/monitoring.md#opentelemetry-traces): each span read (``genai``), its
+monitor found (``dialogue_judge.monitor``, else the project's default), the LLM calls stored once per trace and span
+id as their conversations' history, and every waiting response whose conversation is now complete (or whose wait is
+over) rebuilt (``conversations``) and handed to the monitors' one ingestion path (``judge_api.monitor_ingest``), all
+in the caller's transaction. ``release_due`` is the sweeper's side: responses whose wait ran out with no new span.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fastapi import HTTPException
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from judge_api.admission import monitor_response_refusal
+from judge_api.config import Settings
+from judge_api.models import Monitor, utcnow
+from judge_api.monitor_ingest import Ingested, ingest, publish
+from judge_api.otlp.conversations import Rebuilt, rebuild
+from judge_api.otlp.decode import OtlpError, SpanRecord
+from judge_api.otlp.genai import MONITOR_ATTRIBUTE, LlmCall, ReadOptions, Skip, read_span
+from judge_api.repository import otlp as spans_store
+from judge_api.schemas.monitors import MonitorResponseIn
+
+log = logging.getLogger(__name__)
+
+NO_MONITOR = (
+    f"no monitor: set the resource or span attribute {MONITOR_ATTRIBUTE}=<monitor id or name> (e.g. "
+    f"OTEL_RESOURCE_ATTRIBUTES={MONITOR_ATTRIBUTE}=<id>), or make a monitor the project's default "
+    '(PATCH /v1/monitors/{id} {"otlp_default": true})'
+)
+RELEASE_LIMIT = 2000  # waiting spans looked at per monitor and round
+
+
+def read_options(settings: Settings) -> ReadOptions:
+    return ReadOptions(
+        system_attribute=settings.otlp_system_attribute,
+        version_attribute=settings.otlp_version_attribute,
+        conversation_attribute=settings.otlp_conversation_attribute,
+        persona_attribute=settings.otlp_persona_attribute,
+        memory_attribute=settings.otlp_memory_attribute,
+    )
+
+
+@dataclass
+class Outcome:
+    """What became of an export's spans."""
+
+    received: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    responses: int = 0
+    waiting: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """A message per kind of span not used (the first of its kind)."""
+    judgment_ids: list[int] = field(default_factory=list)
+    ingested: list[Ingested] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.skipped.values())
+
+    def message(self) -> str:
+        """The partial_success message: every kind of span not used, with its count and what to do."""
+        parts = [f"{self.skipped[kind]} span(s) {self.reasons[kind]}" for kind in sorted(self.skipped)]
+        return "; ".join(parts)
+
+    def after_commit(self) -> None:
+        for done in self.ingested:
+            done.after_commit()
+
+
+def _note(outcome: Outcome, kind: str, message: str) -> None:
+    outcome.skipped[kind] += 1
+    outcome.reasons.setdefault(kind, message)
+
+
+class _Monitors:
+    """The caller's monitors by reference (id or name), looked up once per export; another project's is unknown."""
+
+    def __init__(self, session: Session, project_id: str) -> None:
+        self.session = session
+        self.project_id = project_id
+        self._found: dict[str, Monitor | None] = {}
+        self._default: Monitor | bool | None = False
+
+    def get(self, ref: str | None) -> Monitor | None:
+        if ref is None:
+            return self.default()
+        if ref not in self._found:
+            self._found[ref] = spans_store.find_monitor(self.session, self.project_id, ref)
+        return self._found[ref]
+
+    def default(self) -> Monitor | None:
+        if self._default is False:
+            monitor_id = spans_store.default_monitor_id(self.session, self.project_id)
+            self._default = self.get(monitor_id) if monitor_id else None
+        return self._default if isinstance(self._default, Monitor) else None
+
+
+def call_refusal(call: LlmCall, settings: Settings) -> str | None:
+    """Why a call cannot become a response (texts over the limits, a NUL character), or None."""
+    texts = [m.text for m in call.messages] + [call.output, call.memory or "", *(call.persona or [])]
+    for text in texts:
+        if "\x00" in text:
+            return "carries a NUL character (\\u0000), which cannot be stored"
+    longest = max(len(t) for t in texts)
+    if longest > settings.max_chars_per_turn:
+        return (
+            f"has a message of {longest} characters, over the limit of {settings.max_chars_per_turn} "
+            "(DJ_MAX_CHARS_PER_TURN)"
+        )
+    return None
+
+
+def receive(
+    session: Session, project_id: str, spans: Sequence[SpanRecord], settings: Settings, now: datetime | None = None
+) -> Outcome:
+    """Store the export's LLM calls and ingest the responses that are ready, in the caller's transaction. Raises
+    OtlpError (400: nothing usable; 413: over DJ_MAX_ITEMS) with the counts recorded on the monitors named."""
+    now = now or utcnow()
+    outcome = Outcome(received=len(spans))
+    if len(spans) > settings.max_items_per_run:
+        raise OtlpError(
+            413,
+            f"{len(spans)} spans exceed the limit of {settings.max_items_per_run} per export (DJ_MAX_ITEMS): "
+            "send smaller batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)",
+        )
+    monitors = _Monitors(session, project_id)
+    options = read_options(settings)
+    by_monitor: dict[str, list[LlmCall]] = defaultdict(list)
+    found: dict[str, Monitor] = {}
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    notes: dict[str, str] = {}
+    for span in spans:
+        read = read_span(span, options)
+        monitor = monitors.get(read.monitor)
+        if isinstance(read, Skip):
+            _note(outcome, read.kind, _skip_reason(read))
+            if monitor is not None:
+                counts[monitor.id]["spans"] += 1
+                counts[monitor.id][read.kind if read.kind != "invalid" else "rejected"] += 1
+                found[monitor.id] = monitor
+                if read.kind == "no_content":
+                    notes[monitor.id] = read.message
+            continue
+        if monitor is None:
+            if read.monitor is None:
+                _note(outcome, "no_monitor", NO_MONITOR)
+            else:
+                _note(
+                    outcome, "unknown_monitor", f"name a monitor this key's project does not have ({MONITOR_ATTRIBUTE})"
+                )
+            continue
+        found[monitor.id] = monitor
+        counts[monitor.id]["spans"] += 1
+        refusal = call_refusal(read, settings)
+        if refusal is not None:
+            _note(outcome, "invalid", refusal)
+            counts[monitor.id]["rejected"] += 1
+            continue
+        by_monitor[monitor.id].append(read)
+    day = now.date().isoformat()
+    if not by_monitor and set(outcome.skipped) - {"not_llm"}:
+        spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes)
+        raise OtlpError(400, "no span of the export could be used: " + outcome.message())
+    for monitor_id, calls in by_monitor.items():
+        monitor = found[monitor_id]
+        settled = settle(session, monitor, calls, now, settings)
+        outcome.stored += settled.inserted
+        outcome.duplicates += len(calls) - settled.inserted
+        counts[monitor_id]["duplicates"] += len(calls) - settled.inserted
+        counts[monitor_id]["responses"] += len(settled.responses)
+        counts[monitor_id]["waited"] += settled.waited
+        if settled.responses:
+            done = ingest(session, monitor, settled.responses, settings)
+            outcome.ingested.append(done)
+            outcome.judgment_ids += done.judgment_ids
+        outcome.responses += len(settled.responses)
+        outcome.waiting += settled.waiting
+    spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes)
+    return outcome
+
+
+def _skip_reason(skip: Skip) -> str:
+    if skip.kind == "not_llm":
+        return "are not LLM calls (skipped)"
+    if skip.kind == "no_content":
+        return "are LLM calls without message content: " + skip.message.split(": ", 1)[-1]
+    return "are malformed: " + skip.message
+
+
+def started_at(call: LlmCall, now: datetime) -> datetime:
+    if call.started_ns <= 0:
+        return now
+    moment = datetime.fromtimestamp(call.started_ns / 1e9, UTC).replace(tzinfo=None)
+    return moment if datetime(1970, 1, 2) <= moment < datetime(9000, 1, 1) else now
+
+
+@dataclass
+class Settled:
+    """A monitor's share of an export (or of a sweep): the responses ready now, how many of them were judged with
+    earlier turns missing, spans newly stored, spans still waiting among those looked at."""
+
+    responses: list[MonitorResponseIn]
+    waited: int
+    inserted: int
+    waiting: int
+
+
+def settle(session: Session, monitor: Monitor, calls: Sequence[LlmCall], now: datetime, settings: Settings) -> Settled:
+    """Store the new calls (a known trace and span id is a duplicate) and release every response that is ready: its
+    conversation's history complete with the spans stored and arriving, or its wait over. A new call that is ready
+    is stored released at once; a stored one is released by a compare-and-set (another process may release it
+    first: it is then not handed over here)."""
+    unique = {c.response_id: c for c in calls}
+    conversations = {c.conversation_id for c in unique.values() if c.conversation_id}
+    stored = spans_store.conversation_rows(session, monitor.id, conversations)
+    stored += spans_store.rows_by_response(session, monitor.id, [r for r, c in unique.items() if not c.conversation_id])
+    due = [
+        r
+        for r in spans_store.due_rows(session, monitor.id, now, RELEASE_LIMIT)
+        if r.conversation_id not in conversations and r.response_id not in unique
+    ]
+    stored += spans_store.conversation_rows(session, monitor.id, {r.conversation_id for r in due})
+    stored += [r for r in due if not r.conversation_id]
+    rows = {r.id: r for r in stored}
+    known = {r.response_id for r in rows.values()}
+    fresh = [c for response_id, c in unique.items() if response_id not in known]
+    groups: dict[str, list[tuple[spans_store.SpanRow | None, LlmCall]]] = defaultdict(list)
+    for stored_row in rows.values():
+        key = stored_row.conversation_id or f"\x00{stored_row.response_id}"
+        groups[key].append((stored_row, LlmCall.from_json(stored_row.call)))
+    for call in fresh:
+        groups[call.conversation_id or f"\x00{call.response_id}"].append((None, call))
+    ready: list[tuple[spans_store.SpanRow, LlmCall, Rebuilt]] = []
+    fresh_ready: dict[str, Rebuilt] = {}
+    waiting = 0
+    hold = settings.otlp_hold == "always"  # every response of a conversation waits DJ_OTLP_WAIT
+    for members in groups.values():
+        history = [call for _, call in members]
+        for row, call in members:
+            if row is not None and row.status != spans_store.WAITING:
+                continue
+            rebuilt = rebuild(call, history, settings.otlp_session_gap_s)
+            ready_now = rebuilt.complete and not (hold and call.conversation_id)
+            if row is None:
+                if ready_now:
+                    fresh_ready[call.response_id] = rebuilt
+                else:
+                    waiting += 1
+            elif ready_now or row.release_after <= now:
+                ready.append((row, call, rebuilt))
+            else:
+                waiting += 1
+    release_after = now + timedelta(seconds=settings.otlp_wait_s)
+    inserted = spans_store.insert_spans(
+        session,
+        [
+            {
+                "monitor_id": monitor.id,
+                "response_id": call.response_id,
+                "conversation_id": call.conversation_id,
+                "started_at": started_at(call, now),
+                "received_at": now,
+                "release_after": release_after,
+                "status": spans_store.RELEASED if call.response_id in fresh_ready else spans_store.WAITING,
+                "call": (call.as_history() if call.response_id in fresh_ready else call).to_json(),
+            }
+            for call in fresh
+        ],
+    )
+    released = spans_store.release(session, [row.id for row, _, _ in ready])
+    responses: list[MonitorResponseIn] = []
+    waited = 0
+    for call in fresh:
+        if call.response_id in inserted and call.response_id in fresh_ready:
+            response = to_response(call, fresh_ready[call.response_id], now, started_at(call, now), now, settings)
+            if response is not None:
+                responses.append(response)
+    for row, call, rebuilt in ready:
+        if row.id not in released:
+            continue
+        waited += 0 if rebuilt.complete else 1
+        response = to_response(call, rebuilt, row.received_at, row.started_at, now, settings)
+        if response is not None:
+            responses.append(response)
+    return Settled(responses, waited, len(inserted), waiting)
+
+
+def to_response(
+    call: LlmCall, rebuilt: Rebuilt, received_at: datetime, started: datetime, now: datetime, settings: Settings
+) -> MonitorResponseIn | None:
+    """The monitor response of a call: its rebuilt dialogue, the instructions as memory (or persona), its slice
+    keys; the item's ``meta.otlp`` says where it came from and whether earlier turns were missing."""
+    turns = [
+        {"speaker": "bot" if t.speaker == "bot" else "user", "text": t.text, "session": t.session}
+        for t in rebuilt.dialogue
+    ]
+    dropped = max(0, len(turns) - settings.max_turns_per_item)
+    turns = turns[dropped:]
+    instructions = call.instructions
+    persona_lines = list(call.persona or [])
+    memory = call.memory
+    if instructions:
+        if settings.otlp_instructions_as == "persona":
+            persona_lines = [*persona_lines, *[line for line in instructions.splitlines() if line.strip()]]
+        elif memory is None:
+            memory = instructions
+    meta: dict[str, Any] = {
+        "trace_id": call.trace_id,
+        "span_id": call.span_id,
+        "conversation_id": call.conversation_id or None,
+        "convention": call.convention,
+        "model": call.model,
+        "session": rebuilt.session,
+        "complete": rebuilt.complete,
+    }
+    if not rebuilt.complete:
+        waited = (now - received_at).total_seconds()
+        meta["incomplete"] = (
+            f"judged after waiting {waited:.0f} s (DJ_OTLP_WAIT) with {rebuilt.missing} earlier exchange(s) of the "
+            "conversation missing: their spans had not arrived"
+        )
+    if dropped:
+        meta["dropped_turns"] = dropped
+    try:
+        response = MonitorResponseIn(
+            id=call.response_id,
+            dialogue=turns,  # type: ignore[arg-type]
+            persona={"user": [], "bot": persona_lines} if persona_lines else None,  # type: ignore[arg-type]
+            memory=memory,
+            response=call.output,
+            system=call.system,
+            version=call.version,
+            segment=call.segment,
+            timestamp=started,
+            meta={"otlp": meta},
+        )
+    except ValidationError as exc:  # checked at receipt (call_refusal); a release must not fail the others
+        log.warning("OTLP span %s cannot become a response: %s", call.response_id, exc.errors()[:1])
+        return None
+    refusal = monitor_response_refusal(response, settings)
+    if refusal is not None:
+        log.warning("OTLP span %s cannot become a response: %s", call.response_id, refusal[1])
+        return None
+    return response
+
+
+def release_due(session_factory: Any, settings: Settings, now: datetime | None = None) -> int:
+    """The sweeper's round: ingest the responses whose wait is over (their earlier turns never arrived) and purge
+    history older than DJ_OTLP_HISTORY_DAYS; returns how many responses were ingested. Each monitor in a transaction
+    of its own; the judgments are published after its commit."""
+    now = now or utcnow()
+    total = 0
+    session: Session = session_factory()
+    try:
+        monitor_ids = sorted({m for m, _ in spans_store.due_waiting(session, now, RELEASE_LIMIT)})
+        session.rollback()
+        for monitor_id in monitor_ids:
+            try:
+                monitor = session.get(Monitor, monitor_id)
+                if monitor is None:
+                    continue
+                settled = settle(session, monitor, [], now, settings)
+                responses = settled.responses
+                done = ingest(session, monitor, responses, settings) if responses else None
+                counts = {monitor_id: {"responses": len(responses), "waited": settled.waited}}
+                spans_store.add_stats(session, [monitor_id], now.date().isoformat(), counts, {})
+                session.commit()
+            except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left waiting
+                session.rollback()
+                log.warning("OTLP responses of monitor %s not released: %s", monitor_id, exc)
+                continue
+            except Exception:
+                session.rollback()
+                raise
+            if done is not None:
+                done.after_commit()
+                if done.judgment_ids:
+                    publish(settings, done.judgment_ids)
+            total += len(responses)
+        spans_store.purge_history(session, now - timedelta(days=settings.otlp_history_days))
+        session.commit()
+    finally:
+        session.close()
+    return total
