@@ -342,7 +342,9 @@ def build_report(
             ),
         }
         human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
-        report["calibrated"] = calibrated_section(df, human, items=items, combined=combined, ci=ci, design=label_design)
+        report["calibrated"] = calibrated_section(
+            df, human, items=items, combined=combined, ci=ci, design=label_design, panel_members=members
+        )
     out = F.jsonable(report)
     assert isinstance(out, dict)
     _mark_imported(out, imported)
@@ -401,10 +403,12 @@ def calibrated_report(
     if ratings is None:
         return None
     stored = F.encode_strings(F.validate_judgments(judgments))
-    _, df, _, items, combined = _with_panel(stored, panel_config(panel), F.imported_judges(stored))
+    members, df, _, items, combined = _with_panel(stored, panel_config(panel), F.imported_judges(stored))
     r = F.validate_ratings(ratings)
     human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
-    return calibrated_section(df, human, items=items, combined=combined, ci=ci, design=label_design)
+    return calibrated_section(
+        df, human, items=items, combined=combined, ci=ci, design=label_design, panel_members=members
+    )
 
 
 def _mark_imported(report: dict[str, Any], imported: Mapping[str, Any]) -> None:
