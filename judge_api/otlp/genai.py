@@ -40,6 +40,7 @@ ROLE_EVENTS = {
     "gen_ai.assistant.message": "assistant",
     "gen_ai.tool.message": "tool",
 }
+TOOL_REASONS = frozenset({"tool_calls", "tool_call", "function_call"})
 NOT_CHAT = ("embeddings", "embedding", "execute_tool", "create_agent")
 SLICE_BAD = re.compile(r"[^A-Za-z0-9_.:@/+ -]")
 
@@ -138,9 +139,10 @@ class LlmCall:
 
 @dataclass(frozen=True)
 class Skip:
-    """A span not judged: ``not_llm`` (no LLM call), ``no_content`` (messages not captured) or ``invalid``."""
+    """A span not judged: ``not_llm`` (no LLM call), ``tool_call`` (an LLM call answering with a tool call: no text
+    to judge), ``no_content`` (messages not captured) or ``invalid``."""
 
-    kind: Literal["not_llm", "no_content", "invalid"]
+    kind: Literal["not_llm", "tool_call", "no_content", "invalid"]
     message: str
     monitor: str | None = None
     convention: str | None = None
@@ -162,26 +164,39 @@ def attribute(span: SpanRecord, name: str) -> Any:
     return span.resource.get(name)
 
 
+def _name(span: SpanRecord) -> str:
+    """The span's name as a message quotes it (a monitor's status keeps the message): 80 characters at most."""
+    name = span.name if len(span.name) <= 80 else span.name[:77] + "..."
+    return repr(name)
+
+
 def read_span(span: SpanRecord, options: ReadOptions) -> LlmCall | Skip:
     """The span as an LLM call, or why it is skipped."""
     monitor = _text_or_none(attribute(span, MONITOR_ATTRIBUTE))
     convention = _convention(span)
     if convention is None:
-        return Skip("not_llm", f"span {span.name!r} is not an LLM call", monitor)
+        return Skip("not_llm", f"span {_name(span)} is not an LLM call", monitor)
     found = (
         _current(span) or _openinference(span) or _openllmetry(span) or _events(span) or _Found(convention=convention)
     )
     convention = found.convention or convention
+    if (not found.output or not found.output.strip()) and _answered_with_tool_call(span):
+        return Skip(
+            "tool_call",
+            f"LLM span {_name(span)} answered with a tool call, no text to judge (the answer after the tool is)",
+            monitor,
+            convention,
+        )
     if not found.output or not found.output.strip():
         switch = CAPTURE_SWITCHES["gen_ai" if convention.startswith("gen_ai") else convention]
         return Skip(
             "no_content",
-            f"LLM span {span.name!r} carries no message content (content capture is off): set {switch}",
+            f"LLM span {_name(span)} carries no message content (content capture is off): set {switch}",
             monitor,
             convention,
         )
     if not span.trace_id or not span.span_id:
-        return Skip("invalid", f"span {span.name!r} has no valid trace id and span id", monitor, convention)
+        return Skip("invalid", f"span {_name(span)} has no valid trace id and span id", monitor, convention)
     conversation = ""
     for name in (options.conversation_attribute, *CONVERSATION_ATTRIBUTES):
         value = _text_or_none(attribute(span, name))
@@ -229,6 +244,47 @@ def _convention(span: SpanRecord) -> str | None:
     if operation is not None or any(k.startswith("gen_ai.") for k in attrs):
         return "gen_ai"
     return None
+
+
+def _tool_reason(value: Any) -> bool:
+    return str(value).strip().lower() in TOOL_REASONS
+
+
+def _answered_with_tool_call(span: SpanRecord) -> bool:
+    """The call's output is a tool call (the model asked for a tool; the text answer comes in a later call), in any
+    convention: a ``tool_call`` part or finish reason, OpenLLMetry's ``gen_ai.completion.N.tool_calls.*``,
+    OpenInference's ``llm.output_messages.N.message.tool_calls.*``, a ``gen_ai.choice`` event's tool calls."""
+    attrs = span.attributes
+    reasons = _json_value(attrs.get("gen_ai.response.finish_reasons"))
+    if any(_tool_reason(r) for r in (reasons if isinstance(reasons, list) else [reasons] if reasons else [])):
+        return True
+    for key, value in attrs.items():
+        if key.startswith("gen_ai.completion.") and (
+            ".tool_calls." in key or (key.endswith(".finish_reason") and _tool_reason(value))
+        ):
+            return True
+        if key.startswith("llm.output_messages.") and ".message.tool_calls." in key:
+            return True
+    for source in [attrs, *(e.attributes for e in span.events if e.name == DETAILS_EVENT)]:
+        for raw in _json_list(source.get("gen_ai.output.messages")):
+            if not isinstance(raw, dict):
+                continue
+            parts = raw.get("parts")
+            if _tool_reason(raw.get("finish_reason", "")) or (
+                isinstance(parts, list) and any(isinstance(p, dict) and p.get("type") == "tool_call" for p in parts)
+            ):
+                return True
+    for event in span.events:
+        if event.name != "gen_ai.choice":
+            continue
+        if _tool_reason(event.attributes.get("finish_reason", "")):
+            return True
+        body = _event_body(event.attributes)
+        if isinstance(body, dict):
+            inner = body.get("message", body)
+            if _tool_reason(body.get("finish_reason", "")) or (isinstance(inner, dict) and inner.get("tool_calls")):
+                return True
+    return False
 
 
 # -- the current GenAI conventions -------------------------------------------------------------------------------

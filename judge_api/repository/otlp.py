@@ -20,7 +20,7 @@ from judge_api.repository.sql import unsupported_database
 CHUNK = 500
 WAITING = "waiting"
 RELEASED = "released"
-STAT_KEYS = ("spans", "responses", "duplicates", "waited", "not_llm", "no_content", "rejected")
+STAT_KEYS = ("spans", "responses", "duplicates", "waited", "not_llm", "tool_call", "no_content", "rejected")
 
 
 @dataclass(frozen=True)
