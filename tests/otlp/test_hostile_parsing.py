@@ -1,0 +1,136 @@
+"""Hostile inputs to the span reader (issue 38 review): a tool-call answer in each convention is a ``tool_call``
+skip, never blamed on content capture; OTLP/JSON values a careless reader would misread."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from judge_api.otlp.decode import OtlpError, decode
+from judge_api.otlp.genai import ReadOptions, Skip, read_span
+
+from .spans import SpanSpec, encoded, export, to_json
+
+QUESTION = [("user", "Weather in Paris?")]
+
+TOOL_CALLS: dict[str, SpanSpec] = {
+    # opentelemetry-instrumentation-openai (OpenLLMetry): the completion has tool_calls, no content
+    "openllmetry": SpanSpec(
+        1,
+        1,
+        attrs={
+            "llm.request.type": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.prompt.0.role": "user",
+            "gen_ai.prompt.0.content": "Weather in Paris?",
+            "gen_ai.completion.0.role": "assistant",
+            "gen_ai.completion.0.finish_reason": "tool_calls",
+            "gen_ai.completion.0.tool_calls.0.id": "call_1",
+            "gen_ai.completion.0.tool_calls.0.name": "get_weather",
+            "gen_ai.completion.0.tool_calls.0.arguments": '{"city": "Paris"}',
+        },
+    ),
+    # openinference-instrumentation-openai: the output message carries tool_calls
+    "openinference": SpanSpec(
+        1,
+        2,
+        attrs={
+            "openinference.span.kind": "LLM",
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.content": "Weather in Paris?",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "get_weather",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"city": "Paris"}',
+        },
+    ),
+    # the older event form: the choice's message has tool_calls and no content
+    "gen_ai events": SpanSpec(
+        1,
+        3,
+        attrs={"gen_ai.system": "openai", "gen_ai.operation.name": "chat"},
+        events=[
+            ("gen_ai.user.message", {"gen_ai.system": "openai", "content": "Weather in Paris?"}),
+            (
+                "gen_ai.choice",
+                {
+                    "gen_ai.system": "openai",
+                    "gen_ai.event.content": json.dumps(
+                        {
+                            "index": 0,
+                            "finish_reason": "tool_calls",
+                            "message": {
+                                "role": "assistant",
+                                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "x"}}],
+                            },
+                        }
+                    ),
+                },
+            ),
+        ],
+    ),
+    # the current conventions on the details event
+    "gen_ai details event": SpanSpec(
+        1,
+        4,
+        attrs={"gen_ai.operation.name": "chat"},
+        events=[
+            (
+                "gen_ai.client.inference.operation.details",
+                {
+                    "gen_ai.input.messages": json.dumps(
+                        [{"role": "user", "parts": [{"type": "text", "content": "?"}]}]
+                    ),
+                    "gen_ai.output.messages": json.dumps(
+                        [
+                            {
+                                "role": "assistant",
+                                "parts": [{"type": "tool_call", "id": "c", "name": "f", "arguments": {}}],
+                            }
+                        ]
+                    ),
+                },
+            )
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(TOOL_CALLS))
+@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+def test_a_tool_call_answer_is_a_tool_call_skip_in_every_convention(name: str, encoding: str) -> None:
+    body, _ = encoded(export([TOOL_CALLS[name]]), encoding)
+    [span] = decode(body, "protobuf" if encoding == "protobuf" else "json")
+    read = read_span(span, ReadOptions())
+    assert isinstance(read, Skip) and read.kind == "tool_call", read
+    assert "tool call" in read.message and "CONTENT" not in read.message
+
+
+def test_an_llm_span_without_content_is_still_blamed_on_content_capture() -> None:
+    body, _ = encoded(export([SpanSpec(1, 9, attrs={"gen_ai.operation.name": "chat"})]), "json")
+    [span] = decode(body, "json")
+    read = read_span(span, ReadOptions())
+    assert isinstance(read, Skip) and read.kind == "no_content"
+
+
+def _json_with_attribute(value: dict[str, Any]) -> bytes:
+    data = to_json(export([SpanSpec(1, 1, attrs={"flag": True})]))
+    data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"] = [{"key": "flag", "value": value}]
+    return json.dumps(data).encode()
+
+
+def test_a_bool_value_that_is_a_string_is_a_400_not_true() -> None:
+    [span] = decode(_json_with_attribute({"boolValue": False}), "json")
+    assert span.attributes["flag"] is False
+    with pytest.raises(OtlpError) as refused:
+        decode(_json_with_attribute({"boolValue": "false"}), "json")  # bool("false") is True
+    assert refused.value.status == 400 and "boolValue" in refused.value.message
+
+
+def test_an_error_quotes_a_long_bad_value_briefly() -> None:
+    data = to_json(export([SpanSpec(1, 1)]))
+    data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["startTimeUnixNano"] = "9" * 1000 + "x"
+    with pytest.raises(OtlpError) as refused:
+        decode(json.dumps(data).encode(), "json")
+    assert refused.value.status == 400 and len(refused.value.message) < 200
