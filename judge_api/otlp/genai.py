@@ -17,6 +17,7 @@ names the instrumentation's content-capture switch). Pure: no storage, no settin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -201,7 +202,7 @@ def read_span(span: SpanRecord, options: ReadOptions) -> LlmCall | Skip:
     for name in (options.conversation_attribute, *CONVERSATION_ATTRIBUTES):
         value = _text_or_none(attribute(span, name))
         if value:
-            conversation = value[:200]
+            conversation = _conversation_id(value)
             break
     model = next((str(v) for n in MODEL_ATTRIBUTES if (v := attribute(span, n)) not in (None, "")), None)
     return LlmCall(
@@ -488,6 +489,15 @@ def _text_or_none(value: Any) -> str | None:
         return None
     text = str(value).strip()
     return text or None
+
+
+def _conversation_id(value: str) -> str:
+    """A conversation id as stored (200 characters at most): a longer one keeps its first 150 characters and a
+    digest of the whole, so ids sharing a long prefix (``tenant/user/.../thread-N``) stay apart."""
+    if len(value) <= 200:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return f"{value[:150]}~{digest}"
 
 
 def _slice(value: Any, default: str) -> str:
