@@ -41,6 +41,7 @@ ROLE_EVENTS = {
     "gen_ai.assistant.message": "assistant",
     "gen_ai.tool.message": "tool",
 }
+_ID_HINT = " (OTLP/JSON spells them as hex: 32 and 16 characters, not base64)"
 TOOL_REASONS = frozenset({"tool_calls", "tool_call", "function_call"})
 NOT_CHAT = ("embeddings", "embedding", "execute_tool", "create_agent")
 SLICE_BAD = re.compile(r"[^A-Za-z0-9_.:@/+ -]")
@@ -197,7 +198,7 @@ def read_span(span: SpanRecord, options: ReadOptions) -> LlmCall | Skip:
             convention,
         )
     if not span.trace_id or not span.span_id:
-        return Skip("invalid", f"span {_name(span)} has no valid trace id and span id", monitor, convention)
+        return Skip("invalid", f"span {_name(span)} has no valid trace id and span id{_ID_HINT}", monitor, convention)
     conversation = ""
     for name in (options.conversation_attribute, *CONVERSATION_ATTRIBUTES):
         value = _text_or_none(attribute(span, name))

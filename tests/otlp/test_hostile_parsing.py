@@ -134,3 +134,15 @@ def test_an_error_quotes_a_long_bad_value_briefly() -> None:
     with pytest.raises(OtlpError) as refused:
         decode(json.dumps(data).encode(), "json")
     assert refused.value.status == 400 and len(refused.value.message) < 200
+
+
+def test_base64_ids_in_otlp_json_are_rejected_saying_they_must_be_hex() -> None:
+    """protobuf's own JSON printer writes bytes as base64; OTLP/JSON wants hex: the span is rejected, saying so."""
+    from google.protobuf.json_format import MessageToDict
+
+    from .spans import current
+
+    data = MessageToDict(export([SpanSpec(1, 1, attrs=current([("user", "hi")], "hello"))]))
+    [span] = decode(json.dumps(data).encode(), "json")
+    read = read_span(span, ReadOptions())
+    assert isinstance(read, Skip) and read.kind == "invalid" and "hex" in read.message
