@@ -10,7 +10,9 @@ the ``submit`` scope. Answers as an OTLP server: 200 with an ``ExportTraceServic
 (its ``partial_success`` counts and explains the spans not used); 4xx with a ``google.rpc.Status`` in the request's
 encoding (JSON: ``{"code", "message", "details"}``, plus ``detail`` naming the field as every error of this API):
 400 for a body that does not decode or has nothing usable, 401/403 for the key, 413 over DJ_OTLP_MAX_BYTES (checked
-on the decompressed size) or DJ_MAX_ITEMS spans, 415 for a content type or encoding OTLP does not define.
+on the decompressed size) or DJ_MAX_ITEMS spans, 415 for a content type or encoding OTLP does not define; 503 with
+Retry-After when the database is away (nothing stored: the exporter retries), 500 for a fault of ours, both in the same
+Status shape.
 """
 
 from __future__ import annotations
