@@ -152,6 +152,9 @@ async def export_traces(request: Request, background: BackgroundTasks) -> Respon
         except DATABASE_OUTAGES as exc:
             return outage_response(request, exc, encoding)
         try:
+            # end the key's transaction before the body streams in: a slow upload must not hold a pooled connection
+            # (a few slow exporters would starve every other request of the pool)
+            await run_in_threadpool(session.commit)
             body = await read_limited(request, settings.otlp_max_bytes)
             outcome = await run_in_threadpool(
                 _receive,

@@ -295,3 +295,24 @@ def test_two_services_sharing_a_conversation_id_never_get_each_others_history(pg
     judged = items_of(pg_api, monitor)[sales.response_id]
     assert [(t["speaker"], t["text"]) for t in judged["dialogue"]] == [("user", "Any discounts?")]
     assert judged["candidates"] == {"sales-bot": "10 % off today."}
+
+
+def test_no_database_connection_is_held_while_the_body_streams_in(pg_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow exporter uploading 16 MB must not keep a pooled connection (idle in transaction) the whole time."""
+    from judge_api.db import get_engine
+    from judge_api.routers import otlp as receiver
+
+    monitor = create_monitor(pg_api)
+    held: list[int] = []
+    original = receiver.read_limited
+
+    async def reading(request: Any, limit: int) -> bytes:
+        held.append(get_engine().pool.checkedout())  # type: ignore[attr-defined]
+        return await original(request, limit)
+
+    monkeypatch.setattr(receiver, "read_limited", reading)
+    answer = protobuf_post(
+        pg_api, [SpanSpec(9, 1, attrs=current([("user", "hi")], "hello"))], {"dialogue_judge.monitor": monitor}
+    )
+    assert answer.status_code == 200
+    assert held == [0]
