@@ -394,7 +394,7 @@ def release_due(session_factory: Any, settings: Settings, now: datetime | None =
     total = 0
     session: Session = session_factory()
     try:
-        monitor_ids = sorted({m for m, _ in spans_store.due_waiting(session, now, RELEASE_LIMIT)})
+        monitor_ids = spans_store.due_monitors(session, now)
         session.rollback()
         for monitor_id in monitor_ids:
             try:

@@ -119,6 +119,18 @@ def due_waiting(session: Session, now: datetime, limit: int, monitor_id: str | N
     return sorted({(str(m), str(c)) for m, c in session.execute(query.order_by(OtlpSpan.release_after).limit(limit))})
 
 
+def due_monitors(session: Session, now: datetime) -> list[str]:
+    """The monitors with a span waiting past its ``release_after``: every one of them (a monitor whose responses
+    cannot be released, its config no longer planning, must not crowd the others out of a round)."""
+    query = (
+        select(OtlpSpan.monitor_id)
+        .where(OtlpSpan.status == WAITING, OtlpSpan.release_after <= now)
+        .group_by(OtlpSpan.monitor_id)
+        .order_by(func.min(OtlpSpan.release_after))
+    )
+    return [str(m) for m in session.scalars(query)]
+
+
 def release(session: Session, span_ids: Sequence[int]) -> set[int]:
     """Mark waiting spans released; the ids this call released (another process may have released some first)."""
     released: set[int] = set()

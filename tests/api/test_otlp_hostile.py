@@ -316,3 +316,42 @@ def test_no_database_connection_is_held_while_the_body_streams_in(pg_api: Api, m
     )
     assert answer.status_code == 200
     assert held == [0]
+
+
+def test_a_monitor_whose_responses_cannot_be_released_does_not_starve_the_others(
+    pg_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweeper's round looked at the 2000 longest-waiting spans: a monitor with that many stuck (its config no
+    longer plans: each round leaves them waiting) crowded every other monitor out of every round."""
+    from datetime import timedelta
+
+    from fastapi import HTTPException
+
+    from judge_api.config import Settings
+    from judge_api.db import session_factory
+    from judge_api.models import utcnow
+    from judge_api.otlp import intake
+
+    stuck, healthy = create_monitor(pg_api), create_monitor(pg_api)
+
+    def waiting_span(trace: int) -> SpanSpec:  # its history's exchange never arrives: it waits DJ_OTLP_WAIT
+        history = [("user", "Hi, my dog is Rex."), ("assistant", "Hello!"), ("user", "Name?")]
+        return SpanSpec(trace, 1, start_s=60, attrs=current(history, "Rex.", f"c-{trace}"))
+
+    for trace in (20, 21, 22):
+        assert protobuf_post(pg_api, [waiting_span(trace)], {"dialogue_judge.monitor": stuck}).status_code == 200
+    assert protobuf_post(pg_api, [waiting_span(23)], {"dialogue_judge.monitor": healthy}).status_code == 200
+    original = intake.ingest
+
+    def ingest(session: Any, monitor: Any, responses: Any, settings: Any) -> Any:
+        if monitor.id == stuck:
+            raise HTTPException(409, "the monitor's rubrics: unknown rubric")
+        return original(session, monitor, responses, settings)
+
+    monkeypatch.setattr(intake, "ingest", ingest)
+    monkeypatch.setattr(intake, "RELEASE_LIMIT", 2)  # as 2000 stuck spans would with the real limit
+    settings = Settings()
+    later = utcnow() + timedelta(seconds=settings.otlp_wait_s + 5)
+    released = intake.release_due(session_factory(), settings, now=later)
+    assert released == 1
+    assert set(items_of(pg_api, healthy)) == {waiting_span(23).response_id}
