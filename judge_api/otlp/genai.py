@@ -312,7 +312,36 @@ def _part_message(raw: Any) -> Message | None:
         return None
     role = str(raw.get("role") or "")
     text = _parts_text(raw.get("parts")) if "parts" in raw else _content_text(raw.get("content"))
+    if _role(role) == "user":
+        text = _with_media(text, raw.get("parts") if "parts" in raw else _json_value(raw.get("content")))
     return Message(_role(role), text) if role else None
+
+
+MEDIA_TYPES = {
+    "image": "image",
+    "image_url": "image",
+    "input_image": "image",
+    "audio": "audio",
+    "input_audio": "audio",
+    "video": "video",
+    "blob": "file",
+    "uri": "file",
+    "file": "file",
+    "input_file": "file",
+}
+
+
+def _with_media(text: str, parts: Any) -> str:
+    """A user message's text with a placeholder (``[image]``, ``[audio]``, ``[file]``) per media part: a message
+    that is only a picture stays a turn of the dialogue (the judge sees the user sent something) rather than
+    vanishing."""
+    if not isinstance(parts, list):
+        return text
+    marks = []
+    for part in parts:
+        if isinstance(part, dict) and str(part.get("type", "")) in MEDIA_TYPES:
+            marks.append(f"[{part.get('modality') or MEDIA_TYPES[str(part['type'])]}]")
+    return "\n".join([t for t in (text, *marks) if t])
 
 
 def _parts_text(parts: Any) -> str:
@@ -363,6 +392,9 @@ def _openinference(span: SpanRecord) -> _Found | None:
                 for _, c in sorted(contents.items())
                 if c.get("message_content.type", "text") == "text" and c.get("message_content.text") is not None
             )
+            if _role(str(fields.get("message.role") or "")) == "user":
+                media = [{"type": c.get("message_content.type")} for _, c in sorted(contents.items())]
+                text = _with_media(text, media)
         return Message(_role(str(fields.get("message.role") or "")), _content_text(text))
 
     messages = [message(inputs[n]) for n in sorted(inputs)]
@@ -380,10 +412,13 @@ def _openllmetry(span: SpanRecord) -> _Found | None:
     completions = _indexed(attrs, "gen_ai.completion.")
     if not prompts and not completions:
         return None
-    messages = [
-        Message(_role(str(p.get("role") or "user")), _content_text(p.get("content")))
-        for _, p in sorted(prompts.items())
-    ]
+    messages = []
+    for _, prompt in sorted(prompts.items()):
+        role = _role(str(prompt.get("role") or "user"))
+        text = _content_text(prompt.get("content"))
+        if role == "user":
+            text = _with_media(text, _json_value(prompt.get("content")))
+        messages.append(Message(role, text))
     replies = [
         Message(_role(str(c.get("role") or "assistant")), _content_text(c.get("content")))
         for _, c in sorted(completions.items())

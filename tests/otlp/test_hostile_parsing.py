@@ -146,3 +146,45 @@ def test_base64_ids_in_otlp_json_are_rejected_saying_they_must_be_hex() -> None:
     [span] = decode(json.dumps(data).encode(), "json")
     read = read_span(span, ReadOptions())
     assert isinstance(read, Skip) and read.kind == "invalid" and "hex" in read.message
+
+
+IMAGE_ONLY: dict[str, dict[str, Any]] = {
+    "gen_ai": {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.input.messages": json.dumps(
+            [{"role": "user", "parts": [{"type": "uri", "modality": "image", "uri": "https://example.org/cat.png"}]}]
+        ),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "A cat."}]}]),
+    },
+    "openllmetry": {
+        "llm.request.type": "chat",
+        "gen_ai.prompt.0.role": "user",
+        "gen_ai.prompt.0.content": json.dumps(
+            [{"type": "text", "text": "What is it?"}, {"type": "image_url", "image_url": {"url": "data:image/png;..."}}]
+        ),
+        "gen_ai.completion.0.role": "assistant",
+        "gen_ai.completion.0.content": "A cat.",
+    },
+    "openinference": {
+        "openinference.span.kind": "LLM",
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.contents.0.message_content.type": "image",
+        "llm.input_messages.0.message.contents.0.message_content.image.image.url": "https://example.org/cat.png",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "A cat.",
+    },
+}
+IMAGE_TEXT = {"gen_ai": "[image]", "openllmetry": "What is it?\n[image]", "openinference": "[image]"}
+
+
+@pytest.mark.parametrize("name", list(IMAGE_ONLY))
+def test_a_picture_the_user_sent_stays_a_turn(name: str) -> None:
+    from judge_api.otlp.conversations import rebuild
+    from judge_api.otlp.genai import LlmCall
+
+    body, _ = encoded(export([SpanSpec(1, 1, attrs={**IMAGE_ONLY[name], "gen_ai.conversation.id": "c"})]), "json")
+    [span] = decode(body, "json")
+    call = read_span(span, ReadOptions())
+    assert isinstance(call, LlmCall), call
+    dialogue = rebuild(call, [call], 1800.0).dialogue
+    assert [(t.speaker, t.text) for t in dialogue] == [("user", IMAGE_TEXT[name])]
