@@ -89,11 +89,14 @@ def rebuild(call: LlmCall, conversation: Sequence[LlmCall], gap_s: float) -> Reb
     numbers = sessions_of([c.started_ns for c in earlier] + [call.started_ns], gap_s)
     own_session = numbers[-1]
     exchanges = [own_exchange(c) for c in earlier]
-    # the history's exchanges matched, in order, to earlier spans' exchanges
+    keys = [_match_key(e) for e in exchanges]
+    # the history's exchanges matched, in order, to earlier spans' exchanges (up to whitespace around each text: an
+    # app keeps the model's "answer\n" as "answer")
     matched_at: list[int | None] = []
     cursor = 0
     for exchange in history:
-        found = next((j for j in range(cursor, len(exchanges)) if exchanges[j] == exchange), None)
+        key_of = _match_key(exchange)
+        found = next((j for j in range(cursor, len(exchanges)) if keys[j] == key_of), None)
         matched_at.append(found)
         if found is not None:
             cursor = found + 1
@@ -119,6 +122,10 @@ def rebuild(call: LlmCall, conversation: Sequence[LlmCall], gap_s: float) -> Reb
     turns = _turns([p[1] for p in placed], [p[2] for p in placed])
     turns += [Turn("user", u, own_session) for u in new_users]
     return Rebuilt(turns, missing == 0, missing, own_session, own_session)
+
+
+def _match_key(exchange: Exchange) -> tuple[tuple[str, ...], str]:
+    return tuple(u.strip() for u in exchange.users), exchange.bot.strip()
 
 
 def _turns(exchanges: Sequence[Exchange], sessions: Sequence[int | None]) -> list[Turn]:

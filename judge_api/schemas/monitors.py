@@ -183,6 +183,7 @@ class OtlpStatus(BaseModel):
     waited: int = Field(default=0, description="responses judged after DJ_OTLP_WAIT with earlier turns missing")
     waiting: int = Field(default=0, description="responses waiting now for their conversation's earlier turns")
     not_llm: int = 0
+    tool_call: int = Field(default=0, description="LLM spans answering with a tool call (no text to judge)")
     no_content: int = Field(default=0, description="LLM spans without message content (content capture off)")
     rejected: int = 0
     message: str = ""
