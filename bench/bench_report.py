@@ -18,6 +18,7 @@ Usage::
     python bench/bench_report.py                       # 10k, 100k, 1M rows, n_boot=1000
     python bench/bench_report.py --sizes 10000 100000 --n-boot 200
     python bench/bench_report.py --json bench.json     # also write the figures as JSON
+    python bench/bench_report.py --sizes 100000 1000000 --baseline /tmp/main   # side by side with main's code
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import math
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -103,10 +105,13 @@ def _child(args: argparse.Namespace) -> None:
     print(json.dumps(measure(args.child, args.n_boot, args.seed, not args.no_trace, args.repeat)))
 
 
-def _run_child(n_rows: int, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(n_rows), "--n-boot", str(args.n_boot)]
+def _run_child(n_rows: int, args: argparse.Namespace, root: Path = ROOT) -> dict[str, Any]:
+    """One size in a fresh process, with the code of ``root`` (this checkout, or ``--baseline``'s)."""
+    script = root / "bench" / "bench_report.py"
+    cmd = [sys.executable, str(script), "--child", str(n_rows), "--n-boot", str(args.n_boot)]
     cmd += ["--seed", str(args.seed), "--repeat", str(args.repeat)] + (["--no-trace"] if args.no_trace else [])
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=root, env=env)
     if done.returncode != 0:
         raise SystemExit(f"benchmark child for {n_rows} rows failed:\n{done.stderr}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -124,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per size; the best is reported")
     parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc pass")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (e.g. `git worktree add /tmp/main main`): each size runs there too, right before this "
+        "code, and a line gives both and the ratio",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
@@ -143,7 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     results: list[dict[str, Any]] = []
     for n_rows in args.sizes:
+        base = _run_child(n_rows, args, args.baseline.resolve()) if args.baseline else None
         res = _run_child(n_rows, args)
+        if base is not None:
+            res["baseline"] = base
         if results:
             prev = results[-1]
             decades = math.log10(res["rows"] / prev["rows"])
@@ -160,6 +174,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{res['rss_growth_mb']:>8.0f} {res['peak_rss_mb']:>11.0f}",
             flush=True,
         )
+        if base is not None:
+            print(
+                f"{'baseline':>9} {'':>8} {'':>8} {'':>6} {base['report_s']:>8.2f} "
+                f"{_fmt(base['rows_per_s'], ',.0f'):>9} "
+                f"{'':>9} {'/'.join(f'{t:.2f}' for t in base['report_s_all']):>18} "
+                f"{_fmt(base['traced_peak_mb'], '.0f'):>9} {base['rss_growth_mb']:>8.0f} {base['peak_rss_mb']:>11.0f}"
+                f"   -> this code {base['report_s'] / res['report_s']:.1f}x faster (best), "
+                f"{statistics.median(base['report_s_all']) / statistics.median(res['report_s_all']):.1f}x (median), "
+                f"peak RSS {res['peak_rss_mb'] / base['peak_rss_mb']:.2f}x",
+                flush=True,
+            )
     print(
         "time = best wall clock of build_report (frame generation excluded); x per 10x = time ratio per 10x rows;\n"
         "traced MB = tracemalloc peak during build_report; RSS+ = RSS growth during the first run; "

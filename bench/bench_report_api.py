@@ -214,8 +214,10 @@ def time_api(database_url: str, run_id: str, rounds: int, warm: int, n_boot: int
 
     first: list[float] = []
     warm_times: list[float] = []
+    peaks: list[float | None] = []
     size = n_rows = 0
     for index in range(rounds):
+        _clear_report_cache(database_url)  # a first call computes the report (the cache outlives the API process)
         service = LiveService("", database_url, home / f"api-{index}", env_overrides={"DJ_RUNS_PER_MINUTE": "0"})
         service.start_api()
         try:
@@ -224,9 +226,58 @@ def time_api(database_url: str, run_id: str, rounds: int, warm: int, n_boot: int
             first.append(elapsed)
             for _ in range(warm):
                 warm_times.append(_get(url)[0])
+            if service.api is not None:
+                peaks.append(_peak_rss_mb(service.api.pid))
         finally:
             service.stop()
-    return {"first_s": first, "warm_s": warm_times, "report_bytes": size, "report_rows": n_rows}
+    return {
+        "first_s": first,
+        "warm_s": warm_times,
+        "report_bytes": size,
+        "report_rows": n_rows,
+        "api_peak_rss_mb": max((p for p in peaks if p is not None), default=None),
+    }
+
+
+def _vacuum(database_url: str) -> None:
+    """VACUUM ANALYZE the judgments, as autovacuum would after the bulk load (the state of a steady table)."""
+    import psycopg
+
+    with psycopg.connect(database_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE judgments")
+
+
+def _clear_report_cache(database_url: str) -> None:
+    """Empty the report cache (issue 39) when the database has one (code from before it has not)."""
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(database_url)
+    try:
+        if inspect(engine).has_table("report_cache"):
+            with engine.begin() as connection:
+                connection.execute(text("DELETE FROM report_cache"))
+    finally:
+        engine.dispose()
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    """The peak resident set (VmHWM) of the process and of its children (uvicorn may run the app in one)."""
+    best: float | None = None
+    pids = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        pids += [int(c) for c in children]
+    except OSError:
+        pass
+    for each in pids:
+        try:
+            for line in Path(f"/proc/{each}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    value = int(line.split()[1]) / 1024
+                    best = value if best is None else max(best, value)
+        except OSError:
+            continue
+    return best
 
 
 def _timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -266,6 +317,10 @@ def time_stages(database_url: str, run_id: str, n_boot: int, repeat: int) -> dic
     return stages
 
 
+def _fmt_mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} MB"
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -277,6 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="API starts per size (one first call each)")
     parser.add_argument("--warm", type=int, default=3, help="warm calls after each first call")
     parser.add_argument("--n-boot", type=int, default=1000, help="the report's n_boot (the route's default: 1000)")
+    parser.add_argument(
+        "--no-vacuum",
+        action="store_true",
+        help="PostgreSQL: skip VACUUM ANALYZE after seeding (autovacuum does it within a minute of a bulk load; "
+        "without it counting a run's judgments reads the heap instead of the index)",
+    )
     parser.add_argument("--no-stages", action="store_true", help="skip the in-process stage breakdown")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -295,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 run_id, stored = seed_run(url, size)
                 seed_s = time.perf_counter() - t0
+                if args.db == "postgres" and not args.no_vacuum:
+                    _vacuum(url)
                 timing = time_api(url, run_id, args.rounds, args.warm, args.n_boot, workdir / str(size))
                 stages = {} if args.no_stages else time_stages(url, run_id, args.n_boot, repeat=max(1, args.warm))
             res = {"judgments": stored, "seed_s": seed_s, "db": args.db, "n_boot": args.n_boot, **timing}
@@ -306,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"  first GET /report after API start: min {min(first):.2f} s  median {_median(first):.2f} s  "
                 f"[{' '.join(f'{t:.2f}' for t in first)}]\n"
                 f"  warm GET /report                 : min {min(warm, default=float('nan')):.2f} s  "
-                f"median {_median(warm):.2f} s  [{' '.join(f'{t:.2f}' for t in warm)}]",
+                f"median {_median(warm):.2f} s  [{' '.join(f'{t * 1000:.0f}ms' for t in warm)}]\n"
+                f"  API peak RSS (VmHWM)             : {_fmt_mb(res['api_peak_rss_mb'])}",
                 flush=True,
             )
             if stages:

@@ -106,6 +106,10 @@ class Settings(BaseSettings):
     max_turns_per_item: int = Field(default=2_000, alias="DJ_MAX_TURNS")
     max_judgments_per_run: int = Field(default=500_000, alias="DJ_MAX_JUDGMENTS")
     runs_per_minute: int = Field(default=60, alias="DJ_RUNS_PER_MINUTE")
+    # GET /v1/runs/{id}/report is kept per state of the run (repository.report_cache); a run still judging may be
+    # answered from a report this many seconds old without reading its state (0: never; the answer's computed_at)
+    report_cache: bool = Field(default=True, alias="DJ_REPORT_CACHE")
+    report_fresh_s: float = Field(default=3.0, ge=0, le=300, alias="DJ_REPORT_FRESH_SECONDS")
     # monitors: each is evaluated by every sweep and its rules are /metrics series (GET /v1/limits says them)
     max_monitors_per_project: int = Field(default=100, ge=1, alias="DJ_MAX_MONITORS")
     max_rules_per_monitor: int = Field(default=20, ge=0, le=50, alias="DJ_MAX_RULES_PER_MONITOR")

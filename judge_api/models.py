@@ -132,6 +132,8 @@ class Judgment(Base):
         Index("ix_judgments_run_created", "run_id", "created_at"),  # a monitor's spend today (its daily budget)
         # the estimate's calibration: a run's judgments of a rubric version and judge, newest first (repository.history)
         Index("ix_judgments_history", "run_id", "rubric_id", "rubric_version", "judge", "id"),
+        # the report cache's state of a run: its last write, one index seek (repository.report_cache, issue 39)
+        Index("ix_judgments_run_updated", "run_id", "updated_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -254,6 +256,23 @@ class HumanRating(Base):
     scale_max: Mapped[float] = mapped_column(Float)
     meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class ReportCacheEntry(Base):
+    """A run's report as ``GET /v1/runs/{id}/report`` computed it, for the state of the run it was computed on
+    (``state``: the run's judgment count and last write, its ratings and label queue) and the query it answered
+    (``params_key``). Served again while the run's state is the same (repository.report_cache, issue 39)."""
+
+    __tablename__ = "report_cache"
+    __table_args__ = (UniqueConstraint("run_id", "params_key", name="uq_report_cache_run_params"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    project_id: Mapped[str] = mapped_column(String(100))
+    params_key: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(Text)
+    computed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    body: Mapped[str] = mapped_column(Text)
 
 
 class LabelQueueItem(Base):

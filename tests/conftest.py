@@ -16,12 +16,21 @@ from dialogue_judge.testing import OwnRedis
 from judge_api.config import reset_settings_cache
 from judge_api.db import reset_engines
 from judge_api.rubrics import get_registry
+from tests.soak_variants import SOAK_VARIANTS
 
 pytest_plugins = ["judge_simulator.pytest_fixtures"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"
 PG_ADMIN = os.environ.get("DJ_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.hookimpl(tryfirst=True)  # before the -m expression deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long variants listed in tests/soak_variants.py join the soak tests (deselected by the default ``-m``)."""
+    for item in items:
+        if item.nodeid in SOAK_VARIANTS:
+            item.add_marker(pytest.mark.soak)
 
 
 def _pg_available() -> bool:

@@ -266,17 +266,21 @@ def conversation_section(run_id: str, response_id: str) -> None:
     if not item:
         return
     with st.expander(f"Conversation of `{response_id}`", expanded=True):
+        # the production app's texts are shown as text: a system prompt is often Markdown (headings, lists) and
+        # an image link in it would be fetched by the reviewer's browser
         if item.get("memory"):
-            st.markdown(f"**Memory / instructions:** {item['memory']}")
+            st.markdown("**Memory / instructions:**")
+            st.text(str(item["memory"]))
         persona = item.get("persona") or {}
         if persona.get("bot") or persona.get("user"):
             bot, user = "; ".join(persona.get("bot") or []), "; ".join(persona.get("user") or [])
-            st.markdown(f"**Persona:** bot: {bot} · user: {user}")
+            st.markdown("**Persona:**")
+            st.text(f"bot: {bot} · user: {user}")
         otlp = (item.get("meta") or {}).get("otlp") or {}
         if otlp.get("incomplete"):
             st.warning(str(otlp["incomplete"]), icon="⏳")
         elif otlp:
-            st.caption(
+            st.text(
                 f"rebuilt from OTLP traces: conversation {otlp.get('conversation_id')}, session {otlp.get('session')}"
             )
         widgets.table(conversation_frame(item), f"conversation_{response_id}", "mon_conversation_t")

@@ -26,7 +26,9 @@ HOW_TO_LABEL = (
 
 def calibrated(
     run_id: str,
-    ci: float = typer.Option(0.95, "--ci", help="the intervals' level, between 0 and 1 (exclusive)"),
+    ci: float = typer.Option(
+        0.95, "--ci", help="the intervals' level, between 0.5 and 1 (exclusive), as the API takes it"
+    ),
     fmt: str = typer.Option("table", "--format", help="table, markdown or json"),
     n_boot: int = typer.Option(None, "--n-boot", help="bootstrap replicates of the judge-only intervals (tables)"),
     human_prefix: str = typer.Option(None, "--human-prefix", help="only human raters whose id starts with this"),
@@ -36,8 +38,8 @@ def calibrated(
     """Print a run's calibrated estimates: judge-only, human-only and calibrated (PPI++) intervals side by side."""
     if fmt not in FORMATS:
         raise fail(f"--format must be table, markdown or json (got {fmt!r})")
-    if not 0 < ci < 1:
-        raise fail(f"--ci must be between 0 and 1, exclusive (got {ci:g}); 0.95 is a 95% interval")
+    if not 0.5 < ci < 1:  # the API's bounds (routers/reports.CI_LEVEL): refused here, with the option's name
+        raise fail(f"--ci must be between 0.5 and 1, exclusive (got {ci:g}); 0.95 is a 95% interval")
     client = api_client(api, api_key)
     try:
         if fmt == "json":

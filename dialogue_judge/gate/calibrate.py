@@ -168,12 +168,14 @@ def calibrate_aspect(
     y_b = np.array([baseline.values.get(i, np.nan) for i in items])
     y_c = np.array([candidate.values.get(i, np.nan) for i in items])
     if baseline.active is None and candidate.active is None:
-        est = ppi_mean_difference(y_b, yhat_b, lab_b, y_c, yhat_c, lab_c, ci=level)
+        est = ppi_mean_difference(y_b, yhat_b, lab_b, y_c, yhat_c, lab_c, ci=level, bounds=human_scale)
         design = "ppi++ paired" if est.paired else "ppi++ two-sample"
     else:  # an active queue's labels: inverse-probability weighted (a uniform side's probability is n/N)
         pi_b = _inclusion(baseline, items, lab_b)
         pi_c = _inclusion(candidate, items, lab_c)
-        est = ppi_mean_difference_active(y_b, yhat_b, lab_b, pi_b, y_c, yhat_c, lab_c, pi_c, ci=level)
+        est = ppi_mean_difference_active(
+            y_b, yhat_b, lab_b, pi_b, y_c, yhat_c, lab_c, pi_c, ci=level, bounds=human_scale
+        )
         design = "ppi++ active (inverse-probability weighted)"
     tolerance = threshold * (human_scale[1] - human_scale[0]) / (judge_scale[1] - judge_scale[0])
     c = est.calibrated

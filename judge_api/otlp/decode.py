@@ -255,11 +255,19 @@ def _int(value: Any, where: str) -> int:
         raise OtlpError(400, f"{where} must be an integer (a decimal string or a number)")
     try:
         number = int(value)
-    except ValueError:
-        raise OtlpError(400, f"{where} must be an integer (a decimal string or a number), not {value!r}") from None
+    except (ValueError, OverflowError):  # OverflowError: 1e400 is a JSON number Python reads as infinity
+        raise OtlpError(
+            400, f"{where} must be an integer (a decimal string or a number), not {_short(value)}"
+        ) from None
     if not 0 <= number < 2**64:
         raise OtlpError(400, f"{where} is out of the range of an unsigned 64-bit integer")
     return number
+
+
+def _short(value: Any) -> str:
+    """A value as an error message quotes it: at most 40 characters of it."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _hex_id(value: Any, size: int) -> str:
@@ -299,7 +307,10 @@ def _json_value(value: Any, where: str, depth: int) -> Any:
             raise OtlpError(400, f"{where}.stringValue must be a string")
         return text
     if "boolValue" in value or "bool_value" in value:
-        return bool(_get(value, "boolValue", "bool_value"))
+        flag = _get(value, "boolValue", "bool_value")
+        if not isinstance(flag, bool):  # bool("false") would be True
+            raise OtlpError(400, f"{where}.boolValue must be true or false")
+        return flag
     if "intValue" in value or "int_value" in value:
         return _signed(_get(value, "intValue", "int_value"), f"{where}.intValue")
     if "doubleValue" in value or "double_value" in value:
@@ -342,7 +353,7 @@ def _signed(value: Any, where: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise OtlpError(400, f"{where} must be an integer, not {value!r}") from None
+        raise OtlpError(400, f"{where} must be an integer, not {_short(value)}") from None
     if not -(2**63) <= number < 2**63:
         raise OtlpError(400, f"{where} is out of the range of a signed 64-bit integer")
     return number

@@ -17,6 +17,7 @@ names the instrumentation's content-capture switch). Pure: no storage, no settin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,8 @@ ROLE_EVENTS = {
     "gen_ai.assistant.message": "assistant",
     "gen_ai.tool.message": "tool",
 }
+_ID_HINT = " (OTLP/JSON spells them as hex: 32 and 16 characters, not base64)"
+TOOL_REASONS = frozenset({"tool_calls", "tool_call", "function_call"})
 NOT_CHAT = ("embeddings", "embedding", "execute_tool", "create_agent")
 SLICE_BAD = re.compile(r"[^A-Za-z0-9_.:@/+ -]")
 
@@ -138,9 +141,10 @@ class LlmCall:
 
 @dataclass(frozen=True)
 class Skip:
-    """A span not judged: ``not_llm`` (no LLM call), ``no_content`` (messages not captured) or ``invalid``."""
+    """A span not judged: ``not_llm`` (no LLM call), ``tool_call`` (an LLM call answering with a tool call: no text
+    to judge), ``no_content`` (messages not captured) or ``invalid``."""
 
-    kind: Literal["not_llm", "no_content", "invalid"]
+    kind: Literal["not_llm", "tool_call", "no_content", "invalid"]
     message: str
     monitor: str | None = None
     convention: str | None = None
@@ -162,31 +166,44 @@ def attribute(span: SpanRecord, name: str) -> Any:
     return span.resource.get(name)
 
 
+def _name(span: SpanRecord) -> str:
+    """The span's name as a message quotes it (a monitor's status keeps the message): 80 characters at most."""
+    name = span.name if len(span.name) <= 80 else span.name[:77] + "..."
+    return repr(name)
+
+
 def read_span(span: SpanRecord, options: ReadOptions) -> LlmCall | Skip:
     """The span as an LLM call, or why it is skipped."""
     monitor = _text_or_none(attribute(span, MONITOR_ATTRIBUTE))
     convention = _convention(span)
     if convention is None:
-        return Skip("not_llm", f"span {span.name!r} is not an LLM call", monitor)
+        return Skip("not_llm", f"span {_name(span)} is not an LLM call", monitor)
     found = (
         _current(span) or _openinference(span) or _openllmetry(span) or _events(span) or _Found(convention=convention)
     )
     convention = found.convention or convention
+    if (not found.output or not found.output.strip()) and _answered_with_tool_call(span):
+        return Skip(
+            "tool_call",
+            f"LLM span {_name(span)} answered with a tool call, no text to judge (the answer after the tool is)",
+            monitor,
+            convention,
+        )
     if not found.output or not found.output.strip():
         switch = CAPTURE_SWITCHES["gen_ai" if convention.startswith("gen_ai") else convention]
         return Skip(
             "no_content",
-            f"LLM span {span.name!r} carries no message content (content capture is off): set {switch}",
+            f"LLM span {_name(span)} carries no message content (content capture is off): set {switch}",
             monitor,
             convention,
         )
     if not span.trace_id or not span.span_id:
-        return Skip("invalid", f"span {span.name!r} has no valid trace id and span id", monitor, convention)
+        return Skip("invalid", f"span {_name(span)} has no valid trace id and span id{_ID_HINT}", monitor, convention)
     conversation = ""
     for name in (options.conversation_attribute, *CONVERSATION_ATTRIBUTES):
         value = _text_or_none(attribute(span, name))
         if value:
-            conversation = value[:200]
+            conversation = _conversation_id(value)
             break
     model = next((str(v) for n in MODEL_ATTRIBUTES if (v := attribute(span, n)) not in (None, "")), None)
     return LlmCall(
@@ -231,6 +248,47 @@ def _convention(span: SpanRecord) -> str | None:
     return None
 
 
+def _tool_reason(value: Any) -> bool:
+    return str(value).strip().lower() in TOOL_REASONS
+
+
+def _answered_with_tool_call(span: SpanRecord) -> bool:
+    """The call's output is a tool call (the model asked for a tool; the text answer comes in a later call), in any
+    convention: a ``tool_call`` part or finish reason, OpenLLMetry's ``gen_ai.completion.N.tool_calls.*``,
+    OpenInference's ``llm.output_messages.N.message.tool_calls.*``, a ``gen_ai.choice`` event's tool calls."""
+    attrs = span.attributes
+    reasons = _json_value(attrs.get("gen_ai.response.finish_reasons"))
+    if any(_tool_reason(r) for r in (reasons if isinstance(reasons, list) else [reasons] if reasons else [])):
+        return True
+    for key, value in attrs.items():
+        if key.startswith("gen_ai.completion.") and (
+            ".tool_calls." in key or (key.endswith(".finish_reason") and _tool_reason(value))
+        ):
+            return True
+        if key.startswith("llm.output_messages.") and ".message.tool_calls." in key:
+            return True
+    for source in [attrs, *(e.attributes for e in span.events if e.name == DETAILS_EVENT)]:
+        for raw in _json_list(source.get("gen_ai.output.messages")):
+            if not isinstance(raw, dict):
+                continue
+            parts = raw.get("parts")
+            if _tool_reason(raw.get("finish_reason", "")) or (
+                isinstance(parts, list) and any(isinstance(p, dict) and p.get("type") == "tool_call" for p in parts)
+            ):
+                return True
+    for event in span.events:
+        if event.name != "gen_ai.choice":
+            continue
+        if _tool_reason(event.attributes.get("finish_reason", "")):
+            return True
+        body = _event_body(event.attributes)
+        if isinstance(body, dict):
+            inner = body.get("message", body)
+            if _tool_reason(body.get("finish_reason", "")) or (isinstance(inner, dict) and inner.get("tool_calls")):
+                return True
+    return False
+
+
 # -- the current GenAI conventions -------------------------------------------------------------------------------
 
 
@@ -254,7 +312,36 @@ def _part_message(raw: Any) -> Message | None:
         return None
     role = str(raw.get("role") or "")
     text = _parts_text(raw.get("parts")) if "parts" in raw else _content_text(raw.get("content"))
+    if _role(role) == "user":
+        text = _with_media(text, raw.get("parts") if "parts" in raw else _json_value(raw.get("content")))
     return Message(_role(role), text) if role else None
+
+
+MEDIA_TYPES = {
+    "image": "image",
+    "image_url": "image",
+    "input_image": "image",
+    "audio": "audio",
+    "input_audio": "audio",
+    "video": "video",
+    "blob": "file",
+    "uri": "file",
+    "file": "file",
+    "input_file": "file",
+}
+
+
+def _with_media(text: str, parts: Any) -> str:
+    """A user message's text with a placeholder (``[image]``, ``[audio]``, ``[file]``) per media part: a message
+    that is only a picture stays a turn of the dialogue (the judge sees the user sent something) rather than
+    vanishing."""
+    if not isinstance(parts, list):
+        return text
+    marks = []
+    for part in parts:
+        if isinstance(part, dict) and str(part.get("type", "")) in MEDIA_TYPES:
+            marks.append(f"[{part.get('modality') or MEDIA_TYPES[str(part['type'])]}]")
+    return "\n".join([t for t in (text, *marks) if t])
 
 
 def _parts_text(parts: Any) -> str:
@@ -305,6 +392,9 @@ def _openinference(span: SpanRecord) -> _Found | None:
                 for _, c in sorted(contents.items())
                 if c.get("message_content.type", "text") == "text" and c.get("message_content.text") is not None
             )
+            if _role(str(fields.get("message.role") or "")) == "user":
+                media = [{"type": c.get("message_content.type")} for _, c in sorted(contents.items())]
+                text = _with_media(text, media)
         return Message(_role(str(fields.get("message.role") or "")), _content_text(text))
 
     messages = [message(inputs[n]) for n in sorted(inputs)]
@@ -322,10 +412,13 @@ def _openllmetry(span: SpanRecord) -> _Found | None:
     completions = _indexed(attrs, "gen_ai.completion.")
     if not prompts and not completions:
         return None
-    messages = [
-        Message(_role(str(p.get("role") or "user")), _content_text(p.get("content")))
-        for _, p in sorted(prompts.items())
-    ]
+    messages = []
+    for _, prompt in sorted(prompts.items()):
+        role = _role(str(prompt.get("role") or "user"))
+        text = _content_text(prompt.get("content"))
+        if role == "user":
+            text = _with_media(text, _json_value(prompt.get("content")))
+        messages.append(Message(role, text))
     replies = [
         Message(_role(str(c.get("role") or "assistant")), _content_text(c.get("content")))
         for _, c in sorted(completions.items())
@@ -432,6 +525,15 @@ def _text_or_none(value: Any) -> str | None:
         return None
     text = str(value).strip()
     return text or None
+
+
+def _conversation_id(value: str) -> str:
+    """A conversation id as stored (200 characters at most): a longer one keeps its first 150 characters and a
+    digest of the whole, so ids sharing a long prefix (``tenant/user/.../thread-N``) stay apart."""
+    if len(value) <= 200:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return f"{value[:150]}~{digest}"
 
 
 def _slice(value: Any, default: str) -> str:

@@ -46,6 +46,7 @@ NO_MONITOR = (
     f"OTEL_RESOURCE_ATTRIBUTES={MONITOR_ATTRIBUTE}=<id>), or make a monitor the project's default "
     '(PATCH /v1/monitors/{id} {"otlp_default": true})'
 )
+MAX_MEMORY = 200_000  # MonitorResponseIn.memory
 RELEASE_LIMIT = 2000  # waiting spans looked at per monitor and round
 
 
@@ -97,6 +98,8 @@ class _Monitors:
     def get(self, ref: str | None) -> Monitor | None:
         if ref is None:
             return self.default()
+        if len(ref) > 200 or text_problem(ref) is not None:  # no monitor is named so; the database cannot be asked
+            return None
         if ref not in self._found:
             self._found[ref] = spans_store.find_monitor(self.session, self.project_id, ref)
         return self._found[ref]
@@ -108,12 +111,29 @@ class _Monitors:
         return self._default if isinstance(self._default, Monitor) else None
 
 
+def text_problem(text: str) -> str | None:
+    """Why a text cannot be stored (PostgreSQL refuses a NUL character, UTF-8 an unpaired surrogate that OTLP/JSON
+    can spell as ``\\ud800``), or None."""
+    if "\x00" in text:
+        return "carries a NUL character (\\u0000), which cannot be stored"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "carries an unpaired surrogate (not valid Unicode text), which cannot be stored"
+    return None
+
+
 def call_refusal(call: LlmCall, settings: Settings) -> str | None:
-    """Why a call cannot become a response (texts over the limits, a NUL character), or None."""
+    """Why a call cannot become a response (texts over the limits, a NUL character or an unpaired surrogate in
+    any text stored), or None."""
     texts = [m.text for m in call.messages] + [call.output, call.memory or "", *(call.persona or [])]
-    for text in texts:
-        if "\x00" in text:
-            return "carries a NUL character (\\u0000), which cannot be stored"
+    labels = [call.conversation_id, call.model or "", call.system, call.version, call.segment or ""]
+    for text in [*texts, *labels, *(m.role for m in call.messages)]:
+        problem = text_problem(text)
+        if problem is not None:
+            return problem
+    if len(call.instructions) > MAX_MEMORY:
+        return f"has system instructions of {len(call.instructions)} characters, over the limit of {MAX_MEMORY}"
     longest = max(len(t) for t in texts)
     if longest > settings.max_chars_per_turn:
         return (
@@ -172,7 +192,7 @@ def receive(
             continue
         by_monitor[monitor.id].append(read)
     day = now.date().isoformat()
-    if not by_monitor and set(outcome.skipped) - {"not_llm"}:
+    if not by_monitor and set(outcome.skipped) - {"not_llm", "tool_call"}:
         spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes)
         raise OtlpError(400, "no span of the export could be used: " + outcome.message())
     release_after = now + timedelta(seconds=settings.otlp_wait_s)
@@ -203,6 +223,10 @@ def receive(
 def _skip_reason(skip: Skip) -> str:
     if skip.kind == "not_llm":
         return "are not LLM calls (skipped)"
+    if skip.kind == "tool_call":
+        return (
+            "are LLM calls answering with a tool call, no text to judge (skipped; the answer after the tool is judged)"
+        )
     if skip.kind == "no_content":
         return "are LLM calls without message content: " + skip.message.split(": ", 1)[-1]
     return "are malformed: " + skip.message
@@ -213,6 +237,14 @@ def started_at(call: LlmCall, now: datetime) -> datetime:
         return now
     moment = datetime.fromtimestamp(call.started_ns / 1e9, UTC).replace(tzinfo=None)
     return moment if datetime(1970, 1, 2) <= moment < datetime(9000, 1, 1) else now
+
+
+def conversation_key(call: LlmCall) -> tuple[str, str]:
+    """The conversation a call belongs to: its conversation id within its system (two services of one monitor may
+    number their conversations alike: neither's turns are the other's history); a call without one is alone."""
+    if not call.conversation_id:
+        return ("\x00", call.response_id)
+    return (call.system, call.conversation_id)
 
 
 @dataclass
@@ -243,9 +275,10 @@ def settle(
     conversations |= {r.conversation_id for r in due if r.conversation_id}
     rows = {r.id: r for r in spans_store.conversation_rows(session, monitor.id, conversations)}
     rows.update({r.id: r for r in [*claimed, *due] if not r.conversation_id})
-    groups: dict[str, list[tuple[spans_store.SpanRow, LlmCall]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[tuple[spans_store.SpanRow, LlmCall]]] = defaultdict(list)
     for row in sorted(rows.values(), key=lambda r: r.id):
-        groups[row.conversation_id or f"\x00{row.response_id}"].append((row, LlmCall.from_json(row.call)))
+        call = LlmCall.from_json(row.call)
+        groups[conversation_key(call)].append((row, call))
     ready: list[tuple[spans_store.SpanRow, LlmCall, Rebuilt]] = []
     waiting = 0
     hold = settings.otlp_hold == "always"  # every response of a conversation waits DJ_OTLP_WAIT
@@ -409,7 +442,7 @@ def release_due(session_factory: Any, settings: Settings, now: datetime | None =
     total = 0
     session: Session = session_factory()
     try:
-        monitor_ids = sorted({m for m, _ in spans_store.due_waiting(session, now, RELEASE_LIMIT)})
+        monitor_ids = spans_store.due_monitors(session, now)
         session.rollback()
         for monitor_id in monitor_ids:
             total += _step(session, monitor_id, 0, now, settings) or 0

@@ -9,6 +9,7 @@ Split by who uses it:
   Their names are re-exported here, so routes call ``repository.create_run`` and the like.
 - ``claims``: the workers' claim/write path. Workers import it directly (``from judge_api.repository import claims``).
 - ``cache``: the judge cache, used by the workers' batch path and the verdict writer.
+- ``report_cache``: the reports ``GET /v1/runs/{id}/report`` keeps per state of the run (re-exported here).
 - ``sql``: dialect helpers the modules share.
 
 Writes that belong together happen in one transaction (a run, its items and its judgments are stored together or
@@ -32,6 +33,14 @@ from judge_api.repository.idempotency_keys import (
 from judge_api.repository.label_queue import LabelQueue, label_queue, store_label_queue
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
 from judge_api.repository.ratings import item_systems, upsert_ratings
+from judge_api.repository.report_cache import (
+    CachedReport,
+    cached_report,
+    drop_reports,
+    params_key,
+    run_state,
+    store_report,
+)
 from judge_api.repository.rubric_snapshots import (
     rubric_content,
     rubric_snapshot,
@@ -63,10 +72,13 @@ __all__ = [
     "JUDGMENT_FILTERS",
     "JUDGMENT_FRAME_COLUMNS",
     "RATING_FRAME_COLUMNS",
+    "CachedReport",
     "LabelQueue",
     "VerdictImportError",
+    "cached_report",
     "cancel_pending",
     "create_run",
+    "drop_reports",
     "ensure_project",
     "fact_labels_frame",
     "find_idempotency_key",
@@ -84,6 +96,7 @@ __all__ = [
     "list_runs",
     "memory_audit_frame",
     "new_run_id",
+    "params_key",
     "poll_run",
     "prune_idempotency_keys",
     "ratings_frame",
@@ -94,7 +107,9 @@ __all__ = [
     "rubric_versions",
     "run_counts",
     "run_item_keys",
+    "run_state",
     "store_label_queue",
+    "store_report",
     "store_rubric_snapshots",
     "summarize_runs",
     "upsert_ratings",

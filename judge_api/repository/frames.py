@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pandas as pd
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
@@ -86,17 +89,45 @@ _JUDGMENTS_QUERY = (
 )
 
 
+FRAME_CHUNK = 50_000
+"""Judgments read per round trip of the cursor: the driver's tuples of one chunk are turned into columns before
+the next is read, so they never all live at once (about 1 kB of Python objects per judgment; issue 39)."""
+
+_STRING_COLUMNS: tuple[str, ...] = ("item_id", "mode", "system_a", "system_b", "aspect", "judge", "rubric_id")
+_STRING_COLUMNS += ("rubric_version", "run_id", "order", "status", "outcome", "source")
+
+
+def _chunk_frame(rows: Sequence[Any]) -> pd.DataFrame:
+    """One chunk of the query's rows as columns, the strings in pandas' ``str`` dtype (Arrow: a few bytes per value
+    instead of a Python object each), as ``stats.frames.validate_judgments`` would make them."""
+    part = pd.DataFrame.from_records(rows, columns=_QUERY_COLUMNS, coerce_float=False)
+    for col in _STRING_COLUMNS:
+        part[col] = part[col].astype("str")
+    return part
+
+
 def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     """The run's judgments as the statistics library's frame (docs/data-contract.md).
 
     Read with Core, as the driver's plain tuples, which pandas turns into columns in C: the ORM's rows cost about
     twice the query at 100k judgments (a Row per judgment, and pandas probing each one for named-tuple fields)."""
     result = session.connection().execute(_JUDGMENTS_QUERY, {"run_id": run_id})
+    parts: list[pd.DataFrame] = []
     try:
-        rows = result.cursor.fetchall() if result.cursor is not None else []
+        cursor = result.cursor
+        while cursor is not None:
+            rows = cursor.fetchmany(FRAME_CHUNK)
+            if not rows:
+                break
+            parts.append(_chunk_frame(rows))
+            del rows
     finally:
         result.close()
-    frame = pd.DataFrame.from_records(rows, columns=_QUERY_COLUMNS, coerce_float=False)
+    if not parts:
+        frame = pd.DataFrame.from_records([], columns=_QUERY_COLUMNS, coerce_float=False)
+    else:
+        frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        del parts
     if len(frame):
         frame["cached"] = frame["cached"].astype(bool)  # SQLite's driver gives 0/1 (the ORM's type converted them)
     from judge_api.rubrics import get_registry

@@ -25,7 +25,7 @@ INSERT_CHUNK = 2000  # rows of one INSERT (8 columns: 16,000 parameters, under S
 RECEIVED = "received"
 WAITING = "waiting"
 RELEASED = "released"
-STAT_KEYS = ("spans", "responses", "duplicates", "waited", "not_llm", "no_content", "rejected")
+STAT_KEYS = ("spans", "responses", "duplicates", "waited", "not_llm", "tool_call", "no_content", "rejected")
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,18 @@ def due_waiting(session: Session, now: datetime, limit: int, monitor_id: str | N
     if monitor_id is not None:
         query = query.where(OtlpSpan.monitor_id == monitor_id)
     return sorted({(str(m), str(c)) for m, c in session.execute(query.order_by(OtlpSpan.release_after).limit(limit))})
+
+
+def due_monitors(session: Session, now: datetime) -> list[str]:
+    """The monitors with a span waiting past its ``release_after``: every one of them (a monitor whose responses
+    cannot be released, its config no longer planning, must not crowd the others out of a round)."""
+    query = (
+        select(OtlpSpan.monitor_id)
+        .where(OtlpSpan.status == WAITING, OtlpSpan.release_after <= now)
+        .group_by(OtlpSpan.monitor_id)
+        .order_by(func.min(OtlpSpan.release_after))
+    )
+    return [str(m) for m in session.scalars(query)]
 
 
 def release(session: Session, span_ids: Sequence[int]) -> set[int]:

@@ -45,6 +45,7 @@ from judge_api.models import (
     LabelQueueItem,
     ProviderBatch,
     ProviderBatchJudgment,
+    ReportCacheEntry,
     RubricSnapshot,
     Run,
     RunItem,
@@ -168,6 +169,7 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
     removed["webhook_deliveries"] = _rowcount(
         session.execute(delete(WebhookDelivery).where(WebhookDelivery.run_id == run_id))
     )
+    session.execute(delete(ReportCacheEntry).where(ReportCacheEntry.run_id == run_id))  # kept reports go with it
     removed["judgments"] = _rowcount(session.execute(delete(Judgment).where(Judgment.run_id == run_id)))
     removed["human_ratings"] = _rowcount(session.execute(delete(HumanRating).where(HumanRating.run_id == run_id)))
     removed["label_queue_items"] = _rowcount(

@@ -15,16 +15,14 @@ from judge_api.auth import Principal
 from judge_api.deps import get_session, require, run_or_404
 from judge_api.errors import field_error
 from judge_api.schemas import LabelQueueIn
-from judge_api.stats import frames as F
-from judge_api.stats.label_sampling import draw, eligible_items, item_uncertainty
+from judge_api.stats.label_sampling import draw, eligible_items, item_uncertainty, labeled_items
 
 router = APIRouter(tags=["reports"])
 
 
 def _labeled_items(session: Session, run_id: str) -> set[str]:
-    ratings = repository.ratings_frame(session, run_id)
-    scores = ratings[ratings[F.KIND] == F.KIND_SCORE]
-    return {str(i) for i in scores[F.ITEM_ID]}
+    """Items rated for every system judged on them (``stats.label_sampling.labeled_items``)."""
+    return labeled_items(repository.judgments_frame(session, run_id), repository.ratings_frame(session, run_id))
 
 
 def _queue_out(run_id: str, queue: repository.LabelQueue, labeled: set[str]) -> dict[str, Any]:

@@ -10,12 +10,15 @@ the ``submit`` scope. Answers as an OTLP server: 200 with an ``ExportTraceServic
 (its ``partial_success`` counts and explains the spans not used); 4xx with a ``google.rpc.Status`` in the request's
 encoding (JSON: ``{"code", "message", "details"}``, plus ``detail`` naming the field as every error of this API):
 400 for a body that does not decode or has nothing usable, 401/403 for the key, 413 over DJ_OTLP_MAX_BYTES (checked
-on the decompressed size) or DJ_MAX_ITEMS spans, 415 for a content type or encoding OTLP does not define.
+on the decompressed size) or DJ_MAX_ITEMS spans, 415 for a content type or encoding OTLP does not define; 503 with
+Retry-After when the database is away (nothing stored: the exporter retries), 500 for a fault of ours, both in the same
+Status shape.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
@@ -29,14 +32,16 @@ from starlette.concurrency import run_in_threadpool
 from judge_api.config import Settings
 from judge_api.db import session_factory
 from judge_api.deps import authorize
+from judge_api.errors import DATABASE_OUTAGES
 from judge_api.otlp.decode import Encoding, OtlpError, decode, encoding_of, inflate
 from judge_api.otlp.intake import Outcome, receive, received_event
 
 router = APIRouter(tags=["otlp"])
+log = logging.getLogger(__name__)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-GRPC_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 413: 8, 415: 3, 429: 8, 503: 14}  # google.rpc.Code
+GRPC_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}  # google.rpc.Code
 
 
 def _varint(value: int) -> bytes:
@@ -69,6 +74,13 @@ def status_body(code: int, message: str, encoding: Encoding) -> tuple[bytes, str
 def error_response(code: int, message: str, encoding: Encoding, headers: dict[str, str] | None = None) -> Response:
     body, media = status_body(code, message, encoding)
     return Response(body, status_code=code, media_type=media, headers=headers)
+
+
+def outage_response(request: Request, exc: Exception, encoding: Encoding) -> Response:
+    """503 with Retry-After, in OTLP's shape: the database is away, nothing was stored, the exporter retries."""
+    log.warning("database unavailable during %s %s: %s", request.method, request.url.path, type(exc).__name__)
+    message = "the database is unavailable right now; nothing was stored, retry shortly"
+    return error_response(503, message, encoding, {"Retry-After": "2"})
 
 
 def success_response(outcome: Outcome, encoding: Encoding) -> Response:
@@ -138,7 +150,12 @@ async def export_traces(request: Request) -> Response:
             principal = await run_in_threadpool(authorize, request, session, "submit")
         except HTTPException as exc:
             return error_response(exc.status_code, str(exc.detail), encoding, dict(exc.headers or {}))
+        except DATABASE_OUTAGES as exc:
+            return outage_response(request, exc, encoding)
         try:
+            # end the key's transaction before the body streams in: a slow upload must not hold a pooled connection
+            # (a few slow exporters would starve every other request of the pool)
+            await run_in_threadpool(session.commit)
             body = await read_limited(request, settings.otlp_max_bytes)
             outcome = await run_in_threadpool(
                 _receive,
@@ -154,6 +171,11 @@ async def export_traces(request: Request) -> Response:
         except HTTPException as exc:
             detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
             return error_response(exc.status_code, detail, encoding)
+        except DATABASE_OUTAGES as exc:  # nothing was committed: the exporter retries a 503
+            return outage_response(request, exc, encoding)
+        except Exception:  # a fault of ours: still an OTLP answer, never a bare text 500
+            log.exception("OTLP export failed (%d bytes)", int(request.headers.get("content-length") or 0))
+            return error_response(500, "the export could not be processed (a server error; it was logged)", encoding)
     finally:
         session.close()
     if outcome.stored:

@@ -11,12 +11,14 @@ import json
 from typing import Any, Literal
 
 import pandas as pd
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from sqlalchemy.orm import Session
 
 from judge_api import repository
 from judge_api.auth import Principal
+from judge_api.config import get_settings
 from judge_api.deps import get_session, require, run_or_404
+from judge_api.models import utcnow
 from judge_api.planning import panel_settings
 from judge_api.reference_metrics import LEXICAL_METRICS, REFERENCE_JUDGE
 from judge_api.reference_tokens import tokenisation_section
@@ -53,26 +55,63 @@ def report(
     panel_quorum: int | None = PANEL_QUORUM,
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
-) -> dict[str, Any]:
+) -> Response:
+    """The run's report. Computed once per state of the run and query (``repository.report_cache``: any write to
+    the run's judgments, ratings or label queue makes the next call compute it again); ``computed_at`` says when,
+    ``cached`` whether this answer was kept from an earlier call."""
     run = run_or_404(session, run_id, principal)
+    panel = panel_settings(run.config, panel_judge, panel_aggregate, panel_quorum)
+    params = {"n_boot": n_boot, "seed": seed, "ci": ci, "human_prefix": human_prefix, "panel": panel}
+    settings = get_settings()
+    key = repository.params_key(run.project_id, params)
+    hit: repository.CachedReport | None = None
+    state: str | None = None
+    if settings.report_cache:
+        running = run.finished_at is None  # still judging (a monitor's run always is)
+        hit, state = repository.cached_report(session, run_id, key, fresh_s=settings.report_fresh_s if running else 0.0)
+    if hit is not None:
+        body, computed_at, cached = hit.body, hit.computed_at, True
+        kept = json.loads(hit.body)
+        if run.finished_at is None or kept["run"].get("finished_at") is None:
+            # still judging: the kept report with the run's summary of now (a finished run's summary is part of the
+            # state the entry was computed on, and is served as it was)
+            kept["run"] = _summary(session, run)
+            body = json.dumps(kept, allow_nan=False)
+    else:
+        if state is None and settings.report_cache:
+            state = repository.run_state(session, run_id)  # before the frames: a write meanwhile is seen next time
+        computed_at = utcnow()
+        result = _build(session, run_id, run.config, params)
+        body = json.dumps({"run": _summary(session, run), **result}, allow_nan=False)
+        cached = False
+        if state is not None:
+            repository.store_report(session, run_id, run.project_id, key, state, body, computed_at)
+    session.commit()  # keep the finished_at the summary stamped, as GET /v1/runs/{id} does: a report is stable
+    tail = json.dumps({"computed_at": computed_at.isoformat() + "Z", "cached": cached})[1:]
+    return Response(f"{body[:-1]}, {tail}", media_type="application/json")
+
+
+def _summary(session: Session, run: Any) -> Any:
+    """The run's summary as GET /v1/runs/{id} gives it (it stamps ``finished_at`` when the run has finished)."""
+    return json.loads(repository.summarize_runs(session, [run])[0].model_dump_json())
+
+
+def _build(session: Session, run_id: str, config: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
     judgments = repository.judgments_frame(session, run_id)
     ratings = repository.ratings_frame(session, run_id)
-    result = build_report(
+    return build_report(
         judgments,
         ratings if len(ratings) else None,
-        n_boot=n_boot,
-        seed=seed,
-        ci=ci,
-        human_prefix=human_prefix,
-        panel=panel_settings(run.config, panel_judge, panel_aggregate, panel_quorum),
+        n_boot=params["n_boot"],
+        seed=params["seed"],
+        ci=params["ci"],
+        human_prefix=params["human_prefix"],
+        panel=params["panel"],
         fact_labels=repository.fact_labels_frame(session, run_id),
         memory_audit=repository.memory_audit_frame(session, run_id),
-        reference_metrics=_reference_tokens(session, run_id, run.config, judgments),
+        reference_metrics=_reference_tokens(session, run_id, config, judgments),
         label_design=label_design(session, run_id),
     )
-    summary = repository.summarize_runs(session, [run])[0]
-    session.commit()  # keep the finished_at the summary stamped, as GET /v1/runs/{id} does: a report is stable
-    return {"run": json.loads(summary.model_dump_json()), **result}
 
 
 def label_design(session: Session, run_id: str) -> Design | None:

@@ -188,6 +188,7 @@ class OtlpStatus(BaseModel):
         "handed to the monitor within seconds (a running API or worker's sweeper)",
     )
     not_llm: int = 0
+    tool_call: int = Field(default=0, description="LLM spans answering with a tool call (no text to judge)")
     no_content: int = Field(default=0, description="LLM spans without message content (content capture off)")
     rejected: int = 0
     message: str = ""

@@ -20,7 +20,7 @@ the section's notes say so, with how many labels came from a label queue.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ import pandas as pd
 
 from judge_api.stats import frames as F
 from judge_api.stats.agreement import quadratic_weighted_kappa, to_bins
+from judge_api.stats.panel import PANEL_JUDGE
 from judge_api.stats.ppi import PPIEstimate, affine_to_scale, ppi_mean, ppi_mean_active
 
 MIN_LABELS = 10
@@ -105,6 +106,10 @@ def _estimate(
         if y.size < MIN_LABELS:
             return None, _needs_labels(int(y.size))
         return ppi_mean(y, yhat, unl, ci=ci, bounds=bounds), None
+    if design.strategy == "active":  # a label the queue did not draw has no probability: its item counts unlabeled
+        undrawn = np.array([i in design.inclusion and i not in design.drawn for i in labeled_ids], dtype=bool)
+        unl, unlabeled_ids = np.r_[unl, yhat[undrawn]], np.r_[unlabeled_ids, labeled_ids[undrawn]]
+        y, yhat, labeled_ids = y[~undrawn], yhat[~undrawn], labeled_ids[~undrawn]
     in_lab = np.array([i in design.inclusion for i in labeled_ids], dtype=bool)
     in_unl = np.array([i in design.inclusion for i in unlabeled_ids], dtype=bool)
     y, yhat, lab_ids = y[in_lab], yhat[in_lab], labeled_ids[in_lab]
@@ -124,7 +129,7 @@ def _estimate(
         inclusion = np.full(big_n, n / big_n)
     labeled = np.r_[np.ones(n, dtype=bool), np.zeros(big_n - n, dtype=bool)]
     values = np.r_[y, np.zeros(big_n - n)]
-    return ppi_mean_active(values, np.r_[yhat, unl], labeled, inclusion, ci=ci), None
+    return ppi_mean_active(values, np.r_[yhat, unl], labeled, inclusion, ci=ci, bounds=bounds), None
 
 
 def _mapped_judge(items: pd.DataFrame, scales: dict[str, tuple[float, float] | str]) -> pd.DataFrame:
@@ -347,8 +352,11 @@ def _ranking(scores: list[dict[str, Any]], differences: list[dict[str, Any]]) ->
     return out
 
 
-def _judge_rows(joined: pd.DataFrame, judgments: pd.DataFrame, ci: float) -> list[dict[str, Any]]:
-    """Per judge x aspect, pooled over systems (the (item, system) pairs as units, labels taken as uniform)."""
+def _judge_rows(
+    joined: pd.DataFrame, judgments: pd.DataFrame, ci: float, panel_members: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Per judge x aspect, pooled over systems (the (item, system) pairs as units, labels taken as uniform). The
+    panel's verdicts cost what its members' judgments of the aspect cost (its own rows carry no cost)."""
     rows: list[dict[str, Any]] = []
     usable = joined[joined["judge_h"].notna()]
     for (judge, aspect), g in usable.groupby([F.JUDGE, F.ASPECT], sort=True):
@@ -358,7 +366,14 @@ def _judge_rows(joined: pd.DataFrame, judgments: pd.DataFrame, ci: float) -> lis
         est, _ = _estimate(y, jh[labeled], jh[~labeled], ci)
         mine = judgments[(judgments[F.JUDGE] == judge) & (judgments[F.ASPECT] == aspect)]
         finished = mine[mine[F.STATUS].isin(F.FINISHED_STATUSES)]
-        cost = float(finished[F.COST_USD].fillna(0.0).sum())
+        paid = finished
+        if judge == PANEL_JUDGE and panel_members:
+            paid = judgments[
+                judgments[F.JUDGE].isin(list(panel_members))
+                & (judgments[F.ASPECT] == aspect)
+                & judgments[F.STATUS].isin(F.FINISHED_STATUSES)
+            ]
+        cost = float(paid[F.COST_USD].fillna(0.0).sum())
         usd_per_1k = 1000.0 * cost / len(finished) if len(finished) else None
         kappa = None
         if labeled.sum() >= 2 and pd.notna(g["human_scale_lo"].iloc[0]):
@@ -396,11 +411,13 @@ def calibrated_section(
     combined: pd.DataFrame,
     ci: float = 0.95,
     design: Design | None = None,
+    panel_members: Sequence[str] = (),
 ) -> dict[str, Any] | None:
     """The ``calibrated`` section (module docstring); None when the run has no human ratings.
 
     ``judgments``: the validated frame (with the panel's rows); ``items``: its ``scores.item_scores``; ``combined``:
-    its ``preferences.combine_orders``; ``design``: the run's label queue, if it has one. With a queue and every
+    its ``preferences.combine_orders``; ``design``: the run's label queue, if it has one; ``panel_members``: the
+    judges whose costs the panel's row adds up. With a queue and every
     score label on a drawn item, the score and difference rows weight the labels by the queue's inclusion
     probabilities; with labels outside the queue, every label is taken as a uniform sample, and a note says so.
     """
@@ -420,13 +437,21 @@ def calibrated_section(
     drawn = design.drawn if design is not None else frozenset()
     from_queue = sum(1 for item, _ in units if item in drawn)
     outside = len(units) - from_queue
-    weighted = design if design is not None and outside == 0 else None
+    # an active queue's labels are no uniform sample: with labels outside it, its drawn labels stay weighted and
+    # the others are left out of the score and difference rows (a uniform queue's join them as a uniform sample)
+    weighted = design if design is not None and (outside == 0 or design.strategy == "active") else None
     scores = _score_rows(joined, scales, ci, weighted)
     differences = _difference_rows(joined, ci, weighted)
     win_rates = _win_rate_rows(combined, r, ci)
     if not scores and not win_rates:
         return None
-    if weighted is not None:
+    if weighted is not None and outside:
+        notes.append(
+            f"{outside} of {len(units)} labeled (item, system) pairs came from no label queue: the run's active "
+            "queue weights its labels by their inclusion probabilities, which labels it did not draw do not have, "
+            "so the score and difference rows leave those out (the judges table and win rates use every label)."
+        )
+    elif weighted is not None:
         notes.append(
             f"Every label came from the run's {weighted.strategy} label queue: each is weighted by its item's "
             "inclusion probability, so the intervals are valid by design (items judged after the draw are left out)."
@@ -450,7 +475,7 @@ def calibrated_section(
             "differences": differences,
             "win_rates": win_rates,
             "ranking": _ranking(scores, differences),
-            "judges": _judge_rows(joined, judgments, ci),
+            "judges": _judge_rows(joined, judgments, ci, panel_members),
             "notes": notes,
         }
     )

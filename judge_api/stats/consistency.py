@@ -29,10 +29,13 @@ KEY = [F.ITEM_ID, F.MODE, F.SYSTEM_A, F.SYSTEM_B, F.ASPECT, F.JUDGE, F.ORDER]
 def sample_confidence(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataFrame:
     """One row per judgment key with two or more done samples: ``n_samples`` and ``confidence``."""
     df = judgments if validated else F.validate_judgments(judgments)
-    done = df[df[F.STATUS] == F.DONE].copy()
     columns = [*KEY, "n_samples", "confidence"]
+    done = df[_repeated_done(df)].copy()
     if done.empty:
         return pd.DataFrame(columns=columns)
+    for col in KEY:  # plain strings (a categorical key, issue 39, has no "" to fill with)
+        if isinstance(done[col].dtype, pd.CategoricalDtype):
+            done[col] = done[col].astype("str")
     done[F.SYSTEM_B] = done[F.SYSTEM_B].fillna("")
     done[F.ORDER] = done[F.ORDER].fillna("")
     single = done[(done[F.MODE] == F.SINGLE) & done[F.SCORE].notna()]
@@ -57,6 +60,23 @@ def sample_confidence(judgments: pd.DataFrame, *, validated: bool = False) -> pd
         parts.append(stats[columns])
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
     return out[out["n_samples"] >= 2].reset_index(drop=True)
+
+
+def _repeated_done(df: pd.DataFrame) -> np.ndarray:
+    """The done rows whose key has another done row (issue 39): a key with one sample is left out of the result, so
+    the string group-bys only see the sampled keys (none without ``options.samples``). Keys on integer codes."""
+    done = (df[F.STATUS] == F.DONE).to_numpy()
+    if not done.any():
+        return done
+    code = np.zeros(int(done.sum()), dtype=np.int64)
+    for col in KEY:
+        values, uniques = pd.factorize(df.loc[done, col], use_na_sentinel=True)
+        code = code * (len(uniques) + 1) + (values + 1)
+        code = pd.factorize(code)[0].astype(np.int64)  # keep the combined code small
+    counts = np.bincount(code)
+    out = np.zeros(len(df), dtype=bool)
+    out[np.flatnonzero(done)[counts[code] >= 2]] = True
+    return out
 
 
 def _group_std(values: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:

@@ -44,6 +44,27 @@ def eligible_items(judgments: pd.DataFrame) -> list[str]:
     return sorted(str(i) for i in pd.unique(done[F.ITEM_ID]))
 
 
+def labeled_items(judgments: pd.DataFrame, ratings: pd.DataFrame) -> set[str]:
+    """The items the calibrated estimate counts as labeled: every system judged on the item (a done single-mode
+    score) carries a human score rating, for every aspect people rate in this run. An item rated for one of its
+    systems only is still to label: the other system's rows miss it (an ``active`` queue's rows stay null)."""
+    r = F.validate_ratings(ratings)
+    scores = r[(r[F.KIND] == F.KIND_SCORE) & r[F.VALUE].notna()]
+    if scores.empty:
+        return set()
+    rated = set(
+        zip(scores[F.ITEM_ID].astype(str), scores[F.SYSTEM].astype(str), scores[F.ASPECT].astype(str), strict=True)
+    )
+    aspects = {a for _, _, a in rated}
+    df = F.validate_judgments(judgments)
+    done = df[(df[F.MODE] == F.SINGLE) & (df[F.STATUS] == F.DONE) & df[F.SCORE].notna() & df[F.ASPECT].isin(aspects)]
+    needed = set(
+        zip(done[F.ITEM_ID].astype(str), done[F.SYSTEM_A].astype(str), done[F.ASPECT].astype(str), strict=True)
+    )
+    missing = {item for item, system, aspect in needed if (item, system, aspect) not in rated}
+    return {item for item, _, _ in rated} - missing
+
+
 def item_uncertainty(judgments: pd.DataFrame, items: list[str]) -> np.ndarray:
     """Per item: ACTIVE_BASE + the mean, over its (system, aspect), of the standard deviation of its judge scores
     (every judge, every sample) as a share of the rubric's scale."""

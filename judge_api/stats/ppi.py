@@ -124,7 +124,7 @@ def ppi_mean(
     human_se = float(np.std(yv, ddof=ddof)) / math.sqrt(n)
     human_mean = float(np.mean(yv))
     human = MeanInterval(human_mean, human_mean - z * human_se, human_mean + z * human_se, human_se)
-    if bounds is not None and human_se == 0.0:
+    if bounds is not None and _flat(yv, bounds):
         human = _worst_case(human_mean, 0.0, bounds, n, ci)
     tuned = power_tuned_lambda(yv, yhat_v, unl) if lam is None else float(lam)
     if big_n == 0:
@@ -140,7 +140,7 @@ def ppi_mean(
     z = _quantile(ci, n, small_sample, fitted)
     se = math.sqrt(imputed_var + float(np.var(rectifier, ddof=r_ddof)) / n)
     calibrated = MeanInterval(estimate, estimate - z * se, estimate + z * se, se)
-    if bounds is not None and float(np.ptp(rectifier)) == 0.0:
+    if bounds is not None and _flat(rectifier, bounds):
         lo, hi = bounds
         rect_bounds = (lo - tuned * hi, hi - tuned * lo)
         worst = _worst_case(float(np.mean(rectifier)), 0.0, rect_bounds, n, ci)
@@ -149,6 +149,17 @@ def ppi_mean(
             estimate, imputed_mean + worst.ci_low - spread, imputed_mean + worst.ci_high + spread, se
         )
     return PPIEstimate(calibrated=calibrated, human_only=human, lam=tuned, n_labeled=n, n_unlabeled=big_n)
+
+
+FLAT = 1e-9
+"""Values whose range is below this share of their scale's width are equal: labels such as ``1.4 - 1.0`` and
+``1.2 - 0.8`` differ in the last bit, and an exact ``== 0`` test let that rounding pass for spread (a standard
+deviation of 1e-16, an interval of zero width)."""
+
+
+def _flat(values: np.ndarray, bounds: tuple[float, float]) -> bool:
+    """Whether ``values`` are all the same, up to float rounding (:data:`FLAT` of the scale ``bounds``)."""
+    return values.size > 0 and float(np.ptp(values)) <= FLAT * abs(bounds[1] - bounds[0])
 
 
 def _unseen_share(ci: float, n: int) -> float:
@@ -160,6 +171,34 @@ def _unseen_share(ci: float, n: int) -> float:
 def _worst_case(mean: float, se: float, bounds: tuple[float, float], n: int, ci: float) -> MeanInterval:
     share = _unseen_share(ci, n)
     return MeanInterval(mean, mean - (mean - bounds[0]) * share, mean + (bounds[1] - mean) * share, se)
+
+
+def _flat_widening(
+    residual: np.ndarray, lams: tuple[float, ...], bounds: tuple[float, float] | None, ci: float
+) -> tuple[float, float]:
+    """``(down, up)``: how far below and above the labeled value the mean of a rectifier ``y - lam * yhat`` may lie
+    over the items not labeled, when the rectifier is the same on every labeled item (zero spread says nothing about
+    them): the scale's worst case :func:`_unseen_share` of the way to the rectifier's ends (``lams``: every lambda
+    the rectifier was computed with). ``(0, 0)`` when the rectifier varies, or without ``bounds``."""
+    if bounds is None or residual.size == 0 or not _flat(residual, bounds):
+        return 0.0, 0.0
+    lo, hi = bounds
+    r_lo = min(lo - lam * hi for lam in lams)
+    r_hi = max(hi - lam * lo for lam in lams)
+    value = float(residual[0])
+    share = _unseen_share(ci, residual.size)
+    return max(value - r_lo, 0.0) * share, max(r_hi - value, 0.0) * share
+
+
+def _widened(interval: MeanInterval, down: float, up: float, within: tuple[float, float] | None = None) -> MeanInterval:
+    """``interval`` reaching ``down`` lower and ``up`` higher, cut to ``within`` (the values the mean can take),
+    which keeps its coverage."""
+    if down == 0.0 and up == 0.0 and within is None:
+        return interval
+    low, high = interval.ci_low - down, interval.ci_high + up
+    if within is not None:
+        low, high = max(low, float(within[0])), min(high, float(within[1]))
+    return MeanInterval(interval.estimate, low, high, interval.se)
 
 
 def affine_to_scale(values: np.ndarray, source: tuple[float, float], target: tuple[float, float]) -> np.ndarray:
@@ -183,6 +222,7 @@ def ppi_mean_active(
     *,
     ci: float = 0.95,
     small_sample: bool = True,
+    bounds: tuple[float, float] | None = None,
 ) -> PPIEstimate:
     """The active-inference estimate (Zrnic & Candès 2024) of the mean of ``y`` over all the items.
 
@@ -192,6 +232,11 @@ def ppi_mean_active(
     probabilities, with a normal (or, with ``small_sample``, t) interval from the ``z``'s spread and ``lam`` the
     variance-minimising value in [0, 1]. ``human_only`` is the same with ``lam = 0`` (inverse-probability weighting
     of the labels alone).
+
+    ``bounds``: the scale of ``y`` and ``yhat``. As in ``ppi_mean``, a rectifier ``y - lam * yhat`` that is the same
+    on every labeled item (every label one score, a judge that adds nothing) says nothing about the items not labeled:
+    the interval then reaches the scale's worst case (:func:`_flat_widening`) instead of having zero width (a uniform
+    queue's 10 labels all 5 on 1-5 with a constant judge of 5 gave ``[5, 5]``).
     """
     yhat_v = _as_vector(yhat, "yhat")
     labeled_v = np.asarray(labeled, dtype=bool).reshape(-1)
@@ -223,9 +268,12 @@ def ppi_mean_active(
         se = float(np.std(z, ddof=ddof)) / math.sqrt(big_n)
         return MeanInterval(mean, mean - z_q * se, mean + z_q * se, se)
 
-    return PPIEstimate(
-        calibrated=interval(lam * a + b), human_only=interval(b), lam=lam, n_labeled=n, n_unlabeled=big_n - n
+    y_lab, yhat_lab = y_v[labeled_v], yhat_v[labeled_v]
+    calibrated = _widened(
+        interval(lam * a + b), *_flat_widening(y_lab - lam * yhat_lab, (lam,), bounds, ci), within=bounds
     )
+    human = _widened(interval(b), *_flat_widening(y_lab, (0.0,), bounds, ci), within=bounds)
+    return PPIEstimate(calibrated=calibrated, human_only=human, lam=lam, n_labeled=n, n_unlabeled=big_n - n)
 
 
 @dataclass(frozen=True)
@@ -315,6 +363,49 @@ def _tuned_pair(u: np.ndarray, p: np.ndarray, q: np.ndarray, groups: np.ndarray)
     return min(candidates, key=value)
 
 
+def _difference_range(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    """The values a difference of two means on ``bounds`` can take."""
+    return None if bounds is None else (bounds[0] - bounds[1], bounds[1] - bounds[0])
+
+
+def _sides_widening(
+    residual_a: np.ndarray,
+    residual_b: np.ndarray,
+    lams_a: tuple[float, ...],
+    lams_b: tuple[float, ...],
+    bounds: tuple[float, float] | None,
+    ci: float,
+) -> tuple[float, float]:
+    """``(down, up)`` of a difference ``a - b``: each side's :func:`_flat_widening`, added (a's downward and b's
+    upward room lower the difference)."""
+    down_a, up_a = _flat_widening(residual_a, lams_a, bounds, ci)
+    down_b, up_b = _flat_widening(residual_b, lams_b, bounds, ci)
+    return down_a + up_b, up_a + down_b
+
+
+def _pair_widening(
+    rect_a: np.ndarray,
+    rect_b: np.ndarray,
+    lams: list[tuple[float, float]],
+    bounds: tuple[float, float] | None,
+    ci: float,
+) -> tuple[float, float]:
+    """``(down, up)`` of a difference labeled on the same items on both sides whose per-item rectifier difference
+    ``rect_a - rect_b`` is the same on every labeled item (each side varies, their difference does not): the worst
+    case of :func:`_flat_widening` on the difference's range, over every lambda pair used."""
+    if bounds is None or rect_a.size == 0 or rect_a.size != rect_b.size:
+        return 0.0, 0.0
+    diff = rect_a - rect_b
+    lo, hi = bounds
+    if not _flat(diff, (lo - hi, hi - lo)):
+        return 0.0, 0.0
+    r_lo = min((lo - la * hi) - (hi - lb * lo) for la, lb in lams)
+    r_hi = max((hi - la * lo) - (lo - lb * hi) for la, lb in lams)
+    value = float(diff[0])
+    share = _unseen_share(ci, diff.size)
+    return max(value - r_lo, 0.0) * share, max(r_hi - value, 0.0) * share
+
+
 def ppi_mean_difference(
     y_a: object,
     yhat_a: object,
@@ -325,6 +416,7 @@ def ppi_mean_difference(
     *,
     ci: float = 0.95,
     lam: tuple[float, float] | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> DifferenceEstimate:
     """PPI++ estimate and ``ci`` interval of ``E[y_a] - E[y_b]`` when both sides are judged on the same items.
 
@@ -340,6 +432,12 @@ def ppi_mean_difference(
     that variance in [0, 1]; as in ``ppi_mean``'s small-sample default, a lambda tuned above 0 is a fitted parameter:
     the spread within the groups labeled on its side takes one degree of freedom more for it, and Student's t has
     ``min(n_a, n_b) - 2`` degrees of freedom (``- 1`` when nothing was fitted). ``lam`` fixes the pair.
+
+    ``bounds``: the humans' scale (of ``y`` and ``yhat`` on each side). Labels whose rectifier is the same on every
+    labeled item of a side (the humans gave the same scores, the judge adds nothing) have zero spread, which says
+    nothing about the items not labeled: the interval then reaches the scale's worst case for that side (as in
+    ``ppi_mean``) instead of having zero width (10 items labelled alike on both runs gave ``[0, 0]``: a certain
+    "no regression" while a tenth of the items had dropped).
     """
     ya_raw = np.asarray(y_a, dtype="float64").reshape(-1)
     yb_raw = np.asarray(y_b, dtype="float64").reshape(-1)
@@ -368,7 +466,7 @@ def ppi_mean_difference(
     both = la & lb
     paired = bool(np.array_equal(la, lb))
     if paired and lam is None:  # one lambda on the per-item differences: ppi_mean itself
-        diff = ppi_mean(ya_raw[la] - yb_raw[la], (ha - hb)[la], (ha - hb)[~la], ci=ci)
+        diff = ppi_mean(ya_raw[la] - yb_raw[la], (ha - hb)[la], (ha - hb)[~la], ci=ci, bounds=_difference_range(bounds))
         return DifferenceEstimate(
             calibrated=diff.calibrated,
             human_only=diff.human_only,
@@ -388,7 +486,11 @@ def ppi_mean_difference(
     z = _quantile(ci, n_min, True, 1 + max(fitted))
     estimate = float(np.sum(u + lam[0] * p + lam[1] * q))
     se = math.sqrt(_group_variance(u_part_a, u_part_b, p, q, groups, lam, 1, fitted))
-    calibrated = MeanInterval(estimate, estimate - z * se, estimate + z * se, se)
+    calibrated = _widened(
+        MeanInterval(estimate, estimate - z * se, estimate + z * se, se),
+        *_sides_widening(ya_raw[la] - lam[0] * ha[la], yb_raw[lb] - lam[1] * hb[lb], (lam[0],), (lam[1],), bounds, ci),
+        within=_difference_range(bounds),
+    )
     human = float(np.mean(ya_raw[la]) - np.mean(yb_raw[lb]))
     if paired:
         d = ya_raw[la] - yb_raw[lb]
@@ -401,7 +503,11 @@ def ppi_mean_difference(
         if int(both.sum()) >= 2:
             cov = float(np.cov(ya_raw[both], yb_raw[both], ddof=1)[0, 1]) * int(both.sum()) / (n_a * n_b)
         h_se = math.sqrt(max(va + vb - 2.0 * cov, 0.0))
-    human_only = MeanInterval(human, human - z * h_se, human + z * h_se, h_se)
+    human_only = _widened(
+        MeanInterval(human, human - z * h_se, human + z * h_se, h_se),
+        *_sides_widening(ya_raw[la], yb_raw[lb], (0.0,), (0.0,), bounds, ci),
+        within=_difference_range(bounds),
+    )
     return DifferenceEstimate(
         calibrated=calibrated,
         human_only=human_only,
@@ -426,6 +532,7 @@ def ppi_mean_difference_active(
     inclusion_b: object,
     *,
     ci: float = 0.95,
+    bounds: tuple[float, float] | None = None,
 ) -> DifferenceEstimate:
     """``E[y_a] - E[y_b]`` over items judged on both sides whose labels were drawn with known probabilities.
 
@@ -435,6 +542,8 @@ def ppi_mean_difference_active(
     with ``min(n_a, n_b) - 1`` degrees of freedom. ``lam_a``, ``lam_b`` minimise that spread in [0, 1], cross-fitted
     (Zrnic & Candès, *Cross-prediction-powered inference*): the items fall in two seeded halves, each computed with
     the pair tuned on the other; the pair reported is the halves' mean. ``human_only``: both lambdas 0.
+    ``bounds``: the humans' scale; a side whose rectifier is the same on every labeled item widens the interval to
+    the scale's worst case, as in ``ppi_mean_difference``.
     """
     ha = _as_vector(yhat_a, "yhat_a")
     hb = _as_vector(yhat_b, "yhat_b")
@@ -481,9 +590,20 @@ def ppi_mean_difference_active(
         se = float(np.std(values, ddof=1)) / math.sqrt(big_n)
         return MeanInterval(mean, mean - z_q * se, mean + z_q * se, se)
 
+    lams_a = tuple(float(v) for v in np.unique(lam_of[0][la]))
+    lams_b = tuple(float(v) for v in np.unique(lam_of[1][lb]))
+    rect_a = ya_raw[la] - lam_of[0][la] * ha[la]
+    rect_b = yb_raw[lb] - lam_of[1][lb] * hb[lb]
+    widen = _sides_widening(rect_a, rect_b, lams_a, lams_b, bounds, ci)
+    widen_h = _sides_widening(ya_raw[la], yb_raw[lb], (0.0,), (0.0,), bounds, ci)
+    if np.array_equal(la, lb):  # the same items: the per-item differences may be flat where neither side is
+        if widen == (0.0, 0.0):
+            widen = _pair_widening(rect_a, rect_b, pairs, bounds, ci)
+        if widen_h == (0.0, 0.0):
+            widen_h = _pair_widening(ya_raw[la], yb_raw[lb], [(0.0, 0.0)], bounds, ci)
     return DifferenceEstimate(
-        calibrated=interval(u + lam_of[0] * p + lam_of[1] * q),
-        human_only=interval(u),
+        calibrated=_widened(interval(u + lam_of[0] * p + lam_of[1] * q), *widen, within=_difference_range(bounds)),
+        human_only=_widened(interval(u), *widen_h, within=_difference_range(bounds)),
         lam_a=lam[0],
         lam_b=lam[1],
         n_labeled_a=n_a,

@@ -40,6 +40,8 @@ from judge_api.stats.bootstrap import percentile_ci, resample_counts, rng_for
 from judge_api.stats.preferences import combine_orders, wilson_interval
 
 LOG10 = float(np.log(10.0))
+DENSE_LIMIT = 4_000_000
+"""Largest items x systems^2 whose contributions the bootstrap multiplies as a dense matrix (32 MB)."""
 
 RANKING_COLUMNS = [
     F.ASPECT,
@@ -148,11 +150,18 @@ def bradley_terry_table(
     order = sorted(range(n_parts), key=lambda c: min(systems[i] for i in np.flatnonzero(labels == c)))
     component = {c: k + 1 for k, c in enumerate(order)}
     rng = rng_for(seed, "bradley_terry", *key)
-    contrib_t = contrib.T.tocsr()
-    blocks = [
-        np.asarray(contrib_t @ counts.T).T.reshape(-1, s, s)
-        for counts in resample_counts(contrib.shape[0], n_boot, rng)
-    ]
+    # the resampled win matrices, one dense product per block of replicates: the contributions are halves and the
+    # counts integers, so every sum is exact in any order (the same figures as the sparse product, issue 39)
+    # (the sparse product when a dense copy would be large: many systems)
+    if contrib.shape[0] * s * s <= DENSE_LIMIT:
+        dense = contrib.toarray()
+        blocks = [(counts @ dense).reshape(-1, s, s) for counts in resample_counts(contrib.shape[0], n_boot, rng)]
+    else:
+        contrib_t = contrib.T.tocsr()
+        blocks = [
+            np.asarray(contrib_t @ counts.T).T.reshape(-1, s, s)
+            for counts in resample_counts(contrib.shape[0], n_boot, rng)
+        ]
     resampled = np.concatenate(blocks) if blocks else np.empty((0, s, s))
     for c in range(n_parts):
         members = np.flatnonzero(labels == c)

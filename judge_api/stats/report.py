@@ -50,8 +50,8 @@ from judge_api.stats.panel import (
     judges_vs_humans,
     panel_coverage,
     panel_members,
+    panel_rows,
     resolve_quorum,
-    with_panel,
 )
 from judge_api.stats.preferences import combine_orders, preference_summary
 from judge_api.stats.ranking import bradley_terry
@@ -271,12 +271,10 @@ def build_report(
     the items, with its warning) is the ``reference_metrics`` section as given. ``label_design`` (the run's label
     queue) lets the ``calibrated`` section weight the labels by their inclusion probabilities.
     """
-    stored = F.validate_judgments(judgments)
+    stored = F.encode_strings(F.validate_judgments(judgments))
     settings = panel_config(panel)
     imported = F.imported_judges(stored)
-    members, df, panel_rows = _with_panel(stored, settings, imported)
-    combined = combine_orders(df, validated=True)
-    items = item_scores(df, validated=True)
+    members, df, panel_judgments, items, combined = _with_panel(stored, settings, imported)
     real = stored[~stored[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()]
     report: dict[str, Any] = {
         "meta": {
@@ -322,7 +320,7 @@ def build_report(
             "aggregate": settings["aggregate"],
             "quorum": resolve_quorum(members, settings["quorum"]),
             "coverage": panel_coverage(stored, members, settings["quorum"], items=items, combined=combined),
-            "n_rows": len(panel_rows),
+            "n_rows": len(panel_judgments),
             "cost_usd": float(stored.loc[stored[F.JUDGE].isin(members).to_numpy(), F.COST_USD].sum()),
             "inter_judge": inter_judge_agreement(stored, members, n_bins=n_bins, items=items, combined=combined),
         }
@@ -344,7 +342,9 @@ def build_report(
             ),
         }
         human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
-        report["calibrated"] = calibrated_section(df, human, items=items, combined=combined, ci=ci, design=label_design)
+        report["calibrated"] = calibrated_section(
+            df, human, items=items, combined=combined, ci=ci, design=label_design, panel_members=members
+        )
     out = F.jsonable(report)
     assert isinstance(out, dict)
     _mark_imported(out, imported)
@@ -353,15 +353,41 @@ def build_report(
 
 def _with_panel(
     stored: pd.DataFrame, settings: Mapping[str, Any], imported: Mapping[str, Any]
-) -> tuple[list[str], pd.DataFrame, pd.DataFrame]:
-    """The panel's members, the frame with the panel's rows added, and those rows."""
+) -> tuple[list[str], pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The panel's members, the frame with the panel's rows added, those rows, and the frame's item scores
+    (``item_scores``) and order-combined outcomes (``combine_orders``).
+
+    The item scores and outcomes of the stored judgments are computed once and serve the panel too; the panel's own
+    are appended (issue 39). Both functions keep their groups in the order they first appear and the panel's rows
+    come after the stored ones under a judge of their own, so this is row for row what they give on the whole
+    frame."""
     # the default panel is the judges the run called: imported verdicts join it only when named
     chosen = settings["judges"]
     if chosen is None:
         chosen = [j for j in F.distinct(stored[F.JUDGE]) if j not in imported]
     members = panel_members(stored, chosen) if settings["enabled"] else []
-    df, panel_rows = with_panel(stored, members, settings["aggregate"], settings["quorum"])
-    return members, df, panel_rows
+    stored_items = item_scores(stored, validated=True)
+    stored_combined = combine_orders(stored, validated=True)
+    if len(members) < 2:
+        return members, stored, F.empty_judgments(), stored_items, stored_combined
+    rows = panel_rows(
+        stored,
+        members,
+        settings["aggregate"],
+        quorum=settings["quorum"],
+        items=stored_items,
+        combined=stored_combined,
+    )
+    if rows.empty:
+        return members, stored, rows, stored_items, stored_combined
+    rows = F.encode_strings(rows.assign(**{F.JUDGMENT_ID: -np.arange(1, len(rows) + 1)}))
+    df = F.stack_encoded(stored, rows)
+    df.attrs = dict(stored.attrs)
+    if (stored[F.JUDGE] == PANEL_JUDGE).any():  # a stored judge named like the panel: its groups would merge
+        return members, df, rows, item_scores(df, validated=True), combine_orders(df, validated=True)
+    items = F.stack_encoded(stored_items, item_scores(rows, validated=True))
+    combined = F.stack_encoded(stored_combined, combine_orders(rows, validated=True))
+    return members, df, rows, items, combined
 
 
 def calibrated_report(
@@ -376,13 +402,13 @@ def calibrated_report(
     """The report's ``calibrated`` section alone (``stats.calibrated``), as ``build_report`` would give it."""
     if ratings is None:
         return None
-    stored = F.validate_judgments(judgments)
-    _, df, _ = _with_panel(stored, panel_config(panel), F.imported_judges(stored))
+    stored = F.encode_strings(F.validate_judgments(judgments))
+    members, df, _, items, combined = _with_panel(stored, panel_config(panel), F.imported_judges(stored))
     r = F.validate_ratings(ratings)
     human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
-    items = item_scores(df, validated=True)
-    combined = combine_orders(df, validated=True)
-    return calibrated_section(df, human, items=items, combined=combined, ci=ci, design=label_design)
+    return calibrated_section(
+        df, human, items=items, combined=combined, ci=ci, design=label_design, panel_members=members
+    )
 
 
 def _mark_imported(report: dict[str, Any], imported: Mapping[str, Any]) -> None:

@@ -276,7 +276,9 @@ def _scale_width(items: pd.DataFrame) -> float | None:
 
 def _wide(items: pd.DataFrame) -> pd.DataFrame:
     """Item scores as (aspect, judge, item_id) x system."""
-    return items.set_index([F.ASPECT, F.JUDGE, F.ITEM_ID, SYSTEM])[F.SCORE].unstack(SYSTEM)
+    wide = items.set_index([F.ASPECT, F.JUDGE, F.ITEM_ID, SYSTEM])[F.SCORE].unstack(SYSTEM)
+    # rows sorted by the keys' values: unstack sorts string levels, not categorical ones (issue 39)
+    return wide.sort_index() if any(isinstance(lv, pd.CategoricalIndex) for lv in wide.index.levels) else wide
 
 
 def paired_comparison(
@@ -334,17 +336,35 @@ def ordered_aspects(aspects: list[str] | np.ndarray | pd.Index) -> list[str]:
 
 def _paper_items(items: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[str, str], bool]]:
     """The item scores the paper table averages: per (judge, aspect), those of the items every system there has;
-    all of them when the systems share no item. Also whether each (judge, aspect) block is on shared items."""
+    all of them when the systems share no item. Also whether each (judge, aspect) block is on shared items.
+
+    Counted on integer codes (issue 39): an item is shared in its (judge, aspect) block when as many of the block's
+    rows name it as the block has systems (``item_scores`` has one row per item x system x aspect x judge). The rows
+    kept are in their order in ``items``, so every mean over them sums in the same order as before."""
     if items.empty:
         return items, {}
-    kept = []
-    shared: dict[tuple[str, str], bool] = {}
-    for (judge, aspect), block in items.groupby([F.JUDGE, F.ASPECT], sort=False):
-        per_system = [set(g[F.ITEM_ID]) for _, g in block.groupby(SYSTEM, sort=False)]
-        common = set.intersection(*per_system)
-        shared[(str(judge), str(aspect))] = bool(common)
-        kept.append(block[block[F.ITEM_ID].isin(common)] if common else block)
-    return pd.concat(kept, ignore_index=True), shared
+    judge, judges = pd.factorize(items[F.JUDGE])
+    aspect, aspects = pd.factorize(items[F.ASPECT])
+    # blocks numbered in the order they first appear, as groupby(sort=False) numbers them
+    block = pd.factorize(judge.astype(np.int64) * len(aspects) + aspect)[0]
+    starts = np.unique(block, return_index=True)[1]
+    blocks = [(judges[judge[i]], aspects[aspect[i]]) for i in starts]
+    n_blocks = len(blocks)
+    system, system_names = pd.factorize(items[SYSTEM])
+    item = pd.factorize(items[F.ITEM_ID])[0]
+    n_items = int(item.max()) + 1
+    block_system = np.unique(block.astype(np.int64) * len(system_names) + system)
+    n_systems = np.bincount(block_system // len(system_names), minlength=n_blocks)
+    cell = block.astype(np.int64) * n_items + item
+    cells, inverse, per_cell = np.unique(cell, return_inverse=True, return_counts=True)
+    common_cell = per_cell == n_systems[cells // n_items]
+    common_row = common_cell[inverse]
+    block_shared = np.bincount(block, weights=common_row, minlength=n_blocks) > 0
+    keep = common_row | ~block_shared[block]
+    shared = {(str(j), str(a)): bool(block_shared[k]) for k, (j, a) in enumerate(blocks)}
+    order = np.argsort(block, kind="stable")  # the blocks one after another, as the concatenation gave them
+    order = order[keep[order]]
+    return items.iloc[order].reset_index(drop=True), shared
 
 
 def paper_cell_counts(items: pd.DataFrame) -> pd.DataFrame:

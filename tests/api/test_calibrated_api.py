@@ -152,3 +152,22 @@ def test_a_queue_needs_single_mode_scores(api: Api) -> None:
     response = api.client.post(f"/v1/runs/{run_id}/label-queue", json={"n": 1})
     assert response.status_code == 409 and "no done single-mode judgment" in response.json()["detail"]
     assert api.row_counts()["label_queue_items"] == 0
+
+
+def test_an_item_rated_for_one_system_only_is_still_to_label(
+    overrated_run: tuple[Api, str, dict[str, np.ndarray]],
+) -> None:
+    """The queue's ``labeled`` (and so the dashboard's *Label next*) agrees with the calibrated rows: an item counts
+    once every system judged on it is rated (issue 37 review: rating v1 alone marked it labeled while the v2 and v3
+    rows still missed it)."""
+    api, run_id, truth = overrated_run
+    queue = api.client.post(f"/v1/runs/{run_id}/label-queue", json={"n": 12, "seed": 5}).json()
+    drawn = [i["item_id"] for i in queue["items"]]
+    _rate_items(api, run_id, {"v1": truth["v1"]}, drawn)
+    shown = api.client.get(f"/v1/runs/{run_id}/label-queue").json()
+    section = api.client.get(f"/v1/runs/{run_id}/calibrated").json()["calibrated"]
+    assert {r["system"]: r["n_labeled"] for r in section["scores"]} == {"v1": 12, "v2": 0, "v3": 0}
+    assert shown["n_labeled"] == 0 and not any(i["labeled"] for i in shown["items"])
+    _rate_items(api, run_id, {"v2": truth["v2"], "v3": truth["v3"]}, drawn[:5])
+    shown = api.client.get(f"/v1/runs/{run_id}/label-queue").json()
+    assert [i["labeled"] for i in shown["items"]] == [True] * 5 + [False] * 7

@@ -140,7 +140,8 @@ def test_without_ratings_the_command_says_how_to_get_them(judged: tuple[Api, str
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["calibrated", "RUN", "--ci", "1.5"], "--ci must be between 0 and 1"),
+        (["calibrated", "RUN", "--ci", "1.5"], "--ci must be between 0.5 and 1"),
+        (["calibrated", "RUN", "--ci", "0.3"], "--ci must be between 0.5 and 1"),  # the API's bounds, named
         (["calibrated", "RUN", "--format", "html"], "--format must be table, markdown or json"),
         (["label-queue", "RUN"], "--n is required"),
         (["label-queue", "RUN", "--n", "0"], "--n must be at least 1"),

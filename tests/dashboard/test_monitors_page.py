@@ -88,6 +88,10 @@ def test_api_error_is_a_clear_message(fake_api: FakeApi) -> None:
 
 @pytest.mark.parametrize("fake_api", ["data"], indirect=True)
 def test_a_sampled_response_opens_with_the_conversation_it_was_judged_against(fake_api: FakeApi) -> None:
+    # a production system prompt is Markdown more often than not: shown as text, its image never fetched
+    prompt = "# Rules\n![pixel](http://tracker.example/p.png)\nUser has a beagle called Rex."
+    for item in fake_api.items:
+        item["memory"] = prompt
     at = open_monitors()
     chosen = str(at.selectbox(key="mon_response_pick").value)
     conversation = next(d.value for d in at.dataframe if list(d.value.columns) == ["session", "speaker", "text"])
@@ -96,5 +100,6 @@ def test_a_sampled_response_opens_with_the_conversation_it_was_judged_against(fa
     index = chosen.split("-")[-1]
     assert conversation["text"].iloc[0] == f"I adopted a dog called Rex {index} years ago."
     assert conversation["speaker"].iloc[-1].endswith("(judged)")
-    assert "User has a beagle called Rex." in " ".join(str(m.value) for m in at.markdown)
+    assert prompt in [str(t.value) for t in at.text]
+    assert "tracker.example" not in " ".join(str(m.value) for m in at.markdown)
     assert any(r.startswith(f"GET /v1/runs/{RUN_A}/items") for r in fake_api.requests)

@@ -160,6 +160,7 @@ def test_a_deletion_is_all_or_nothing(
 def test_export_then_import_gives_an_identical_report(api: TestClient, two_runs: tuple[str, str]) -> None:
     first, second = two_runs
     report = api.get(f"/v1/runs/{second}/report", params={"n_boot": 200}).json()
+    assert report.pop("cached") is False and report.pop("computed_at")  # when it was computed (issue 39)
     judgments = api.get(f"/v1/runs/{second}/judgments", params={"limit": 100}).json()["items"]
     exported = api.get(f"/v1/runs/{second}/export")
     assert exported.status_code == 200
@@ -188,6 +189,7 @@ def test_export_then_import_gives_an_identical_report(api: TestClient, two_runs:
         "cache_entries": 6,  # auth off: one cache for the deployment (tests/api/test_cache_isolation.py: with auth)
     }
     again_report = api.get(f"/v1/runs/{restored}/report", params={"n_boot": 200}).json()
+    assert again_report.pop("cached") is False and again_report.pop("computed_at")  # a new run: computed anew
     assert again_report["run"]["id"] == restored and again_report["counts"]["runs"] == [restored]
     # the same report but for the run's id
     assert json.loads(json.dumps(again_report).replace(restored, second)) == report

@@ -102,7 +102,7 @@ def test_content_arrays_and_structured_values_are_read() -> None:
         },
     )
     for spec, first, output in (
-        (llmetry, "Part one.", "ok"),
+        (llmetry, "Part one.\n[image]", "ok"),  # the picture the user sent is a placeholder in the turn
         (SpanSpec(1, 2, attrs=oi_attrs), "From contents.", "fine"),
         (structured, "Structured.", "Yes."),
     ):

