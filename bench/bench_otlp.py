@@ -6,7 +6,9 @@ whether conversations exported out of order are rebuilt right.
    conversations x 4 turns a batch, new ids every batch), at 5 % sampling; one client at a time (p50 / p99 of a
    batch, spans/s), then ``--clients`` concurrent clients. The baseline, run side by side: the same responses posted
    as JSON to ``POST /v1/monitors/{id}/responses`` (the monitors' own path), the ratio printed.
-   Targets: >= 2,000 spans/s, p99 <= 100 ms a batch.
+   Targets: >= 2,000 spans/s, p99 <= 100 ms a batch. The request stores the spans; the API process's own processor
+   (its sweeper's ``OtlpProcessor`` thread) rebuilds and ingests them meanwhile, in the same process: after each
+   round the bench prints how long the last spans took to be processed after their export was answered ("drained").
 2. Rebuilt right, out of order: 1,000 conversations x 5 sessions (2 exchanges a session, sessions a day apart) as
    spans, shuffled and exported in batches of 512, at sample rate 1 (every response becomes an item); then each
    item's dialogue (turns and session numbers) is compared with the original conversation. Two application shapes:
@@ -55,7 +57,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from dialogue_judge.testing import LiveService  # noqa: E402
 from judge_api.migrate import upgrade  # noqa: E402
 
-JUDGE = "openai-compatible:bench-judge@http://127.0.0.1:9/v1"  # never called: no worker runs
+JUDGE = "openai-compatible:bench-judge@http://127.0.0.1:9/v1"  # a closed port: never called without a worker
 BATCH = 512
 BASE_NS = 1_764_000_000_000_000_000
 SYSTEM = "You are Max, a friendly barista bot."
@@ -205,6 +207,18 @@ def sequential(api: str, monitor: str, batches: Batches, requests: int) -> tuple
     return otlp, native
 
 
+def drain(api: str, monitor: str, limit_s: float = 120.0) -> float:
+    """Seconds until no span of the monitor waits to be processed (status.otlp.received == 0)."""
+    started = time.monotonic()
+    with httpx.Client(timeout=60) as client:
+        while time.monotonic() - started < limit_s:
+            otlp = client.get(f"{api}/v1/monitors/{monitor}").json()["status"]["otlp"] or {}
+            if not otlp.get("received"):
+                break
+            time.sleep(0.05)
+    return time.monotonic() - started
+
+
 def concurrent(api: str, batches: Batches, clients: int, seconds: float) -> float:
     accepted = [0] * clients
     stop = time.monotonic() + seconds
@@ -239,9 +253,10 @@ def rebuilt_share(api: str, conversations: int, shape: str, seed: int) -> dict[s
             post_otlp(client, f"{api}/v1/otlp/v1/traces", export(spans[start : start + BATCH], monitor))
         elapsed = time.perf_counter() - started
         deadline = time.monotonic() + 180
-        while True:  # DJ_OTLP_HOLD=always: every response waits DJ_OTLP_WAIT, then the sweeper releases it
+        while True:  # processed; DJ_OTLP_HOLD=always: every response waits DJ_OTLP_WAIT, then the sweeper releases it
             info = client.get(f"{api}/v1/monitors/{monitor}").json()
-            if not info["status"]["otlp"]["waiting"] or time.monotonic() > deadline:
+            otlp = info["status"]["otlp"]
+            if (not otlp["waiting"] and not otlp.get("received")) or time.monotonic() > deadline:
                 break
             time.sleep(1.0)
         run_id, otlp = info["run_id"], info["status"]["otlp"]
@@ -302,14 +317,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--sample-rate", type=float, default=0.05)
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="process the spans in a worker process (DJ_OTLP_PROCESS=workers), not in the API process",
+    )
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="bench-otlp-"))
     database = f"sqlite:///{home / 'bench.db'}" if args.database == "sqlite" else args.database
     upgrade(database)
     defaults = {"DJ_SWEEP_INTERVAL": "10", "DJ_REQUEUE_AFTER": "60", "DJ_CLAIM_LEASE": "30", "DJ_MAX_ITEMS": "20000"}
-    service = LiveService(args.redis, database, home / "svc", env_overrides=defaults)
+    env = {**defaults, "DJ_OTLP_PROCESS": "workers"} if args.worker else defaults
+    service = LiveService(args.redis, database, home / "svc", env_overrides=env)
     service.start_api()
+    if args.worker:
+        service.start_worker(concurrency=1)
     try:
         api = service.api_url
         monitor = create_monitor(api, "bench", args.sample_rate)
@@ -317,7 +340,8 @@ def main() -> None:
         sequential(api, monitor, batches, 3)  # warm up
         body, _ = batches.take()
         print(
-            f"database: {database.split('://')[0]}, sample rate {args.sample_rate}, one API process; a batch: "
+            f"database: {database.split('://')[0]}, sample rate {args.sample_rate}, one API process, spans processed "
+            f"in {'a worker process' if args.worker else 'the API process'}; a batch: "
             f"{BATCH} spans, {len(body) / 1e6:.2f} MB protobuf ({len(gzip.compress(body)) / 1e6:.2f} MB gzip)"
         )
         figures: dict[str, list[float]] = {}
@@ -334,13 +358,14 @@ def main() -> None:
             }
             through = concurrent(api, batches, args.clients, args.seconds)
             rows[f"OTLP spans/s, {args.clients} clients"] = through
+            rows["drained after the last export (s)"] = drain(api, monitor)
             for name, value in rows.items():
                 figures.setdefault(name, []).append(value)
             print(
                 f"round {round_}: p50 {rows['OTLP p50 a batch of 512 (ms)']:6.1f} ms  "
                 f"p99 {rows['OTLP p99 a batch of 512 (ms)']:6.1f} ms  {rate:7.0f} spans/s "
                 f"(baseline {base:7.0f} responses/s, ratio {rate / base:4.2f}); {through:7.0f} spans/s "
-                f"with {args.clients} clients"
+                f"with {args.clients} clients, drained {rows['drained after the last export (s)']:.1f} s later"
             )
         print("\nmin / median over rounds:")
         for name, values in figures.items():

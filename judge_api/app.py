@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -27,7 +28,7 @@ from judge_api.rubrics import get_registry
 from judge_api.secrets import install_log_scrubber
 from judge_api.stats.report import warm_up as warm_up_reports
 from judge_api.submit_limit import SubmitRateLimit
-from judge_api.sweeper import Sweeper, redis_client
+from judge_api.sweeper import OtlpProcessor, Sweeper, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def _start_sweeper(settings: Settings) -> Sweeper | None:
     """The API's own sweeper re-sends judgments whose publishing failed, also when no worker is up yet."""
     if settings.resolved_redis_url() is None:
         return None
-    sweeper = Sweeper(settings, redis_client(settings))
+    sweeper = Sweeper(settings, redis_client(settings), otlp=settings.otlp_process == "all")
     sweeper.start()
     return sweeper
 
@@ -58,11 +59,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeper = _start_sweeper(settings)
     except Exception as exc:
         log.warning("sweeper not started: %s", exc)
+    processor = None
+    if sweeper is None and settings.otlp_process == "all":  # no Redis: the spans received are processed all the same
+        processor = OtlpProcessor(settings, threading.Event())
+        processor.start()
     freeze_startup_objects()
     yield
     gc.unfreeze()  # an app started in a test process: what it kept alive can be collected again
     if sweeper is not None:
         sweeper.stop_event.set()
+    if processor is not None:
+        processor.stop_event.set()
 
 
 def freeze_startup_objects() -> None:

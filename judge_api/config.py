@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     # "missing": a response waits only while earlier turns its span refers to are missing; "always": every response
     # of a conversation waits DJ_OTLP_WAIT (for apps whose calls carry no history: a late earlier session still counts)
     otlp_hold: str = Field(default="missing", pattern="^(missing|always)$", alias="DJ_OTLP_HOLD")
+    # who rebuilds and ingests the stored spans: every process with a sweeper ("all"), or the workers only
+    # ("workers": the API's CPU goes to answering exports; needs a worker running)
+    otlp_process: str = Field(default="all", pattern="^(all|workers)$", alias="DJ_OTLP_PROCESS")
     otlp_history_days: int = Field(default=30, ge=1, alias="DJ_OTLP_HISTORY_DAYS")
     otlp_instructions_as: str = Field(default="memory", pattern="^(memory|persona)$", alias="DJ_OTLP_INSTRUCTIONS_AS")
     otlp_persona_attribute: str = Field(default="", alias="DJ_OTLP_PERSONA_ATTRIBUTE")

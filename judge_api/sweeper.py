@@ -201,6 +201,40 @@ def step_adaptive_runs(settings: Settings) -> int:
         return 0
 
 
+OTLP_POLL_S = 1.0
+
+
+class OtlpProcessor(threading.Thread):
+    """Processes the OTLP spans the receiver stored (judge_api.otlp.intake.process_received): at once in the
+    process that received them (the receiver sets ``received_event``), within OTLP_POLL_S in every other process
+    with a sweeper. Any number run at once: each span is claimed by one."""
+
+    def __init__(self, settings: Settings, stop_event: threading.Event) -> None:
+        super().__init__(name="dj-otlp", daemon=True)
+        self.settings = settings
+        self.stop_event = stop_event
+
+    def run(self) -> None:
+        from judge_api.otlp import intake
+        from judge_api.repository import otlp as spans_store
+
+        while not self.stop_event.is_set():
+            woken = intake.received_event.wait(OTLP_POLL_S)
+            intake.received_event.clear()
+            if self.stop_event.is_set():
+                return
+            try:
+                factory = session_factory()
+                if not woken:
+                    with session_scope() as session:
+                        if not spans_store.any_received(session):
+                            continue
+                intake.process_received(factory, self.settings)
+            except Exception as exc:  # the database is away: the spans stay received, the next look retries
+                log.warning("processing received OTLP spans failed: %s", exc)
+                self.stop_event.wait(OTLP_POLL_S)
+
+
 def release_otlp_responses(settings: Settings) -> int:
     """OTLP responses whose earlier turns did not arrive within DJ_OTLP_WAIT: judged with what arrived
     (judge_api.otlp.intake). Returns how many were handed to their monitors."""
@@ -214,7 +248,7 @@ def release_otlp_responses(settings: Settings) -> int:
 
 
 class Sweeper(threading.Thread):
-    def __init__(self, settings: Settings, client: redis.Redis) -> None:
+    def __init__(self, settings: Settings, client: redis.Redis, *, otlp: bool = True) -> None:
         super().__init__(name="dj-sweeper", daemon=True)
         self.settings = settings
         self.client = client
@@ -223,10 +257,13 @@ class Sweeper(threading.Thread):
         self._retention_at = -monitor_retention.RETENTION_EVERY_S
         # webhooks go out in their own thread: a slow receiver must not hold up this loop's dead-worker checks
         self.webhook_sender = webhooks.Sender(settings, self.stop_event)
+        self.otlp_processor = OtlpProcessor(settings, self.stop_event) if otlp else None
 
     def start(self) -> None:
         super().start()
         self.webhook_sender.start()
+        if self.otlp_processor is not None:
+            self.otlp_processor.start()
 
     def _redis_restarted(self) -> bool:
         run_id = str(self.client.info("server").get("run_id"))

@@ -1,13 +1,23 @@
-"""OTLP spans into monitor responses (docs/monitoring.md#opentelemetry-traces): each span read (``genai``), its
-monitor found (``dialogue_judge.monitor``, else the project's default), the LLM calls stored once per trace and span
-id as their conversations' history, and every waiting response whose conversation is now complete (or whose wait is
-over) rebuilt (``conversations``) and handed to the monitors' one ingestion path (``judge_api.monitor_ingest``), all
-in the caller's transaction. ``release_due`` is the sweeper's side: responses whose wait ran out with no new span.
+"""OTLP spans into monitor responses (docs/monitoring.md#opentelemetry-traces), in two steps.
+
+``receive`` (the request): each span read (``genai``), its monitor found (``dialogue_judge.monitor``, else the
+project's default), what cannot be used counted and explained (``partial_success``), and the usable LLM calls stored
+``received`` in one bulk insert, once per trace and span id (an exporter's retry inserts nothing), in the caller's
+transaction. Nothing else: an export of 512 spans is answered in tens of milliseconds.
+
+``process_received`` (the processors: every sweeper's ``OtlpProcessor`` thread, woken at once in the receiving
+process and polling every second elsewhere; tests call it): claims a monitor's received spans in the order received,
+exactly once (``repository.otlp.claim_received``), rebuilds their conversations (``conversations``) with the spans
+stored before, releases every response whose history is complete (or whose wait is over) once, and hands them to the
+monitors' one ingestion path (``judge_api.monitor_ingest``: sampling, budget, items and pending judgments), all in
+one transaction: a processor killed half-way leaves the spans ``received`` for the next one, and nothing judged.
+``release_due`` is the sweeper's round: responses whose wait ran out with no new span.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,12 +26,13 @@ from typing import Any
 
 from fastapi import HTTPException
 from pydantic import ValidationError
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from judge_api.admission import monitor_response_refusal
 from judge_api.config import Settings
 from judge_api.models import Monitor, utcnow
-from judge_api.monitor_ingest import Ingested, ingest, publish
+from judge_api.monitor_ingest import ingest, publish
 from judge_api.otlp.conversations import Rebuilt, rebuild
 from judge_api.otlp.decode import OtlpError, SpanRecord
 from judge_api.otlp.genai import MONITOR_ATTRIBUTE, LlmCall, ReadOptions, Skip, read_span
@@ -51,18 +62,14 @@ def read_options(settings: Settings) -> ReadOptions:
 
 @dataclass
 class Outcome:
-    """What became of an export's spans."""
+    """What became of an export's spans in the request."""
 
     received: int = 0
     stored: int = 0
     duplicates: int = 0
-    responses: int = 0
-    waiting: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     reasons: dict[str, str] = field(default_factory=dict)
     """A message per kind of span not used (the first of its kind)."""
-    judgment_ids: list[int] = field(default_factory=list)
-    ingested: list[Ingested] = field(default_factory=list)
 
     @property
     def rejected(self) -> int:
@@ -72,10 +79,6 @@ class Outcome:
         """The partial_success message: every kind of span not used, with its count and what to do."""
         parts = [f"{self.skipped[kind]} span(s) {self.reasons[kind]}" for kind in sorted(self.skipped)]
         return "; ".join(parts)
-
-    def after_commit(self) -> None:
-        for done in self.ingested:
-            done.after_commit()
 
 
 def _note(outcome: Outcome, kind: str, message: str) -> None:
@@ -143,8 +146,9 @@ def call_refusal(call: LlmCall, settings: Settings) -> str | None:
 def receive(
     session: Session, project_id: str, spans: Sequence[SpanRecord], settings: Settings, now: datetime | None = None
 ) -> Outcome:
-    """Store the export's LLM calls and ingest the responses that are ready, in the caller's transaction. Raises
-    OtlpError (400: nothing usable; 413: over DJ_MAX_ITEMS) with the counts recorded on the monitors named."""
+    """Store the export's usable LLM calls ``received`` (one bulk insert; a known trace and span id is a duplicate)
+    and count the rest, in the caller's transaction; ``process_received`` does the rest. Raises OtlpError (400:
+    nothing usable; 413: over DJ_MAX_ITEMS) with the counts recorded on the monitors named."""
     now = now or utcnow()
     outcome = Outcome(received=len(spans))
     if len(spans) > settings.max_items_per_run:
@@ -191,20 +195,27 @@ def receive(
     if not by_monitor and set(outcome.skipped) - {"not_llm", "tool_call"}:
         spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes)
         raise OtlpError(400, "no span of the export could be used: " + outcome.message())
+    release_after = now + timedelta(seconds=settings.otlp_wait_s)
+    rows = [
+        {
+            "monitor_id": monitor_id,
+            "response_id": call.response_id,
+            "conversation_id": call.conversation_id,
+            "started_at": started_at(call, now),
+            "received_at": now,
+            "release_after": release_after,
+            "status": spans_store.RECEIVED,
+            "call": call.to_json(),
+        }
+        for monitor_id, calls in by_monitor.items()
+        for call in {c.response_id: c for c in calls}.values()
+    ]
+    inserted = spans_store.insert_spans(session, rows)
     for monitor_id, calls in by_monitor.items():
-        monitor = found[monitor_id]
-        settled = settle(session, monitor, calls, now, settings)
-        outcome.stored += settled.inserted
-        outcome.duplicates += len(calls) - settled.inserted
-        counts[monitor_id]["duplicates"] += len(calls) - settled.inserted
-        counts[monitor_id]["responses"] += len(settled.responses)
-        counts[monitor_id]["waited"] += settled.waited
-        if settled.responses:
-            done = ingest(session, monitor, settled.responses, settings)
-            outcome.ingested.append(done)
-            outcome.judgment_ids += done.judgment_ids
-        outcome.responses += len(settled.responses)
-        outcome.waiting += settled.waiting
+        fresh = sum(1 for m, _ in inserted if m == monitor_id)
+        outcome.stored += fresh
+        outcome.duplicates += len(calls) - fresh
+        counts[monitor_id]["duplicates"] += len(calls) - fresh
     spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes)
     return outcome
 
@@ -238,85 +249,52 @@ def conversation_key(call: LlmCall) -> tuple[str, str]:
 
 @dataclass
 class Settled:
-    """A monitor's share of an export (or of a sweep): the responses ready now, how many of them were judged with
-    earlier turns missing, spans newly stored, spans still waiting among those looked at."""
+    """A monitor's share of a processing step (or of a sweep): the responses released now, how many of them were
+    judged with earlier turns missing, spans still waiting among those looked at."""
 
     responses: list[MonitorResponseIn]
     waited: int
-    inserted: int
     waiting: int
 
 
-def settle(session: Session, monitor: Monitor, calls: Sequence[LlmCall], now: datetime, settings: Settings) -> Settled:
-    """Store the new calls (a known trace and span id is a duplicate) and release every response that is ready: its
-    conversation's history complete with the spans stored and arriving, or its wait over. A new call that is ready
-    is stored released at once; a stored one is released by a compare-and-set (another process may release it
-    first: it is then not handed over here)."""
-    unique = {c.response_id: c for c in calls}
-    conversations = {c.conversation_id for c in unique.values() if c.conversation_id}
-    stored = spans_store.conversation_rows(session, monitor.id, conversations)
-    stored += spans_store.rows_by_response(session, monitor.id, [r for r, c in unique.items() if not c.conversation_id])
+def settle(
+    session: Session, monitor: Monitor, claimed_ids: Sequence[int], now: datetime, settings: Settings
+) -> Settled:
+    """Release every response that is ready among the spans just claimed, the waiting spans of their conversations
+    and the spans whose wait is over: its conversation's history complete with the spans stored (whatever their
+    state: a span received and not processed yet is history already), or its wait over. Each release is a
+    compare-and-set from ``waiting`` (another processor may release a span first: it is then not handed over
+    here); spans still ``received`` are their own processor's to release."""
+    claimed = spans_store.rows_by_id(session, claimed_ids)
+    conversations = {r.conversation_id for r in claimed if r.conversation_id}
     due = [
         r
         for r in spans_store.due_rows(session, monitor.id, now, RELEASE_LIMIT)
-        if r.conversation_id not in conversations and r.response_id not in unique
+        if r.conversation_id not in conversations
     ]
-    stored += spans_store.conversation_rows(session, monitor.id, {r.conversation_id for r in due})
-    stored += [r for r in due if not r.conversation_id]
-    rows = {r.id: r for r in stored}
-    known = {r.response_id for r in rows.values()}
-    fresh = [c for response_id, c in unique.items() if response_id not in known]
-    groups: dict[tuple[str, str], list[tuple[spans_store.SpanRow | None, LlmCall]]] = defaultdict(list)
-    for stored_row in rows.values():
-        stored_call = LlmCall.from_json(stored_row.call)
-        groups[conversation_key(stored_call)].append((stored_row, stored_call))
-    for call in fresh:
-        groups[conversation_key(call)].append((None, call))
+    conversations |= {r.conversation_id for r in due if r.conversation_id}
+    rows = {r.id: r for r in spans_store.conversation_rows(session, monitor.id, conversations)}
+    rows.update({r.id: r for r in [*claimed, *due] if not r.conversation_id})
+    groups: dict[tuple[str, str], list[tuple[spans_store.SpanRow, LlmCall]]] = defaultdict(list)
+    for row in sorted(rows.values(), key=lambda r: r.id):
+        call = LlmCall.from_json(row.call)
+        groups[conversation_key(call)].append((row, call))
     ready: list[tuple[spans_store.SpanRow, LlmCall, Rebuilt]] = []
-    fresh_ready: dict[str, Rebuilt] = {}
     waiting = 0
     hold = settings.otlp_hold == "always"  # every response of a conversation waits DJ_OTLP_WAIT
     for members in groups.values():
         history = [call for _, call in members]
         for row, call in members:
-            if row is not None and row.status != spans_store.WAITING:
+            if row.status != spans_store.WAITING:
                 continue
             rebuilt = rebuild(call, history, settings.otlp_session_gap_s)
-            ready_now = rebuilt.complete and not (hold and call.conversation_id)
-            if row is None:
-                if ready_now:
-                    fresh_ready[call.response_id] = rebuilt
-                else:
-                    waiting += 1
-            elif ready_now or row.release_after <= now:
+            if (rebuilt.complete and not (hold and call.conversation_id)) or row.release_after <= now:
                 ready.append((row, call, rebuilt))
             else:
                 waiting += 1
-    release_after = now + timedelta(seconds=settings.otlp_wait_s)
-    inserted = spans_store.insert_spans(
-        session,
-        [
-            {
-                "monitor_id": monitor.id,
-                "response_id": call.response_id,
-                "conversation_id": call.conversation_id,
-                "started_at": started_at(call, now),
-                "received_at": now,
-                "release_after": release_after,
-                "status": spans_store.RELEASED if call.response_id in fresh_ready else spans_store.WAITING,
-                "call": (call.as_history() if call.response_id in fresh_ready else call).to_json(),
-            }
-            for call in fresh
-        ],
-    )
     released = spans_store.release(session, [row.id for row, _, _ in ready])
     responses: list[MonitorResponseIn] = []
     waited = 0
-    for call in fresh:
-        if call.response_id in inserted and call.response_id in fresh_ready:
-            response = to_response(call, fresh_ready[call.response_id], now, started_at(call, now), now, settings)
-            if response is not None:
-                responses.append(response)
     for row, call, rebuilt in ready:
         if row.id not in released:
             continue
@@ -324,7 +302,7 @@ def settle(session: Session, monitor: Monitor, calls: Sequence[LlmCall], now: da
         response = to_response(call, rebuilt, row.received_at, row.started_at, now, settings)
         if response is not None:
             responses.append(response)
-    return Settled(responses, waited, len(inserted), waiting)
+    return Settled(responses, waited, waiting)
 
 
 def to_response(
@@ -386,6 +364,76 @@ def to_response(
     return response
 
 
+PROCESS_BATCH = 256
+"""Spans claimed per monitor and transaction: small enough that SQLite's one writer is held tens of milliseconds
+(requests wait for it), large enough to keep up with thousands of spans a second."""
+
+received_event = threading.Event()
+"""Set by the receiver after a commit that stored spans: this process's processor wakes at once."""
+
+
+def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings: Settings) -> int | None:
+    """One transaction of one monitor: claim up to ``claim`` received spans, release what is ready, ingest it,
+    count it, commit, publish. The responses ingested; None when nothing was claimed or released, or when the
+    monitor's config no longer plans (the spans are left as they were: claimed ones ``received`` again)."""
+    try:
+        if not spans_store.lock_monitor(session, monitor_id):  # another processor has it: in order, one at a time
+            session.rollback()
+            return None
+        monitor = session.get(Monitor, monitor_id)
+        if monitor is None:
+            session.rollback()
+            return None
+        claimed = spans_store.claim_received(session, monitor_id, claim) if claim else []
+        settled = settle(session, monitor, claimed, now, settings)
+        responses = settled.responses
+        done = ingest(session, monitor, responses, settings) if responses else None
+        if responses:  # last: the monitor row is locked (FOR UPDATE) from here to the commit only
+            counts = {monitor_id: {"responses": len(responses), "waited": settled.waited}}
+            spans_store.add_stats(session, [monitor_id], now.date().isoformat(), counts, {})
+        session.commit()
+    except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left as they were
+        session.rollback()
+        log.warning("OTLP responses of monitor %s not processed: %s", monitor_id, exc)
+        return None
+    except OperationalError as exc:  # a deadlock with another monitor's ingestion (its first rubric snapshot...)
+        session.rollback()
+        log.warning("OTLP responses of monitor %s not processed now, retried: %s", monitor_id, exc.orig)
+        return None
+    except Exception:
+        session.rollback()
+        raise
+    if done is not None:
+        done.after_commit()
+        if done.judgment_ids:
+            publish(settings, done.judgment_ids)
+    return len(responses) if claimed or responses else None
+
+
+def process_received(
+    session_factory: Any, settings: Settings, now: datetime | None = None, batch: int = PROCESS_BATCH
+) -> int:
+    """Process every span received so far, each monitor's in the order received, ``batch`` spans a transaction;
+    returns how many responses were handed to their monitors. Any number of processors may run at once (each span
+    is claimed by one); a monitor whose config no longer plans is skipped until it does."""
+    total = 0
+    session: Session = session_factory()
+    try:
+        while True:
+            monitor_ids = spans_store.received_monitors(session)
+            session.rollback()
+            progressed = False
+            for monitor_id in monitor_ids:
+                done = _step(session, monitor_id, batch, now or utcnow(), settings)
+                if done is not None:
+                    total += done
+                    progressed = True
+            if not progressed:
+                return total
+    finally:
+        session.close()
+
+
 def release_due(session_factory: Any, settings: Settings, now: datetime | None = None) -> int:
     """The sweeper's round: ingest the responses whose wait is over (their earlier turns never arrived) and purge
     history older than DJ_OTLP_HISTORY_DAYS; returns how many responses were ingested. Each monitor in a transaction
@@ -397,28 +445,7 @@ def release_due(session_factory: Any, settings: Settings, now: datetime | None =
         monitor_ids = spans_store.due_monitors(session, now)
         session.rollback()
         for monitor_id in monitor_ids:
-            try:
-                monitor = session.get(Monitor, monitor_id)
-                if monitor is None:
-                    continue
-                settled = settle(session, monitor, [], now, settings)
-                responses = settled.responses
-                done = ingest(session, monitor, responses, settings) if responses else None
-                counts = {monitor_id: {"responses": len(responses), "waited": settled.waited}}
-                spans_store.add_stats(session, [monitor_id], now.date().isoformat(), counts, {})
-                session.commit()
-            except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left waiting
-                session.rollback()
-                log.warning("OTLP responses of monitor %s not released: %s", monitor_id, exc)
-                continue
-            except Exception:
-                session.rollback()
-                raise
-            if done is not None:
-                done.after_commit()
-                if done.judgment_ids:
-                    publish(settings, done.judgment_ids)
-            total += len(responses)
+            total += _step(session, monitor_id, 0, now, settings) or 0
         spans_store.purge_history(session, now - timedelta(days=settings.otlp_history_days))
         session.commit()
     finally:

@@ -1,10 +1,13 @@
 """LLM spans received over OTLP (issue 38; docs/monitoring.md#opentelemetry-traces): stored once per monitor and
-response id (an exporter's retry inserts nothing), read back by conversation as history, released once (a
+response id by the request (``received``; an exporter's retry inserts nothing), claimed once by a processor
+(``received`` -> ``waiting`` in the processor's transaction: SELECT ... FOR UPDATE SKIP LOCKED on PostgreSQL, a
+compare-and-set under SQLite's single writer), read back by conversation as history, released once (a
 compare-and-set from ``waiting``), purged after the history window; a project's default monitor; a monitor's OTLP
 counts of the day."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +21,8 @@ from judge_api.models import Monitor, OtlpSpan, Project
 from judge_api.repository.sql import unsupported_database
 
 CHUNK = 500
+INSERT_CHUNK = 2000  # rows of one INSERT (8 columns: 16,000 parameters, under SQLite's 32,766)
+RECEIVED = "received"
 WAITING = "waiting"
 RELEASED = "released"
 STAT_KEYS = ("spans", "responses", "duplicates", "waited", "not_llm", "tool_call", "no_content", "rejected")
@@ -88,8 +93,16 @@ def due_rows(session: Session, monitor_id: str, now: datetime, limit: int) -> li
     )
 
 
-def insert_spans(session: Session, rows: Sequence[dict[str, Any]]) -> set[str]:
-    """Insert the spans whose (monitor, response id) is new; the response ids inserted."""
+def rows_by_id(session: Session, span_ids: Sequence[int]) -> list[SpanRow]:
+    found: list[SpanRow] = []
+    for start in range(0, len(span_ids), CHUNK):
+        found += _rows(session, select(*_ROW_COLUMNS).where(OtlpSpan.id.in_(list(span_ids[start : start + CHUNK]))))
+    return sorted(found, key=lambda r: r.id)
+
+
+def insert_spans(session: Session, rows: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
+    """Insert the spans whose (monitor, response id) is new, in one statement per INSERT_CHUNK rows (an export is
+    at most DJ_MAX_ITEMS spans); the (monitor id, response id) inserted."""
     if not rows:
         return set()
     bind = session.get_bind()
@@ -101,12 +114,63 @@ def insert_spans(session: Session, rows: Sequence[dict[str, Any]]) -> set[str]:
     else:
         raise unsupported_database(bind)
     statement = statement.on_conflict_do_nothing(index_elements=[table.c.monitor_id, table.c.response_id]).returning(
-        table.c.response_id
+        table.c.monitor_id, table.c.response_id
     )
-    inserted: set[str] = set()
-    for start in range(0, len(rows), CHUNK):
-        inserted |= {str(r) for r in session.scalars(statement, list(rows[start : start + CHUNK]))}
+    inserted: set[tuple[str, str]] = set()
+    for start in range(0, len(rows), INSERT_CHUNK):
+        statement_rows = session.execute(statement, list(rows[start : start + INSERT_CHUNK]))
+        inserted |= {(str(m), str(r)) for m, r in statement_rows}
     return inserted
+
+
+def received_monitors(session: Session, limit: int = 100) -> list[str]:
+    """Monitors with spans received and not processed yet."""
+    query = select(OtlpSpan.monitor_id).where(OtlpSpan.status == RECEIVED).distinct().limit(limit)
+    return sorted(str(m) for m in session.scalars(query))
+
+
+def any_received(session: Session) -> bool:
+    return session.scalar(select(OtlpSpan.id).where(OtlpSpan.status == RECEIVED).limit(1)) is not None
+
+
+def lock_monitor(session: Session, monitor_id: str) -> bool:
+    """Take the monitor's processing lock for this transaction, without waiting (PostgreSQL: an advisory lock; SQLite:
+    its one writer serializes anyway). False: another processor holds it, its spans are being processed in order."""
+    if session.get_bind().dialect.name != "postgresql":
+        return True
+    key = int.from_bytes(hashlib.sha256(f"otlp:{monitor_id}".encode()).digest()[:8], "big", signed=True)
+    return bool(session.scalar(select(func.pg_try_advisory_xact_lock(key))))
+
+
+def claim_received(session: Session, monitor_id: str, limit: int) -> list[int]:
+    """Claim the monitor's oldest received spans for this transaction (``received`` -> ``waiting``); the ids
+    claimed, in the order received. Exactly once: on PostgreSQL the rows are locked FOR UPDATE SKIP LOCKED (a
+    concurrent processor takes others) and the compare-and-set cannot lose; on SQLite the compare-and-set is the
+    transaction's first write, so a second processor waits for the first's commit and finds them claimed. Until
+    the commit nothing is visible to others: a processor that dies before it leaves them ``received``."""
+    query = (
+        select(OtlpSpan.id)
+        .where(OtlpSpan.monitor_id == monitor_id, OtlpSpan.status == RECEIVED)
+        .order_by(OtlpSpan.id)
+        .limit(limit)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    for _ in range(2):  # SQLite: a claim lost to another processor's commit holds the writer now; the second cannot
+        candidates = [int(i) for i in session.scalars(query)]
+        if not candidates:
+            return []
+        result = session.execute(
+            update(OtlpSpan)
+            .where(OtlpSpan.id.in_(candidates), OtlpSpan.status == RECEIVED)
+            .values(status=WAITING)
+            .returning(OtlpSpan.id)
+            .execution_options(synchronize_session=False)
+        )
+        claimed = sorted(int(i) for i in result.scalars())
+        if claimed:
+            return claimed
+    return []
 
 
 def due_waiting(session: Session, now: datetime, limit: int, monitor_id: str | None = None) -> list[tuple[str, str]]:
@@ -161,13 +225,17 @@ def purge_history(session: Session, before: datetime, limit: int = 10_000) -> in
     return len(old)
 
 
-def waiting_count(session: Session, monitor_id: str) -> int:
+def status_count(session: Session, monitor_id: str, status: str = WAITING) -> int:
     return int(
         session.scalar(
-            select(func.count(OtlpSpan.id)).where(OtlpSpan.monitor_id == monitor_id, OtlpSpan.status == WAITING)
+            select(func.count(OtlpSpan.id)).where(OtlpSpan.monitor_id == monitor_id, OtlpSpan.status == status)
         )
         or 0
     )
+
+
+def waiting_count(session: Session, monitor_id: str) -> int:
+    return status_count(session, monitor_id, WAITING)
 
 
 # -- monitors by name or id, the project's default ---------------------------------------------------------------

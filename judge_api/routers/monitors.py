@@ -161,8 +161,9 @@ def otlp_status(session: Session, monitor: Monitor, now: datetime) -> OtlpStatus
     """The day's OTLP counts of the monitor (None: no span today), saying why spans were skipped."""
     stats = dict(monitor.otlp_stats or {})
     waiting = spans_store.waiting_count(session, monitor.id)
+    received = spans_store.status_count(session, monitor.id, spans_store.RECEIVED)
     if stats.get("day") != now.date().isoformat():
-        if not waiting:
+        if not waiting and not received:
             return None
         stats = {"day": now.date().isoformat()}
     notes = []
@@ -174,7 +175,9 @@ def otlp_status(session: Session, monitor: Monitor, now: datetime) -> OtlpStatus
     if waiting:
         notes.append(f"{waiting} responses wait for earlier turns of their conversation (at most DJ_OTLP_WAIT)")
     known = {k: int(v) for k, v in stats.items() if k in OtlpStatus.model_fields and k not in ("day", "message")}
-    return OtlpStatus(day=str(stats["day"]), **{**known, "waiting": waiting}, message="; ".join(notes))
+    return OtlpStatus(
+        day=str(stats["day"]), **{**known, "waiting": waiting, "received": received}, message="; ".join(notes)
+    )
 
 
 def monitor_out(monitor: Monitor, status: MonitorStatus | None = None, default_id: str | None = None) -> MonitorOut:

@@ -21,7 +21,7 @@ import json
 import logging
 from typing import Any
 
-from fastapi import APIRouter, BackgroundTasks, HTTPException, Request, Response
+from fastapi import APIRouter, HTTPException, Request, Response
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceResponse,
@@ -33,9 +33,8 @@ from judge_api.config import Settings
 from judge_api.db import session_factory
 from judge_api.deps import authorize
 from judge_api.errors import DATABASE_OUTAGES
-from judge_api.monitor_ingest import publish
 from judge_api.otlp.decode import Encoding, OtlpError, decode, encoding_of, inflate
-from judge_api.otlp.intake import Outcome, receive
+from judge_api.otlp.intake import Outcome, receive, received_event
 
 router = APIRouter(tags=["otlp"])
 log = logging.getLogger(__name__)
@@ -135,9 +134,11 @@ _BODY = {
         415: {"description": "google.rpc.Status: not protobuf or JSON, or not gzip"},
     },
 )
-async def export_traces(request: Request, background: BackgroundTasks) -> Response:
+async def export_traces(request: Request) -> Response:
     """OTLP/HTTP traces: each LLM span becomes a response of its monitor (``dialogue_judge.monitor``, else the
-    project's default), its dialogue rebuilt from its conversation's spans; an exporter's retry is a duplicate."""
+    project's default), its dialogue rebuilt from its conversation's spans; an exporter's retry is a duplicate. The
+    request stores the usable spans and answers; the processors rebuild and ingest them within seconds
+    (judge_api.otlp.intake)."""
     settings: Settings = request.app.state.settings
     try:
         encoding = encoding_of(request.headers.get("content-type"))
@@ -177,11 +178,9 @@ async def export_traces(request: Request, background: BackgroundTasks) -> Respon
             return error_response(500, "the export could not be processed (a server error; it was logged)", encoding)
     finally:
         session.close()
-    if outcome.judgment_ids:
-        background.add_task(publish, settings, outcome.judgment_ids)
-    response = success_response(outcome, encoding)
-    response.background = background
-    return response
+    if outcome.stored:
+        received_event.set()  # this process's processor takes them at once
+    return success_response(outcome, encoding)
 
 
 def _receive(
@@ -192,8 +191,8 @@ def _receive(
     session: Session,
     settings: Settings,
 ) -> Outcome:
-    """Decompress, decode and store in one transaction, off the event loop (protobuf parsing of a large export
-    takes a while). A refusal stores nothing but the monitors' counts of spans skipped."""
+    """Decompress, decode, classify and store the usable spans in one transaction, off the event loop (protobuf
+    parsing of a large export takes a while). A refusal stores nothing but the monitors' counts of spans skipped."""
     spans = decode(inflate(body, content_encoding, settings.otlp_max_bytes), encoding)
     try:
         outcome = receive(session, project_id, spans, settings)
@@ -204,5 +203,4 @@ def _receive(
     except BaseException:
         session.rollback()
         raise
-    outcome.after_commit()
     return outcome

@@ -182,6 +182,11 @@ class OtlpStatus(BaseModel):
     duplicates: int = Field(default=0, description="spans received again (an exporter's retry): not judged twice")
     waited: int = Field(default=0, description="responses judged after DJ_OTLP_WAIT with earlier turns missing")
     waiting: int = Field(default=0, description="responses waiting now for their conversation's earlier turns")
+    received: int = Field(
+        default=0,
+        description="spans stored and not processed yet: their conversations are rebuilt and their responses "
+        "handed to the monitor within seconds (a running API or worker's sweeper)",
+    )
     not_llm: int = 0
     tool_call: int = Field(default=0, description="LLM spans answering with a tool call (no text to judge)")
     no_content: int = Field(default=0, description="LLM spans without message content (content capture off)")

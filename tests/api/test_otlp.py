@@ -19,7 +19,7 @@ from judge_api.config import Settings
 from judge_api.db import session_factory
 from judge_api.models import utcnow
 from judge_api.otlp.decode import decode
-from judge_api.otlp.intake import receive, release_due
+from judge_api.otlp.intake import process_received, receive, release_due
 from tests.api.conftest import Api
 from tests.api.test_monitors import monitor_body
 from tests.otlp.spans import SpanSpec, current, encoded, export, http_span, without_content
@@ -68,6 +68,7 @@ def otlp_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
             "DJ_RUNS_PER_MINUTE": "100000",
             "DJ_JUDGE_URL_ALLOWLIST": "http://127.0.0.1:9/v1",
             "DJ_OTLP_MAX_BYTES": "2000000",
+            "DJ_OTLP_PROCESS": "workers",  # no processor thread: the tests take the processing step (process)
         }.items():
             env.setenv(name, value)
         env.delenv("REDIS_URL", raising=False)
@@ -109,6 +110,11 @@ def post(
 def settings_of(api: Api) -> Settings:
     app = cast(FastAPI, api.client.app)
     return cast(Settings, app.state.settings)
+
+
+def process(api: Api) -> int:
+    """The processors' step (no Redis here, so no sweeper runs it): the responses handed to monitors."""
+    return process_received(session_factory(), settings_of(api))
 
 
 def exchange_span(n: int, conversation: str, history: list[tuple[str, str]], user: str, bot: str, day: int) -> SpanSpec:
@@ -192,6 +198,10 @@ def test_spans_become_responses_with_their_history_and_a_retry_is_a_duplicate(
         assert not parsed.HasField("partial_success")
     else:
         assert answer.json() == {}
+    assert responses_of(otlp_api, monitor) == 0  # stored, answered; the processors rebuild and ingest
+    assert status_of(otlp_api, monitor)["otlp"]["received"] == 3
+    assert process(otlp_api) == 3
+    assert status_of(otlp_api, monitor)["otlp"]["received"] == 0
     items = items_of(otlp_api, monitor)
     assert set(items) == {s.response_id for s in spans}
     last = items[spans[2].response_id]
@@ -209,7 +219,8 @@ def test_spans_become_responses_with_their_history_and_a_retry_is_a_duplicate(
     before = counts(otlp_api)
     retry = post(otlp_api, spans, encoding=encoding, gzipped=gzipped, monitor=monitor)
     assert retry.status_code == 200
-    assert counts(otlp_api) == before  # nothing judged twice
+    assert process(otlp_api) == 0
+    assert counts(otlp_api) == before  # nothing stored or judged twice
     status = status_of(otlp_api, monitor)
     assert status["otlp"]["responses"] == 3 and status["otlp"]["duplicates"] == 3
 
@@ -218,11 +229,14 @@ def test_out_of_order_spans_wait_for_their_history_then_are_judged(otlp_api: Api
     monitor = create_monitor(otlp_api)
     first, second, third = whole_history()
     assert post(otlp_api, [third], monitor=monitor).status_code == 200
+    assert process(otlp_api) == 0
     assert responses_of(otlp_api, monitor) == 0  # its two earlier exchanges have not arrived
     assert status_of(otlp_api, monitor)["otlp"]["waiting"] == 1
     assert post(otlp_api, [first], monitor=monitor).status_code == 200
+    assert process(otlp_api) == 1
     assert set(items_of(otlp_api, monitor)) == {first.response_id}
     assert post(otlp_api, [second], monitor=monitor).status_code == 200
+    assert process(otlp_api) == 2
     items = items_of(otlp_api, monitor)
     assert set(items) == {first.response_id, second.response_id, third.response_id}
     assert [t["session"] for t in items[third.response_id]["dialogue"]] == [1, 1, 2, 2, 3]
@@ -233,8 +247,10 @@ def test_a_response_whose_history_never_arrives_is_judged_after_the_wait_and_say
     monitor = create_monitor(otlp_api)
     _, second, third = whole_history()
     assert post(otlp_api, [third], monitor=monitor).status_code == 200
+    assert process(otlp_api) == 0
     assert release_due(session_factory(), settings_of(otlp_api)) == 0  # not yet: within DJ_OTLP_WAIT
     assert post(otlp_api, [second], monitor=monitor).status_code == 200
+    assert process(otlp_api) == 0
     assert responses_of(otlp_api, monitor) == 0
     later = utcnow() + timedelta(seconds=61)
     assert release_due(session_factory(), settings_of(otlp_api), now=later) == 2
@@ -262,6 +278,7 @@ def test_partial_success_counts_and_names_what_was_not_used(otlp_api: Api) -> No
     status = status_of(otlp_api, monitor)
     assert status["otlp"]["no_content"] == 2 and status["otlp"]["not_llm"] == 2
     assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in status["message"]
+    assert process(otlp_api) == 1 and responses_of(otlp_api, monitor) == 1  # the one LLM call, once
 
 
 def test_spans_without_content_only_are_400_naming_the_switch_and_store_nothing(otlp_api: Api) -> None:
@@ -289,10 +306,11 @@ def test_monitor_by_attribute_by_default_and_never_another_projects(otlp_api: Ap
     )
     assert made_default.status_code == 200 and made_default.json()["otlp_default"] is True
     assert post(otlp_api, spans).status_code == 200
+    assert process(otlp_api) == 3
     assert set(items_of(otlp_api, mine)) == {s.response_id for s in spans}
     other = exchange_span(10, "conv-2", [], "Hello again.", "Hi!", day=0)
     by_name = post(otlp_api, [other], monitor="mine")
-    assert by_name.status_code == 200 and len(items_of(otlp_api, mine)) == 4
+    assert by_name.status_code == 200 and process(otlp_api) == 1 and len(items_of(otlp_api, mine)) == 4
     # beta's default is not alpha's: beta's key with no monitor named gets none
     assert post(otlp_api, spans, key="beta").status_code == 400
 
@@ -324,6 +342,7 @@ def test_hold_always_waits_so_a_late_earlier_session_still_counts(otlp_api: Api)
         with session_factory()() as session:
             receive(session, "alpha", decode(body, "protobuf"), settings)
             session.commit()
+        assert process_received(session_factory(), settings) == 0
     assert responses_of(otlp_api, monitor) == 0  # all wait, complete or not
     assert release_due(session_factory(), settings, now=utcnow() + timedelta(seconds=61)) == 3
     items = items_of(otlp_api, monitor)
@@ -344,8 +363,10 @@ def test_history_is_purged_by_when_it_was_received_not_by_the_spans_own_clock(ot
     monitor = create_monitor(otlp_api)
     first, second, third = whole_history("conv-old")  # stamped in 2025, more than DJ_OTLP_HISTORY_DAYS ago
     assert post(otlp_api, [first, third], monitor=monitor).status_code == 200
+    assert process(otlp_api) == 1
     assert release_due(session_factory(), settings_of(otlp_api)) == 0  # a sweep: nothing due, history kept
     assert post(otlp_api, [second], monitor=monitor).status_code == 200
+    assert process(otlp_api) == 2
     items = items_of(otlp_api, monitor)
     assert len(items) == 3 and items[third.response_id]["meta"]["otlp"]["complete"] is True
     later = utcnow() + timedelta(days=settings_of(otlp_api).otlp_history_days + 1)

@@ -42,6 +42,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
             "DATABASE_URL": url,
             "DJ_AUTH": "true",
             "DJ_JUDGE_URL_ALLOWLIST": "http://127.0.0.1:9/v1",
+            "DJ_OTLP_PROCESS": "workers",  # no processor thread: the test takes the processing step (process)
         }.items():
             env.setenv(name, value)
         env.delenv("REDIS_URL", raising=False)
@@ -65,6 +66,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
             thread.join(15)
     reset_settings_cache()
     reset_engines()
+
+
+def process() -> int:
+    """The processors' step (no Redis here, so no sweeper runs it)."""
+    from judge_api.config import get_settings
+    from judge_api.db import session_factory
+    from judge_api.otlp.intake import process_received
+
+    return process_received(session_factory(), get_settings())
 
 
 def llm_spans(monitor: str, conversation: str) -> list[ReadableSpan]:
@@ -120,6 +130,7 @@ def test_the_sdk_exporter_configured_by_environment_is_accepted(
     exporter = OTLPSpanExporter(compression=compression)
     spans = llm_spans(monitor["id"], f"conv-{compression.value}")
     assert exporter.export(spans) == SpanExportResult.SUCCESS
+    assert process() == 2
     items = monitor_items(api, key, monitor)
     assert len(items) == 2
     last = max(items, key=lambda i: len(i["dialogue"]))
@@ -130,6 +141,7 @@ def test_the_sdk_exporter_configured_by_environment_is_accepted(
     ]
     assert last["candidates"] == {"sdk-bot": "Tom."} and last["meta"]["version"] == "v9"
     assert exporter.export(spans) == SpanExportResult.SUCCESS  # a retry: acknowledged, not judged again
+    assert process() == 0
     assert len(monitor_items(api, key, monitor)) == 2
     info = httpx.get(f"{api}/v1/monitors/{monitor['id']}", headers=headers, timeout=30).json()
     assert info["status"]["otlp"]["duplicates"] == 2 and info["status"]["responses_today"] == 2

@@ -1,0 +1,177 @@
+"""The OTLP processing step (judge_api.otlp.intake.process_received) apart from the request: two processors at once
+judge every stored span exactly once (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite: the claim's compare-and-set under
+its one writer), and a processor that dies between its claim and the ingestion leaves the spans to the next one,
+with nothing judged twice."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from judge_api.config import get_settings
+from judge_api.db import session_factory
+from judge_api.otlp import intake
+from judge_api.repository import otlp as spans_store
+from tests.api.conftest import Api, ApiFactory
+from tests.api.test_monitors import monitor_body
+from tests.otlp.spans import SpanSpec, current, encoded, export
+
+PATH = "/v1/otlp/v1/traces"
+CONVERSATIONS = 40
+TURNS = 4
+
+
+def conversation(conv: int) -> list[SpanSpec]:
+    """A conversation's spans, each carrying the whole history before it."""
+    specs = []
+    for turn in range(TURNS):
+        messages = [("system", "You are Max.")]
+        for earlier in range(turn):
+            messages += [("user", f"c{conv} u{earlier}"), ("assistant", f"c{conv} b{earlier}")]
+        messages.append(("user", f"c{conv} u{turn}"))
+        specs.append(
+            SpanSpec(1000 + conv, turn + 1, start_s=turn * 60, attrs=current(messages, f"c{conv} b{turn}", f"k{conv}"))
+        )
+    return specs
+
+
+def scalar(api: Api, query: str, **params: Any) -> int:
+    engine = create_engine(api.database_url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(text(query), params).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def stored_api(api_factory: ApiFactory, database_url: str) -> tuple[Api, list[str], int]:
+    """An app on the database, two monitors sampling everything, and their spans exported shuffled and stored (not
+    processed: no Redis, no sweeper)."""
+    api = api_factory(auth=False, database_url=database_url, DJ_OTLP_PROCESS="workers")  # the tests process
+    monitors = []
+    for name in ("first", "second"):
+        body = monitor_body(
+            name=name, sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None
+        )
+        created = api.client.post("/v1/monitors", json=body)
+        assert created.status_code == 201, created.text
+        monitors.append(str(created.json()["id"]))
+    specs = [(monitors[conv % 2], s) for conv in range(CONVERSATIONS) for s in conversation(conv)]
+    random.Random(7).shuffle(specs)  # a conversation's spans out of order, in separate exports
+    for monitor in monitors:
+        mine = [spec for m, spec in specs if m == monitor]
+        for start in range(0, len(mine), 20):
+            payload, headers = encoded(
+                export(mine[start : start + 20], {"dialogue_judge.monitor": monitor}), "protobuf"
+            )
+            assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+    assert scalar(api, "SELECT COUNT(*) FROM otlp_spans WHERE status = 'received'") == len(specs)
+    assert scalar(api, "SELECT COUNT(*) FROM monitor_responses") == 0
+    return api, monitors, len(specs)
+
+
+def assert_judged_once(api: Api, spans: int) -> None:
+    assert scalar(api, "SELECT COUNT(*) FROM monitor_responses") == spans
+    assert scalar(api, "SELECT COUNT(DISTINCT response_id) FROM monitor_responses") == spans
+    assert scalar(api, "SELECT COUNT(*) FROM items") == spans
+    assert scalar(api, "SELECT COUNT(DISTINCT item_key) FROM items") == spans
+    per_item = scalar(api, "SELECT MAX(c) FROM (SELECT COUNT(*) AS c FROM judgments GROUP BY item_pk) AS j")
+    assert scalar(api, "SELECT COUNT(*) FROM judgments") == spans * per_item  # no item planned twice
+    assert scalar(api, "SELECT COUNT(*) FROM otlp_spans WHERE status <> 'released'") == 0
+
+
+def test_two_processors_at_once_judge_every_span_exactly_once(
+    api_factory: ApiFactory, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api, _, spans = stored_api(api_factory, db_url)
+    claimers: Counter[str] = Counter()
+    claim = spans_store.claim_received
+    ingest = intake.ingest
+
+    def recording_claim(session: Any, monitor_id: str, limit: int) -> list[int]:
+        claimed = claim(session, monitor_id, limit)
+        claimers[threading.current_thread().name] += len(claimed)
+        return claimed
+
+    def slow_ingest(*args: Any, **kwargs: Any) -> Any:
+        threading.Event().wait(0.02)  # inside the claiming transaction: the other processor runs meanwhile
+        return ingest(*args, **kwargs)
+
+    monkeypatch.setattr(spans_store, "claim_received", recording_claim)
+    monkeypatch.setattr(intake, "ingest", slow_ingest)
+    settings = get_settings()
+    start = threading.Barrier(2)
+    handed: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def processor(name: str) -> None:
+        try:
+            start.wait()
+            handed[name] = intake.process_received(session_factory(), settings, batch=8)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=processor, args=(f"p{k}",), name=f"p{k}") for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert sum(handed.values()) == spans  # every response handed over once, by one of them
+    assert sum(claimers.values()) == spans  # every span claimed once
+    if db_url.startswith("postgresql"):
+        assert set(claimers) == {"p0", "p1"}, claimers  # both really ran at once (each a monitor at a time)
+    assert_judged_once(api, spans)
+    assert intake.process_received(session_factory(), settings) == 0
+
+
+def test_a_processor_killed_between_claim_and_ingest_leaves_the_spans_to_the_next(
+    api_factory: ApiFactory, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api, monitors, spans = stored_api(api_factory, pg_url)
+    settings = get_settings()
+
+    def killed(*_: Any, **__: Any) -> Any:
+        raise SystemExit("killed between the claim and the ingestion")
+
+    monkeypatch.setattr(intake, "ingest", killed)
+    with pytest.raises(SystemExit):
+        intake.process_received(session_factory(), settings)
+    monkeypatch.undo()
+    assert scalar(api, "SELECT COUNT(*) FROM otlp_spans WHERE status = 'received'") == spans
+    assert scalar(api, "SELECT COUNT(*) FROM monitor_responses") == 0
+
+    # a process dies holding a claim: its connection drops, PostgreSQL rolls its transaction back
+    dying = session_factory()()
+    held = spans_store.claim_received(dying, monitors[0], 10)
+    assert len(held) == 10
+    handed = intake.process_received(session_factory(), settings)  # meanwhile: takes the others, skips the held
+    assert handed <= spans - 10
+    assert scalar(api, "SELECT COUNT(*) FROM otlp_spans WHERE status = 'received'") == 10
+    dying.connection().invalidate()  # the connection is gone, not returned: nothing of its claim is committed
+    dying.close()
+    assert intake.process_received(session_factory(), settings) == spans - handed
+    assert_judged_once(api, spans)
+
+
+def test_without_redis_the_apps_own_processor_handles_an_export_within_seconds(
+    api_factory: ApiFactory, sqlite_url: str
+) -> None:
+    """No Redis, no sweeper: the API still starts its OTLP processor (DJ_OTLP_PROCESS=all), woken by the export."""
+    api = api_factory(auth=False, database_url=sqlite_url)
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    payload, headers = encoded(export(conversation(1), {"dialogue_judge.monitor": monitor}), "protobuf")
+    answered = time.monotonic()
+    assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+    while scalar(api, "SELECT COUNT(*) FROM monitor_responses") < TURNS:
+        assert time.monotonic() - answered < 5.0, "not processed within 5 s"
+        time.sleep(0.05)
+    status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]
+    assert status["responses"] == TURNS and status["received"] == 0
