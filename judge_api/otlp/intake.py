@@ -33,7 +33,7 @@ from judge_api.admission import monitor_response_refusal
 from judge_api.config import Settings
 from judge_api.models import Monitor, utcnow
 from judge_api.monitor_ingest import ingest, publish
-from judge_api.otlp.conversations import Rebuilt, rebuild
+from judge_api.otlp.conversations import ConversationIndex, Rebuilt
 from judge_api.otlp.decode import OtlpError, SpanRecord
 from judge_api.otlp.genai import MONITOR_ATTRIBUTE, LlmCall, ReadOptions, Skip, read_span
 from judge_api.repository import otlp as spans_store
@@ -283,11 +283,11 @@ def settle(
     waiting = 0
     hold = settings.otlp_hold == "always"  # every response of a conversation waits DJ_OTLP_WAIT
     for members in groups.values():
-        history = [call for _, call in members]
+        index = ConversationIndex([call for _, call in members], settings.otlp_session_gap_s)
         for row, call in members:
             if row.status != spans_store.WAITING:
                 continue
-            rebuilt = rebuild(call, history, settings.otlp_session_gap_s)
+            rebuilt = index.rebuild(call)
             if (rebuilt.complete and not (hold and call.conversation_id)) or row.release_after <= now:
                 ready.append((row, call, rebuilt))
             else:
