@@ -12,13 +12,19 @@ import json
 import math
 import random
 import tracemalloc
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
+import httpx
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
+from typer.testing import CliRunner
 
+from dialogue_judge.cli import app as cli_app
+from dialogue_judge.cli import runs as cli_runs
+from dialogue_judge.client import ApiClient
 from judge_api.db import get_engine, session_scope
 from judge_api.models import Judgment
 from judge_api.repository import claims, exports, judgments_frame
@@ -312,3 +318,40 @@ def _bulk_run(api: Api, n: int) -> str:
     with engine.begin() as connection:
         connection.execute(Judgment.__table__.insert(), rows)
     return run_id
+
+
+def test_the_cli_export_writes_each_format_with_filters(
+    api: Api, run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def client(api_url: str | None, api_key: str | None) -> ApiClient:
+        wrapped = ApiClient("http://testserver")
+        wrapped._http = cast(httpx.Client, api.client)  # the TestClient serves the app in process
+        return wrapped
+
+    monkeypatch.setattr(cli_runs, "api_client", client)
+    expected = _expected(run)
+    for fmt in FORMATS:
+        out = tmp_path / f"judgments.{fmt}"
+        result = CliRunner().invoke(cli_app, ["runs", "export", run, "-o", str(out), "--format", fmt])
+        assert result.exit_code == 0, result.output
+        assert f"{len(expected)} judgments written to {out}" in result.stdout
+        assert _read(fmt, out.read_bytes()) == expected
+    out = tmp_path / "done-pairs.csv"
+    args = ["runs", "export", run, "-o", str(out), "--format", "csv", "--mode", "pairwise", "--status", "done"]
+    assert CliRunner().invoke(cli_app, args).exit_code == 0
+    wanted = [r for r in expected if r["mode"] == "pairwise" and r["status"] == "done"]
+    assert wanted and _read("csv", out.read_bytes()) == wanted
+    bundle = tmp_path / "run.jsonl"
+    assert CliRunner().invoke(cli_app, ["runs", "export", run, "-o", str(bundle)]).exit_code == 0
+    assert json.loads(bundle.read_text().splitlines()[0])  # the bundle, as before
+
+    bad = tmp_path / "bad.csv"
+    for args, message in (
+        (["--format", "xlsx"], "--format must be one of bundle, jsonl, csv, parquet"),
+        (["--format", "csv", "--status", "finished"], "status"),
+        (["--system", "a"], "--system filters judgments"),
+    ):
+        result = CliRunner().invoke(cli_app, ["runs", "export", run, "-o", str(bad), *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output + (result.stderr or ""), (args, result.output)
+        assert not bad.exists() and not bad.with_name("bad.csv.part").exists()
