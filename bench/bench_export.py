@@ -40,7 +40,6 @@ for entry in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(entry))
 
 import httpx  # noqa: E402
-
 from bench_report_api import _peak_rss_mb, _vacuum, database, seed_run  # noqa: E402
 
 FORMATS = ("jsonl", "csv", "parquet")

@@ -217,11 +217,13 @@ class ApiClient:
         return dict(self.get(f"/v1/runs/{run_id}/report", n_boot=n_boot, **params))
 
     def all_judgments(self, run_id: str, page: int = 1000, **filters: Any) -> list[dict[str, Any]]:
+        """Every matching judgment (full rows), page by page with the API's cursor (each page one index seek, where
+        offsets would rescan the rows before them)."""
         rows: list[dict[str, Any]] = []
-        offset = 0
+        cursor: int | None = None
         while True:
-            data = self.get(f"/v1/runs/{run_id}/judgments", offset=offset, limit=page, **filters)
+            data = self.get(f"/v1/runs/{run_id}/judgments", limit=page, cursor=cursor, **filters)
             rows.extend(data["items"])
-            offset += page
-            if offset >= data["total"]:
+            cursor = data.get("next_cursor")
+            if cursor is None or not data["items"]:
                 return rows
