@@ -28,9 +28,14 @@ EXPORT_COLUMNS: list[str] = [*JUDGMENT_FRAME_COLUMNS, "scale_min", "scale_max"]
 """The columns of every export format, in this order: the judgments frame (docs/data-contract.md), as the
 ``judgments.csv`` export has always written them."""
 
-EXPORT_CHUNK = 10_000
+EXPORT_CHUNK = 2_000
 """Judgments per keyset page: one page's tuples (about 1 kB of Python objects each) and its encoded bytes are all
-an export holds at a time. A Parquet row group is one page."""
+an export holds at a time (a few MB; each page is read and encoded in a thread of the server's pool, whose
+allocator keeps what a thread freed, so the page bounds that too)."""
+
+ROW_GROUP = 50_000
+"""Rows per Parquet row group: pages are turned into Arrow columns (tens of bytes a row) and written once this many
+are gathered, so a reader gets row groups of a useful size whatever the page."""
 
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
 MEDIA_TYPES = {
@@ -265,15 +270,21 @@ def page_table(page: list[tuple[Any, ...]]) -> pa.Table:
 
 
 def parquet_chunks(pages: Iterator[list[tuple[Any, ...]]]) -> Iterator[bytes]:
-    """A Parquet file (``PARQUET_SCHEMA``, zstd), one row group per page, streamed as it is written."""
+    """A Parquet file (``PARQUET_SCHEMA``, zstd), a row group per ``ROW_GROUP`` rows, streamed as it is written."""
     sink = _Drain()
     writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), PARQUET_SCHEMA, compression="zstd")
+    gathered: list[pa.Table] = []
+    rows = 0
     try:
         for page in pages:
-            writer.write_table(page_table(page))
-            data = sink.take()
-            if data:
-                yield data
+            gathered.append(page_table(page))
+            rows += len(page)
+            if rows >= ROW_GROUP:
+                writer.write_table(pa.concat_tables(gathered), row_group_size=rows)
+                gathered, rows = [], 0
+                yield sink.take()
+        if gathered:
+            writer.write_table(pa.concat_tables(gathered), row_group_size=rows)
     finally:
         writer.close()
     yield sink.take()

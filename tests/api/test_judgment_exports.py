@@ -129,15 +129,18 @@ def _round_trip(api: Api, run: str, fmt: str) -> None:
     assert len(expected) == 10 * (3 + 2 * 3)  # 3 single + 3 pairs x 2 orders per item
     assert {r["status"] for r in expected} == {"done", "failed", "pending"}
     assert any(r["preference"] is not None for r in expected) and any(r["score"] is not None for r in expected)
-    original_chunk = exports.EXPORT_CHUNK
-    exports.EXPORT_CHUNK = 7  # many keyset pages (and Parquet row groups), a last one partly full
+    original = exports.EXPORT_CHUNK, exports.ROW_GROUP
+    exports.EXPORT_CHUNK, exports.ROW_GROUP = 7, 20  # many keyset pages and row groups, the last ones partly full
     try:
         body = _export(api, run, fmt)
     finally:
-        exports.EXPORT_CHUNK = original_chunk
+        exports.EXPORT_CHUNK, exports.ROW_GROUP = original
     assert _read(fmt, body) == expected
     if fmt == "parquet":
-        assert pq.ParquetFile(io.BytesIO(body)).num_row_groups == math.ceil(len(expected) / 7)
+        groups = pq.ParquetFile(io.BytesIO(body)).metadata
+        sizes = [groups.row_group(i).num_rows for i in range(groups.num_row_groups)]
+        full, rest = divmod(len(expected), 21)  # pages of 7 gathered until 20 rows or more
+        assert sizes == [21] * full + ([rest] if rest else [])
 
 
 def test_judgments_csv_is_the_same_stream(api: Api, run: str) -> None:
