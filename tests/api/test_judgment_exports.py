@@ -19,7 +19,7 @@ import httpx
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from typer.testing import CliRunner
 
 from dialogue_judge.cli import app as cli_app
@@ -319,7 +319,7 @@ def _bulk_run(api: Api, n: int) -> str:
     ]
     engine = get_engine()
     with engine.begin() as connection:
-        connection.execute(Judgment.__table__.insert(), rows)
+        connection.execute(insert(Judgment), rows)
     return run_id
 
 
