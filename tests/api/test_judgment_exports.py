@@ -147,6 +147,9 @@ def test_judgments_csv_is_the_same_stream(api: Api, run: str) -> None:
     response = api.client.get(f"/v1/runs/{run}/judgments.csv")
     assert response.status_code == 200
     assert response.content == _export(api, run, "csv")
+    assert int(response.headers["x-total-count"]) == len(_expected(run))
+    done = api.client.get(f"/v1/runs/{run}/judgments", params={"format": "jsonl", "status": "done", "limit": 5})
+    assert done.headers["x-total-count"] == "5" and len(done.content.splitlines()) == 5
 
 
 def test_filters_apply_to_every_format(api: Api, run: str) -> None:
