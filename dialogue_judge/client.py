@@ -12,7 +12,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import httpx
 
@@ -124,6 +124,33 @@ class ApiClient:
             return response.json()
         return response.text
 
+    def download(
+        self,
+        path: str,
+        out: BinaryIO,
+        params: dict[str, Any] | None = None,
+        on_chunk: Callable[[bytes], None] | None = None,
+        on_start: Callable[[httpx.Headers], None] | None = None,
+    ) -> httpx.Headers:
+        """GET ``path`` and write the body to ``out`` as it arrives (flat memory whatever its size); ``on_start``
+        sees the headers before the body, ``on_chunk`` each block (progress). Returns the response's headers; an
+        error answer is an :class:`ApiError`."""
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            with self._http.stream("GET", path, params=query) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ApiError(response.status_code, describe_error(response))
+                if on_start is not None:
+                    on_start(response.headers)
+                for block in response.iter_bytes():
+                    out.write(block)
+                    if on_chunk is not None:
+                        on_chunk(block)
+                return response.headers
+        except httpx.HTTPError as exc:
+            raise ApiError(0, f"cannot reach the API at {self.base_url}: {str(exc) or type(exc).__name__}") from None
+
     def _backoff(self, attempt: int) -> float:
         return min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
@@ -190,11 +217,13 @@ class ApiClient:
         return dict(self.get(f"/v1/runs/{run_id}/report", n_boot=n_boot, **params))
 
     def all_judgments(self, run_id: str, page: int = 1000, **filters: Any) -> list[dict[str, Any]]:
+        """Every matching judgment (full rows), page by page with the API's cursor (each page one index seek, where
+        offsets would rescan the rows before them)."""
         rows: list[dict[str, Any]] = []
-        offset = 0
+        cursor: int | None = None
         while True:
-            data = self.get(f"/v1/runs/{run_id}/judgments", offset=offset, limit=page, **filters)
+            data = self.get(f"/v1/runs/{run_id}/judgments", limit=page, cursor=cursor, **filters)
             rows.extend(data["items"])
-            offset += page
-            if offset >= data["total"]:
+            cursor = data.get("next_cursor")
+            if cursor is None or not data["items"]:
                 return rows

@@ -134,6 +134,8 @@ class Judgment(Base):
         Index("ix_judgments_history", "run_id", "rubric_id", "rubric_version", "judge", "id"),
         # the report cache's state of a run: its last write, one index seek (repository.report_cache, issue 39)
         Index("ix_judgments_run_updated", "run_id", "updated_at"),
+        # keyset pages of a run's judgments by id: the JSON cursor and the streaming exports (issue 39)
+        Index("ix_judgments_run_id_id", "run_id", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

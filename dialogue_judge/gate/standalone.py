@@ -253,7 +253,7 @@ class InProcessRunner:
         """Every judgment of the run as the API's ``JudgmentOut`` dicts."""
         with self.session() as session:
             total = int(session.scalar(select(func.count(Judgment.id)).where(Judgment.run_id == run_id)) or 0)
-            _, rows = repository.list_judgments(session, run_id, 0, max(total, 1))
+            _, rows, _ = repository.list_judgments(session, run_id, 0, max(total, 1))
         return [row.model_dump(mode="json") for row in rows]
 
     def items(self, run_id: str) -> list[dict[str, Any]]:

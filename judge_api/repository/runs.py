@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Float, Integer, String, bindparam, column, func, insert, or_, select, text, update
+from sqlalchemy import Float, Integer, String, bindparam, column, func, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from judge_api.adaptive import economy as adaptive_economy
@@ -22,6 +22,7 @@ from judge_api.models import (
 from judge_api.planning import PlannedJudgment, is_adaptive, run_config
 from judge_api.reference_metrics import REFERENCE_RUBRIC, reference_rubric
 from judge_api.repository.batches import batch_counts
+from judge_api.repository.exports import count_judgments, judgment_conditions
 from judge_api.repository.generations import generation_counts
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
 from judge_api.repository.rows import judgment_row
@@ -406,24 +407,19 @@ def list_judgments(
     filters: dict[str, str | None] | None = None,
     score_min: float | None = None,
     score_max: float | None = None,
-) -> tuple[int, list[JudgmentOut]]:
-    conditions = [Judgment.run_id == run_id]
-    for key, value in (filters or {}).items():
-        if value is None:
-            continue
-        if key == "system":
-            conditions.append(or_(Judgment.system_a == value, Judgment.system_b == value))
-        elif key == "item_id":
-            conditions.append(Judgment.item_key == value)
-        else:
-            conditions.append(getattr(Judgment, key) == value)
-    if score_min is not None:
-        conditions.append(Judgment.score >= score_min)
-    if score_max is not None:
-        conditions.append(Judgment.score <= score_max)
-    total = int(session.scalar(select(func.count(Judgment.id)).where(*conditions)) or 0)
-    rows = session.scalars(select(Judgment).where(*conditions).order_by(Judgment.id).offset(offset).limit(limit))
-    return total, [judgment_out(j) for j in rows]
+    after: int | None = None,
+) -> tuple[int, list[JudgmentOut], int | None]:
+    """One page of the run's matching judgments in id order: the total that match, the page, and the cursor of the
+    next page (the page's last id; None on the last page). With ``after`` (a cursor) the page is the rows with a
+    larger id, a keyset page whose rows do not shift when others are written or deleted; else ``offset``."""
+    conditions = judgment_conditions(run_id, filters, score_min, score_max)
+    total = count_judgments(session, conditions)
+    query = select(Judgment).where(*conditions).order_by(Judgment.id)
+    query = query.where(Judgment.id > after) if after is not None else query.offset(offset)
+    rows = list(session.scalars(query.limit(limit + 1)))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return total, [judgment_out(j) for j in rows], (rows[-1].id if more and rows else None)
 
 
 def judgment_out(j: Judgment) -> JudgmentOut:

@@ -24,7 +24,14 @@ from judge_api.schemas.common import (
     check_callback_url,
 )
 from judge_api.schemas.items import FACT_ID_PATTERN, FACT_SOURCE_PATTERN, Fact, Item, Persona, Turn
-from judge_api.schemas.judgments import FactLabelOut, JudgmentOut, Page, WebhookAttemptOut, WebhookDeliveryOut
+from judge_api.schemas.judgments import (
+    FactLabelOut,
+    JudgmentOut,
+    JudgmentPage,
+    Page,
+    WebhookAttemptOut,
+    WebhookDeliveryOut,
+)
 from judge_api.schemas.ratings import HumanRatingIn, HumanRatingsIn, LabelQueueIn
 from judge_api.schemas.rubrics import RubricOut, RubricVersionOut
 from judge_api.schemas.runs import (
@@ -88,6 +95,7 @@ __all__ = [
     "JudgeEstimate",
     "JudgeOptions",
     "JudgmentOut",
+    "JudgmentPage",
     "LabelQueueIn",
     "Mode",
     "Page",

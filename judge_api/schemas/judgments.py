@@ -72,6 +72,13 @@ class Page(BaseModel, Generic[T]):
     items: list[T]
 
 
+class JudgmentPage(Page[JudgmentOut]):
+    """A page of ``GET /v1/runs/{id}/judgments``: ``next_cursor`` is the page's last judgment id when more rows
+    match (pass it as ``cursor`` for the next page), None on the last page."""
+
+    next_cursor: int | None = None
+
+
 class WebhookAttemptOut(BaseModel):
     attempt: int
     started_at: datetime

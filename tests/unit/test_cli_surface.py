@@ -62,7 +62,7 @@ SURFACE: dict[str, str] = {
     "runs": "--limit --api --api-key",
     "runs delete": "RUN_IDS --api --api-key",
     "runs prune": "--older-than --dry-run --api --api-key",
-    "runs export": "RUN_ID --out/-o --api --api-key",
+    "runs export": "RUN_ID --out/-o --format --system --judge --aspect --status --mode --item-id --api --api-key",
     "runs import": "BUNDLE --api --api-key",
     "facts": "",
     "facts extract": (
