@@ -140,10 +140,12 @@ async def export_traces(request: Request) -> Response:
     request stores the usable spans and answers; the processors rebuild and ingest them within seconds
     (judge_api.otlp.intake)."""
     settings: Settings = request.app.state.settings
+    unsupported: OtlpError | None = None
+    encoding: Encoding = "json"
     try:
         encoding = encoding_of(request.headers.get("content-type"))
-    except OtlpError as exc:
-        return error_response(exc.status, exc.message, "json")
+    except OtlpError as exc:  # answered after the key is checked: without a key the answer is 401, whatever the body
+        unsupported = exc
     session = session_factory()()
     try:
         try:
@@ -152,6 +154,8 @@ async def export_traces(request: Request) -> Response:
             return error_response(exc.status_code, str(exc.detail), encoding, dict(exc.headers or {}))
         except DATABASE_OUTAGES as exc:
             return outage_response(request, exc, encoding)
+        if unsupported is not None:
+            return error_response(unsupported.status, unsupported.message, "json")
         try:
             # end the key's transaction before the body streams in: a slow upload must not hold a pooled connection
             # (a few slow exporters would starve every other request of the pool)

@@ -1440,8 +1440,34 @@ CALIBRATION_CASES = [
 ]
 
 
+OTLP_CASES = [
+    # the receiver answers in OTLP's google.rpc.Status shape, whose JSON form also carries FastAPI's ``detail``
+    Case("otlp not OTLP", "POST", "/v1/otlp/v1/traces", 400, ["body"], "resourceSpans", json={"messages": ["hi"]}),
+    Case(
+        "otlp unsupported content type",
+        "POST",
+        "/v1/otlp/v1/traces",
+        415,
+        ["body"],
+        "application/x-protobuf",
+        content=b"{}",
+        headers={"Content-Type": "text/plain"},
+    ),
+    Case(
+        "otlp truncated JSON",
+        "POST",
+        "/v1/otlp/v1/traces",
+        400,
+        ["body"],
+        "",
+        content=b'{"resourceSpans": [',
+        headers={"Content-Type": "application/json"},
+    ),
+]
+
 ALL_CASES = (
     RUN_CASES
+    + OTLP_CASES
     + CALIBRATION_CASES
     + ESTIMATE_CASES
     + JSONL_CASES
