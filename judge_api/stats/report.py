@@ -27,6 +27,7 @@ reverse.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -419,12 +420,27 @@ def _mark_imported(report: dict[str, Any], imported: Mapping[str, Any]) -> None:
         row["imported"] = row.get(F.JUDGE) in imported
 
 
+_warmed = threading.Lock()
+_warm = False
+
+
 def warm_up() -> None:
-    """Build one small report (scores, pairs, preferences, ranking, bias and agreement) and throw it away.
+    """Build one small report (scores, pairs, preferences, ranking, bias, agreement and the calibrated section) and
+    throw it away, once per process.
 
     The first report in a process otherwise pays for the numpy / scipy / pandas work done once per process
     (lazily imported submodules, first calls into compiled code); the API calls this at start-up so that its first
-    ``GET /report`` costs what every later one does. About 0.2 s."""
+    ``GET /report`` costs what every later one does. About 1.5 s, paid once: an app started again in the same
+    process (a test suite starts hundreds) has nothing left to warm."""
+    global _warm
+    with _warmed:
+        if _warm:
+            return
+        _build_warm_up_report()
+        _warm = True
+
+
+def _build_warm_up_report() -> None:
     from judge_api.stats.synthetic import synthetic_judgments
 
     frame = synthetic_judgments(3000, seed=0)
