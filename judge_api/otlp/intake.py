@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -371,11 +372,35 @@ PROCESS_BATCH = 256
 received_event = threading.Event()
 """Set by the receiver after a commit that stored spans: this process's processor wakes at once."""
 
+BLOCKED_RETRY_S = 30.0
+"""A monitor whose step failed (its config no longer plans, a fault of ours) is tried again by this process after
+this long, not at every look: its spans stay ``received``/``waiting`` (nothing lost) without spinning a processor on
+them, and it neither stops nor crowds out the other monitors' processing."""
+
+_blocked: dict[str, float] = {}  # monitor id -> monotonic time this process tries it again
+_blocked_lock = threading.Lock()
+
+
+def blocked_monitors() -> list[str]:
+    """The monitors this process leaves aside for now (a failed step, BLOCKED_RETRY_S ago at most)."""
+    now = time.monotonic()
+    with _blocked_lock:
+        for monitor_id in [m for m, until in _blocked.items() if until <= now]:
+            del _blocked[monitor_id]
+        return sorted(_blocked)
+
+
+def _block(monitor_id: str) -> None:
+    with _blocked_lock:
+        _blocked[monitor_id] = time.monotonic() + BLOCKED_RETRY_S
+
 
 def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings: Settings) -> int | None:
     """One transaction of one monitor: claim up to ``claim`` received spans, release what is ready, ingest it,
     count it, commit, publish. The responses ingested; None when nothing was claimed or released, or when the
-    monitor's config no longer plans (the spans are left as they were: claimed ones ``received`` again)."""
+    step failed (the spans are left as they were: claimed ones ``received`` again, released ones ``waiting``): the
+    monitor's config no longer plans or any other fault but a database outage leaves the monitor aside for
+    BLOCKED_RETRY_S in this process, never stopping the other monitors' processing."""
     try:
         if not spans_store.lock_monitor(session, monitor_id):  # another processor has it: in order, one at a time
             session.rollback()
@@ -394,13 +419,21 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
         session.commit()
     except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left as they were
         session.rollback()
-        log.warning("OTLP responses of monitor %s not processed: %s", monitor_id, exc)
+        _block(monitor_id)
+        log.warning(
+            "OTLP responses of monitor %s not processed (tried again in %.0f s): %s", monitor_id, BLOCKED_RETRY_S, exc
+        )
         return None
-    except OperationalError as exc:  # a deadlock with another monitor's ingestion (its first rubric snapshot...)
+    except OperationalError as exc:  # a deadlock with another monitor's ingestion, the database away: next look
         session.rollback()
         log.warning("OTLP responses of monitor %s not processed now, retried: %s", monitor_id, exc.orig)
         return None
-    except Exception:
+    except Exception:  # a fault of ours with this monitor's spans: the others go on
+        session.rollback()
+        _block(monitor_id)
+        log.exception("OTLP responses of monitor %s not processed (tried again in %.0f s)", monitor_id, BLOCKED_RETRY_S)
+        return None
+    except BaseException:
         session.rollback()
         raise
     if done is not None:
@@ -420,10 +453,12 @@ def process_received(
     session: Session = session_factory()
     try:
         while True:
-            monitor_ids = spans_store.received_monitors(session)
+            monitor_ids = spans_store.received_monitors(session, exclude=blocked_monitors())
             session.rollback()
             progressed = False
             for monitor_id in monitor_ids:
+                if monitor_id in _blocked:  # failed in this call
+                    continue
                 done = _step(session, monitor_id, batch, now or utcnow(), settings)
                 if done is not None:
                     total += done
@@ -434,20 +469,23 @@ def process_received(
         session.close()
 
 
-def release_due(session_factory: Any, settings: Settings, now: datetime | None = None) -> int:
-    """The sweeper's round: ingest the responses whose wait is over (their earlier turns never arrived) and purge
+def release_due(session_factory: Any, settings: Settings, now: datetime | None = None, *, purge: bool = True) -> int:
+    """Ingest the responses whose wait is over (their earlier turns never arrived) and, with ``purge``, purge
     history older than DJ_OTLP_HISTORY_DAYS; returns how many responses were ingested. Each monitor in a transaction
-    of its own; the judgments are published after its commit."""
+    of its own; the judgments are published after its commit. Every processor's look (each second: the wait bound
+    is DJ_OTLP_WAIT + about a second, with or without Redis) and the sweeper's round."""
     now = now or utcnow()
     total = 0
     session: Session = session_factory()
     try:
-        monitor_ids = spans_store.due_monitors(session, now)
+        blocked = set(blocked_monitors())
+        monitor_ids = [m for m in spans_store.due_monitors(session, now) if m not in blocked]
         session.rollback()
         for monitor_id in monitor_ids:
             total += _step(session, monitor_id, 0, now, settings) or 0
-        spans_store.purge_history(session, now - timedelta(days=settings.otlp_history_days))
-        session.commit()
+        if purge:
+            spans_store.purge_history(session, now - timedelta(days=settings.otlp_history_days))
+            session.commit()
     finally:
         session.close()
     return total

@@ -175,3 +175,55 @@ def test_without_redis_the_apps_own_processor_handles_an_export_within_seconds(
         time.sleep(0.05)
     status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]
     assert status["responses"] == TURNS and status["received"] == 0
+
+
+def test_without_redis_a_response_whose_earlier_turns_never_arrive_is_judged_after_the_wait(
+    api_factory: ApiFactory, sqlite_url: str
+) -> None:
+    """No Redis, no sweeper: the API's own processor releases a response whose wait ran out, within about a second
+    of DJ_OTLP_WAIT, with no later span of the monitor to trigger it (it used to wait for the next export)."""
+    api = api_factory(auth=False, database_url=sqlite_url, DJ_OTLP_WAIT="1")
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    last = conversation(3)[-1]  # its three earlier exchanges never arrive
+    payload, headers = encoded(export([last], {"dialogue_judge.monitor": monitor}), "protobuf")
+    answered = time.monotonic()
+    assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+    while scalar(api, "SELECT COUNT(*) FROM monitor_responses") < 1:
+        assert time.monotonic() - answered < 4.0, "a waiting response not released within DJ_OTLP_WAIT + 3 s"
+        time.sleep(0.05)
+    assert time.monotonic() - answered >= 1.0
+    status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]
+    assert status["responses"] == 1 and status["waited"] == 1 and status["waiting"] == 0
+
+
+def test_a_fault_with_one_monitors_spans_neither_stops_the_others_nor_spins(
+    api_factory: ApiFactory, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error in one monitor's step (a stored span a newer version cannot read, a constraint...) used
+    to abort the whole processing call: every monitor sorted after it was never processed again. Now the monitor is
+    left aside (its spans kept ``received``) for BLOCKED_RETRY_S, the others are processed, and it is not retried at
+    every look."""
+    api, monitors, spans = stored_api(api_factory, sqlite_url)
+    broken = min(monitors)  # processed first: sorted by id
+    settings = get_settings()
+    original = intake.ingest
+    tries: Counter[str] = Counter()
+
+    def faulty(session: Any, monitor: Any, responses: Any, settings: Any) -> Any:
+        tries[monitor.id] += 1
+        if monitor.id == broken:
+            raise KeyError("a stored span this version cannot read")
+        return original(session, monitor, responses, settings)
+
+    monkeypatch.setattr(intake, "ingest", faulty)
+    handed = intake.process_received(session_factory(), settings)
+    assert handed == spans // 2  # the other monitor's, all of them
+    broken_received = "SELECT COUNT(*) FROM otlp_spans WHERE status = 'received' AND monitor_id = :m"
+    assert scalar(api, broken_received, m=broken) == spans // 2  # nothing of the broken one lost
+    assert intake.process_received(session_factory(), settings) == 0
+    assert tries[broken] == 1  # left aside, not tried again at once
+    monkeypatch.setattr(intake, "ingest", original)
+    monkeypatch.setattr(intake, "_blocked", {})  # BLOCKED_RETRY_S later
+    assert intake.process_received(session_factory(), settings) == spans // 2
+    assert_judged_once(api, spans)
