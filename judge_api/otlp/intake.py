@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from judge_api.admission import monitor_response_refusal
 from judge_api.config import Settings
 from judge_api.models import Monitor, utcnow
-from judge_api.monitor_ingest import ingest, publish
+from judge_api.monitor_ingest import ingest, is_sampled, publish
 from judge_api.otlp.conversations import ConversationIndex, Rebuilt
 from judge_api.otlp.decode import OtlpError, SpanRecord
 from judge_api.otlp.genai import MONITOR_ATTRIBUTE, LlmCall, ReadOptions, Skip, read_span
@@ -412,7 +412,10 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
         claimed = spans_store.claim_received(session, monitor_id, claim) if claim else []
         settled = settle(session, monitor, claimed, now, settings)
         responses = settled.responses
-        done = ingest(session, monitor, responses, settings) if responses else None
+        done = [
+            ingest(session, monitor, chunk, settings, fresh_spend=monitor.daily_budget_usd is not None)
+            for chunk in budget_chunks(monitor, responses)
+        ]
         if responses:  # last: the monitor row is locked (FOR UPDATE) from here to the commit only
             counts = {monitor_id: {"responses": len(responses), "waited": settled.waited}}
             spans_store.add_stats(session, [monitor_id], now.date().isoformat(), counts, {})
@@ -436,11 +439,29 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
     except BaseException:
         session.rollback()
         raise
-    if done is not None:
-        done.after_commit()
-        if done.judgment_ids:
-            publish(settings, done.judgment_ids)
+    judgment_ids = [i for ingested in done for i in ingested.judgment_ids]
+    for ingested in done:
+        ingested.after_commit()
+    if judgment_ids:
+        publish(settings, judgment_ids)
     return len(responses) if claimed or responses else None
+
+
+def budget_chunks(monitor: Monitor, responses: list[MonitorResponseIn]) -> list[list[MonitorResponseIn]]:
+    """The responses of a step in the chunks ingested one after the other: all at once without a daily budget;
+    with one, each chunk ends at a response the sample takes, so the budget is read again (in the transaction, its
+    judgments counted) before each sampled response, as if each had been posted alone (a step releases hundreds:
+    looked at once, the budget let the whole step be sampled past it)."""
+    if not responses:
+        return []
+    if monitor.daily_budget_usd is None:
+        return [responses]
+    chunks: list[list[MonitorResponseIn]] = [[]]
+    for response in responses:
+        chunks[-1].append(response)
+        if is_sampled(monitor.id, response.id, monitor.sample_rate):
+            chunks.append([])
+    return [chunk for chunk in chunks if chunk]
 
 
 def process_received(

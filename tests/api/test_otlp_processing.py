@@ -210,11 +210,11 @@ def test_a_fault_with_one_monitors_spans_neither_stops_the_others_nor_spins(
     original = intake.ingest
     tries: Counter[str] = Counter()
 
-    def faulty(session: Any, monitor: Any, responses: Any, settings: Any) -> Any:
+    def faulty(session: Any, monitor: Any, responses: Any, settings: Any, **options: Any) -> Any:
         tries[monitor.id] += 1
         if monitor.id == broken:
             raise KeyError("a stored span this version cannot read")
-        return original(session, monitor, responses, settings)
+        return original(session, monitor, responses, settings, **options)
 
     monkeypatch.setattr(intake, "ingest", faulty)
     handed = intake.process_received(session_factory(), settings)
@@ -227,3 +227,37 @@ def test_a_fault_with_one_monitors_spans_neither_stops_the_others_nor_spins(
     monkeypatch.setattr(intake, "_blocked", {})  # BLOCKED_RETRY_S later
     assert intake.process_received(session_factory(), settings) == spans // 2
     assert_judged_once(api, spans)
+
+
+def test_the_daily_budget_pauses_sampling_within_a_processing_step(api_factory: ApiFactory, sqlite_url: str) -> None:
+    """A processing step ingests up to PROCESS_BATCH spans (and every response due): the budget was looked at once
+    for the whole step, so an export of 20 responses to a monitor with 3.5 responses' worth of budget left sampled
+    all 20. Now sampling pauses at the response that reaches it, as if each had been posted alone."""
+    api = api_factory(auth=False, database_url=sqlite_url, DJ_OTLP_PROCESS="workers")  # the test processes
+    judge = "anthropic:claude-sonnet-4-5"
+    body = monitor_body(
+        judges=[judge], sample_rate=1.0, daily_budget_usd=1000, alerts=[], callback_url=None, callback_secret=None
+    )
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    settings = get_settings()
+
+    def spans(first: int, n: int) -> None:
+        specs = [
+            SpanSpec(5000 + i, 1, attrs=current([("user", f"Hi, I am user {i:03d}.")], f"Hello user {i:03d}!"))
+            for i in range(first, first + n)
+        ]
+        payload, headers = encoded(export(specs, {"dialogue_judge.monitor": monitor}), "protobuf")
+        assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+        assert intake.process_received(session_factory(), settings) == n
+
+    spans(0, 1)
+    status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]
+    per_response = status["queued_estimate_usd"]
+    assert per_response > 0 and status["sampled_today"] == 1
+    patched = api.client.patch(f"/v1/monitors/{monitor}", json={"daily_budget_usd": round(3.5 * per_response, 9)})
+    assert patched.status_code == 200, patched.text
+    spans(1, 20)
+    status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]
+    assert status["responses_today"] == 21
+    assert status["sampled_today"] == 4  # 3 x per response is under 3.5: the 4th is sampled, then it pauses
+    assert status["state"] == "paused_budget"
