@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from sqlalchemy import create_engine, text
 
 from judge_api.config import get_settings
 from judge_api.db import session_factory
+from judge_api.models import utcnow
 from judge_api.otlp import intake
 from judge_api.repository import otlp as spans_store
 from tests.api.conftest import Api, ApiFactory
@@ -261,3 +263,24 @@ def test_the_daily_budget_pauses_sampling_within_a_processing_step(api_factory: 
     assert status["responses_today"] == 21
     assert status["sampled_today"] == 4  # 3 x per response is under 3.5: the 4th is sampled, then it pauses
     assert status["state"] == "paused_budget"
+
+
+def test_spans_no_processor_takes_are_visible_in_readyz_and_metrics(api_factory: ApiFactory, sqlite_url: str) -> None:
+    """DJ_OTLP_PROCESS=workers with no worker up (or a processor failing at every look): the spans are kept
+    ``received`` and nothing said so outside each monitor's status. /readyz warns once the oldest is 30 s old, and
+    /metrics exports their count and age."""
+    api, _, spans = stored_api(api_factory, sqlite_url)
+    ready = api.client.get("/readyz").json()
+    assert ready["otlp_received"] == spans and "otlp_warning" not in ready  # just received: not a stall
+    engine = create_engine(api.database_url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE otlp_spans SET received_at = :t"), {"t": utcnow() - timedelta(seconds=90)})
+    engine.dispose()
+    ready = api.client.get("/readyz").json()
+    assert ready["oldest_otlp_received_age_s"] >= 90
+    assert f"{spans} OTLP spans are not processed" in ready["otlp_warning"]
+    assert "DJ_OTLP_PROCESS=workers" in ready["otlp_warning"]
+    exposition = api.client.get("/metrics").text
+    assert f"dj_otlp_received_spans {float(spans)}" in exposition
+    age = [line for line in exposition.splitlines() if line.startswith("dj_otlp_oldest_received_age")]
+    assert age and float(age[0].split()[-1]) >= 90
