@@ -378,6 +378,7 @@ this long, not at every look: its spans stay ``received``/``waiting`` (nothing l
 them, and it neither stops nor crowds out the other monitors' processing."""
 
 _blocked: dict[str, float] = {}  # monitor id -> monotonic time this process tries it again
+_part_limit: dict[str, int] = {}  # monitor id -> sampled responses ingested at a time (DJ_MAX_JUDGMENTS was hit)
 _blocked_lock = threading.Lock()
 
 
@@ -401,6 +402,8 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
     step failed (the spans are left as they were: claimed ones ``received`` again, released ones ``waiting``): the
     monitor's config no longer plans or any other fault but a database outage leaves the monitor aside for
     BLOCKED_RETRY_S in this process, never stopping the other monitors' processing."""
+    limit: int | None = None
+    sampled = 0
     try:
         if not spans_store.lock_monitor(session, monitor_id):  # another processor has it: in order, one at a time
             session.rollback()
@@ -412,9 +415,11 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
         claimed = spans_store.claim_received(session, monitor_id, claim) if claim else []
         settled = settle(session, monitor, claimed, now, settings)
         responses = settled.responses
+        limit = 1 if monitor.daily_budget_usd is not None else _part_limit.get(monitor_id)
+        sampled = sum(1 for r in responses if is_sampled(monitor.id, r.id, monitor.sample_rate))
         done = [
-            ingest(session, monitor, chunk, settings, fresh_spend=monitor.daily_budget_usd is not None)
-            for chunk in budget_chunks(monitor, responses)
+            ingest(session, monitor, part, settings, fresh_spend=monitor.daily_budget_usd is not None)
+            for part in ingest_parts(monitor, responses, limit)
         ]
         if responses:  # last: the monitor row is locked (FOR UPDATE) from here to the commit only
             counts = {monitor_id: {"responses": len(responses), "waited": settled.waited}}
@@ -422,6 +427,16 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
         session.commit()
     except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left as they were
         session.rollback()
+        if isinstance(exc, HTTPException) and exc.status_code == 413 and (limit or sampled) > 1:
+            # planned together, the part's sampled responses exceed DJ_MAX_JUDGMENTS: halve it, the next look
+            # (a second away) takes the step again in smaller parts
+            _part_limit[monitor_id] = max(1, (limit or sampled) // 2)
+            log.warning(
+                "OTLP responses of monitor %s over DJ_MAX_JUDGMENTS: ingested %d sampled at a time from now",
+                monitor_id,
+                _part_limit[monitor_id],
+            )
+            return None
         _block(monitor_id)
         log.warning(
             "OTLP responses of monitor %s not processed (tried again in %.0f s): %s", monitor_id, BLOCKED_RETRY_S, exc
@@ -447,21 +462,28 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
     return len(responses) if claimed or responses else None
 
 
-def budget_chunks(monitor: Monitor, responses: list[MonitorResponseIn]) -> list[list[MonitorResponseIn]]:
-    """The responses of a step in the chunks ingested one after the other: all at once without a daily budget;
-    with one, each chunk ends at a response the sample takes, so the budget is read again (in the transaction, its
-    judgments counted) before each sampled response, as if each had been posted alone (a step releases hundreds:
-    looked at once, the budget let the whole step be sampled past it)."""
+def ingest_parts(
+    monitor: Monitor, responses: list[MonitorResponseIn], limit: int | None
+) -> list[list[MonitorResponseIn]]:
+    """The responses of a step in the parts ingested one after the other, each ending after ``limit`` responses the
+    sample takes (None: all at once). With a daily budget the limit is 1, so the budget is read again (in the
+    transaction, its judgments counted) before each sampled response, as if each had been posted alone (a step
+    releases hundreds: looked at once, the budget let the whole step be sampled past it). Without one, a part's
+    limit is halved each time its sampled responses planned together exceed DJ_MAX_JUDGMENTS (``_part_limit``)."""
     if not responses:
         return []
-    if monitor.daily_budget_usd is None:
+    if limit is None:
         return [responses]
-    chunks: list[list[MonitorResponseIn]] = [[]]
+    parts: list[list[MonitorResponseIn]] = [[]]
+    taken = 0
     for response in responses:
-        chunks[-1].append(response)
+        parts[-1].append(response)
         if is_sampled(monitor.id, response.id, monitor.sample_rate):
-            chunks.append([])
-    return [chunk for chunk in chunks if chunk]
+            taken += 1
+            if taken == limit:
+                parts.append([])
+                taken = 0
+    return [part for part in parts if part]
 
 
 def process_received(

@@ -284,3 +284,28 @@ def test_spans_no_processor_takes_are_visible_in_readyz_and_metrics(api_factory:
     assert f"dj_otlp_received_spans {float(spans)}" in exposition
     age = [line for line in exposition.splitlines() if line.startswith("dj_otlp_oldest_received_age")]
     assert age and float(age[0].split()[-1]) >= 90
+
+
+def test_a_step_over_dj_max_judgments_is_split_not_stuck(api_factory: ApiFactory, sqlite_url: str) -> None:
+    """A step hands up to PROCESS_BATCH responses (and every response due) to the monitor at once; planned together
+    they may exceed DJ_MAX_JUDGMENTS, which the REST route answers 413 "send fewer per request". No client can send
+    fewer here: the spans stayed ``received`` and every later step failed the same. Now the step is ingested in
+    smaller parts."""
+    api = api_factory(auth=False, database_url=sqlite_url, DJ_OTLP_PROCESS="workers", DJ_MAX_JUDGMENTS="6")
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    specs = [SpanSpec(7000 + i, 1, attrs=current([("user", f"Hi {i}")], f"Hello {i}")) for i in range(20)]
+    payload, headers = encoded(export(specs, {"dialogue_judge.monitor": monitor}), "protobuf")
+    assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+    settings = get_settings()
+    handed = 0
+    for _ in range(6):  # a few steps at most (the part halves at each 413)
+        handed += intake.process_received(session_factory(), settings)
+        if handed == 20:
+            break
+    assert handed == 20
+    assert scalar(api, "SELECT COUNT(*) FROM otlp_spans WHERE status = 'received'") == 0
+    assert scalar(api, "SELECT COUNT(*) FROM items") == 20
+    assert scalar(api, "SELECT COUNT(*) FROM judgments") == 20 * scalar(
+        api, "SELECT MAX(c) FROM (SELECT COUNT(*) AS c FROM judgments GROUP BY item_pk) AS j"
+    )
