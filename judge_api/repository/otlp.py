@@ -274,12 +274,17 @@ def add_stats(
     session: Session, monitor_ids: Sequence[str], day: str, counts: dict[str, dict[str, int]], notes: dict[str, str]
 ) -> None:
     """Add the counts to each monitor's OTLP counts of the UTC day ``day`` (a new day starts from zero); the
-    monitor rows are locked first (PostgreSQL: FOR UPDATE, in id order), so concurrent exports add up."""
+    monitor rows are locked first (PostgreSQL: FOR NO KEY UPDATE, in id order), so concurrent exports add up. Not
+    FOR UPDATE: the caller's inserts of spans or responses hold a KEY SHARE lock on the row (their foreign key),
+    which FOR UPDATE waits for: two such transactions locking it deadlocked."""
     ordered = sorted(set(monitor_ids))
     if not ordered:
         return
     rows = session.execute(
-        select(Monitor.id, Monitor.otlp_stats).where(Monitor.id.in_(ordered)).order_by(Monitor.id).with_for_update()
+        select(Monitor.id, Monitor.otlp_stats)
+        .where(Monitor.id.in_(ordered))
+        .order_by(Monitor.id)
+        .with_for_update(key_share=True)
     ).all()
     for monitor_id, stats in rows:
         current = dict(stats or {})

@@ -309,3 +309,58 @@ def test_a_step_over_dj_max_judgments_is_split_not_stuck(api_factory: ApiFactory
     assert scalar(api, "SELECT COUNT(*) FROM judgments") == 20 * scalar(
         api, "SELECT MAX(c) FROM (SELECT COUNT(*) AS c FROM judgments GROUP BY item_pk) AS j"
     )
+
+
+def test_concurrent_exports_to_one_monitor_do_not_deadlock(api_factory: ApiFactory, pg_url: str) -> None:
+    """PostgreSQL: an export's insert of spans takes a KEY SHARE lock on its monitor's row (the foreign key), then
+    its counts locked the row FOR UPDATE, which waits for every other KEY SHARE holder: two exports to one monitor
+    (two API processes), or an export and the processor's step (its responses reference the monitor too), each
+    waited for the other: "deadlock detected", the export answered 503. Found with two API processes on one
+    monitor. The counts now lock FOR NO KEY UPDATE (what their UPDATE takes anyway), which a KEY SHARE does not
+    block."""
+    api = api_factory(auth=False, database_url=pg_url, DJ_OTLP_PROCESS="workers")
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    now = utcnow()
+
+    def row(n: int) -> dict[str, Any]:
+        return {
+            "monitor_id": monitor,
+            "response_id": f"otlp-{n}",
+            "conversation_id": "",
+            "started_at": now,
+            "received_at": now,
+            "release_after": now,
+            "status": spans_store.RECEIVED,
+            "call": {},
+        }
+
+    first, second = session_factory()(), session_factory()()
+    try:
+        assert spans_store.insert_spans(first, [row(1)])  # each holds KEY SHARE on the monitor's row
+        assert spans_store.insert_spans(second, [row(2)])
+        errors: list[BaseException] = []
+
+        def count_first() -> None:
+            try:
+                spans_store.add_stats(first, [monitor], now.date().isoformat(), {monitor: {"spans": 1}}, {})
+                first.commit()
+            except BaseException as exc:
+                errors.append(exc)
+                first.rollback()
+
+        thread = threading.Thread(target=count_first)
+        thread.start()
+        thread.join(0.5)
+        waited = thread.is_alive()
+        if waited:  # the old lock: end the second transaction so that the first one finishes
+            second.rollback()
+            thread.join(10)
+        assert not waited, "the first export's counts wait for the second export's transaction"
+        spans_store.add_stats(second, [monitor], now.date().isoformat(), {monitor: {"spans": 1}}, {})
+        second.commit()
+        assert not errors, errors
+    finally:
+        first.close()
+        second.close()
+    assert api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]["spans"] == 2
