@@ -230,6 +230,16 @@ class QueueCollector(Collector):
             "Age of the oldest unfinished judgment (0 when none)",
             value=state.get("oldest_pending_age_s") or 0.0,
         )
+        yield GaugeMetricFamily(
+            f"{NAMESPACE}_otlp_received_spans",
+            "OTLP spans stored and not processed yet (a growing figure: the OTLP processors stall or fail)",
+            value=state.get("otlp_received") or 0,
+        )
+        yield GaugeMetricFamily(
+            f"{NAMESPACE}_otlp_oldest_received_age_seconds",
+            "Age of the oldest OTLP span not processed yet (0 when none)",
+            value=state.get("oldest_otlp_received_age_s") or 0.0,
+        )
         alive = state.get("workers_alive")
         if alive is not None:
             yield GaugeMetricFamily(f"{NAMESPACE}_workers_alive", "Workers with a fresh heartbeat", value=alive)

@@ -172,12 +172,20 @@ class Ingested:
             add_queued_spend(self.monitor, self.now, self.stored.estimated_cost_usd)
 
 
-def ingest(session: Session, monitor: Monitor, responses: Sequence[MonitorResponseIn], settings: Settings) -> Ingested:
+def ingest(
+    session: Session,
+    monitor: Monitor,
+    responses: Sequence[MonitorResponseIn],
+    settings: Settings,
+    *,
+    fresh_spend: bool = False,
+) -> Ingested:
     """Sample and store the responses in the caller's transaction (not committed here): each id once, the sampled
     ones as items with pending judgments (stamped enqueued: publish them after the commit). A monitor whose config
-    no longer plans is 409; more judgments than DJ_MAX_JUDGMENTS is 413; both store nothing."""
+    no longer plans is 409; more judgments than DJ_MAX_JUDGMENTS is 413; both store nothing. ``fresh_spend``: the
+    budget is read from the database, this transaction's judgments included (not this process's cached spend)."""
     now = utcnow()
-    paused = budget_paused(monitor, spent_today(session, monitor, now))
+    paused = budget_paused(monitor, spent_today(session, monitor, now, fresh=fresh_spend))
     rate = 0.0 if paused else monitor.sample_rate
     incoming = []
     for response in responses:

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from judge_api import heartbeats, queue
 from judge_api.config import Settings
 from judge_api.db import session_scope
-from judge_api.models import Judgment, utcnow
+from judge_api.models import Judgment, OtlpSpan, utcnow
 
 
 def backlog() -> dict[str, Any]:
@@ -19,8 +19,33 @@ def backlog() -> dict[str, Any]:
         count, oldest = session.execute(
             select(func.count(), func.min(Judgment.created_at)).where(Judgment.status.in_(("pending", "running")))
         ).one()
-    age = (utcnow() - oldest).total_seconds() if oldest is not None else None
-    return {"pending": int(count), "oldest_pending_age_s": round(max(0.0, age), 3) if age is not None else None}
+        spans, oldest_span = session.execute(
+            select(func.count(), func.min(OtlpSpan.received_at)).where(OtlpSpan.status == "received")
+        ).one()
+    now = utcnow()
+    age = (now - oldest).total_seconds() if oldest is not None else None
+    span_age = (now - oldest_span).total_seconds() if oldest_span is not None else None
+    return {
+        "pending": int(count),
+        "oldest_pending_age_s": round(max(0.0, age), 3) if age is not None else None,
+        "otlp_received": int(spans),
+        "oldest_otlp_received_age_s": round(max(0.0, span_age), 3) if span_age is not None else None,
+    }
+
+
+OTLP_STALL_S = 30.0
+"""OTLP spans received longer ago and not processed: no OTLP processor is running, or it fails."""
+
+
+def otlp_warning(state: dict[str, Any]) -> str | None:
+    """What ``/readyz`` says when the OTLP processors do not keep up (the spans are kept, not judged), or None."""
+    age = state.get("oldest_otlp_received_age_s")
+    if age is None or age < OTLP_STALL_S:
+        return None
+    return (
+        f"{state.get('otlp_received')} OTLP spans are not processed, the oldest received {age:.0f} s ago: no OTLP "
+        "processor is running (DJ_OTLP_PROCESS=workers needs a worker up) or it fails (see the logs)"
+    )
 
 
 def broker_state(settings: Settings) -> dict[str, Any]:

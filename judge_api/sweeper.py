@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import redis
 from sqlalchemy import update
@@ -202,37 +203,55 @@ def step_adaptive_runs(settings: Settings) -> int:
 
 
 OTLP_POLL_S = 1.0
+OTLP_PURGE_EVERY_S = 60.0
 
 
 class OtlpProcessor(threading.Thread):
     """Processes the OTLP spans the receiver stored (judge_api.otlp.intake.process_received): at once in the
     process that received them (the receiver sets ``received_event``), within OTLP_POLL_S in every other process
-    with a sweeper. Any number run at once: each span is claimed by one."""
+    with a sweeper. Any number run at once: each span is claimed by one. Each look also releases the responses
+    whose wait ran out (DJ_OTLP_WAIT + about a second, with or without Redis) and, every OTLP_PURGE_EVERY_S, purges
+    the history past DJ_OTLP_HISTORY_DAYS (the API without Redis has no sweeper to do either)."""
 
     def __init__(self, settings: Settings, stop_event: threading.Event) -> None:
         super().__init__(name="dj-otlp", daemon=True)
         self.settings = settings
         self.stop_event = stop_event
+        self._purged_at = -OTLP_PURGE_EVERY_S
 
     def run(self) -> None:
-        from judge_api.otlp import intake
-        from judge_api.repository import otlp as spans_store
-
         while not self.stop_event.is_set():
-            woken = intake.received_event.wait(OTLP_POLL_S)
-            intake.received_event.clear()
+            woken = intake_module().received_event.wait(OTLP_POLL_S)
+            intake_module().received_event.clear()
             if self.stop_event.is_set():
                 return
             try:
-                factory = session_factory()
-                if not woken:
-                    with session_scope() as session:
-                        if not spans_store.any_received(session):
-                            continue
-                intake.process_received(factory, self.settings)
+                self.look(woken)
             except Exception as exc:  # the database is away: the spans stay received, the next look retries
                 log.warning("processing received OTLP spans failed: %s", exc)
                 self.stop_event.wait(OTLP_POLL_S)
+
+    def look(self, woken: bool) -> None:
+        """One look: process what was received (when woken, or when something is), release what is due."""
+        from judge_api.repository import otlp as spans_store
+
+        intake = intake_module()
+        factory = session_factory()
+        if not woken:
+            with session_scope() as session:
+                woken = spans_store.any_received(session)
+        if woken:
+            intake.process_received(factory, self.settings)
+        purge = time.monotonic() - self._purged_at >= OTLP_PURGE_EVERY_S
+        intake.release_due(factory, self.settings, purge=purge)
+        if purge:
+            self._purged_at = time.monotonic()
+
+
+def intake_module() -> Any:
+    from judge_api.otlp import intake
+
+    return intake
 
 
 def release_otlp_responses(settings: Settings) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from sqlalchemy.orm import Session
 from judge_api.admission import monitor_response_refusal
 from judge_api.config import Settings
 from judge_api.models import Monitor, utcnow
-from judge_api.monitor_ingest import ingest, publish
+from judge_api.monitor_ingest import ingest, is_sampled, publish
 from judge_api.otlp.conversations import ConversationIndex, Rebuilt
 from judge_api.otlp.decode import OtlpError, SpanRecord
 from judge_api.otlp.genai import MONITOR_ATTRIBUTE, LlmCall, ReadOptions, Skip, read_span
@@ -371,11 +372,38 @@ PROCESS_BATCH = 256
 received_event = threading.Event()
 """Set by the receiver after a commit that stored spans: this process's processor wakes at once."""
 
+BLOCKED_RETRY_S = 30.0
+"""A monitor whose step failed (its config no longer plans, a fault of ours) is tried again by this process after
+this long, not at every look: its spans stay ``received``/``waiting`` (nothing lost) without spinning a processor on
+them, and it neither stops nor crowds out the other monitors' processing."""
+
+_blocked: dict[str, float] = {}  # monitor id -> monotonic time this process tries it again
+_part_limit: dict[str, int] = {}  # monitor id -> sampled responses ingested at a time (DJ_MAX_JUDGMENTS was hit)
+_blocked_lock = threading.Lock()
+
+
+def blocked_monitors() -> list[str]:
+    """The monitors this process leaves aside for now (a failed step, BLOCKED_RETRY_S ago at most)."""
+    now = time.monotonic()
+    with _blocked_lock:
+        for monitor_id in [m for m, until in _blocked.items() if until <= now]:
+            del _blocked[monitor_id]
+        return sorted(_blocked)
+
+
+def _block(monitor_id: str) -> None:
+    with _blocked_lock:
+        _blocked[monitor_id] = time.monotonic() + BLOCKED_RETRY_S
+
 
 def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings: Settings) -> int | None:
     """One transaction of one monitor: claim up to ``claim`` received spans, release what is ready, ingest it,
     count it, commit, publish. The responses ingested; None when nothing was claimed or released, or when the
-    monitor's config no longer plans (the spans are left as they were: claimed ones ``received`` again)."""
+    step failed (the spans are left as they were: claimed ones ``received`` again, released ones ``waiting``): the
+    monitor's config no longer plans or any other fault but a database outage leaves the monitor aside for
+    BLOCKED_RETRY_S in this process, never stopping the other monitors' processing."""
+    limit: int | None = None
+    sampled = 0
     try:
         if not spans_store.lock_monitor(session, monitor_id):  # another processor has it: in order, one at a time
             session.rollback()
@@ -387,27 +415,75 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
         claimed = spans_store.claim_received(session, monitor_id, claim) if claim else []
         settled = settle(session, monitor, claimed, now, settings)
         responses = settled.responses
-        done = ingest(session, monitor, responses, settings) if responses else None
+        limit = 1 if monitor.daily_budget_usd is not None else _part_limit.get(monitor_id)
+        sampled = sum(1 for r in responses if is_sampled(monitor.id, r.id, monitor.sample_rate))
+        done = [
+            ingest(session, monitor, part, settings, fresh_spend=monitor.daily_budget_usd is not None)
+            for part in ingest_parts(monitor, responses, limit)
+        ]
         if responses:  # last: the monitor row is locked (FOR UPDATE) from here to the commit only
             counts = {monitor_id: {"responses": len(responses), "waited": settled.waited}}
             spans_store.add_stats(session, [monitor_id], now.date().isoformat(), counts, {})
         session.commit()
     except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left as they were
         session.rollback()
-        log.warning("OTLP responses of monitor %s not processed: %s", monitor_id, exc)
+        if isinstance(exc, HTTPException) and exc.status_code == 413 and (limit or sampled) > 1:
+            # planned together, the part's sampled responses exceed DJ_MAX_JUDGMENTS: halve it, the next look
+            # (a second away) takes the step again in smaller parts
+            _part_limit[monitor_id] = max(1, (limit or sampled) // 2)
+            log.warning(
+                "OTLP responses of monitor %s over DJ_MAX_JUDGMENTS: ingested %d sampled at a time from now",
+                monitor_id,
+                _part_limit[monitor_id],
+            )
+            return None
+        _block(monitor_id)
+        log.warning(
+            "OTLP responses of monitor %s not processed (tried again in %.0f s): %s", monitor_id, BLOCKED_RETRY_S, exc
+        )
         return None
-    except OperationalError as exc:  # a deadlock with another monitor's ingestion (its first rubric snapshot...)
+    except OperationalError as exc:  # a deadlock with another monitor's ingestion, the database away: next look
         session.rollback()
         log.warning("OTLP responses of monitor %s not processed now, retried: %s", monitor_id, exc.orig)
         return None
-    except Exception:
+    except Exception:  # a fault of ours with this monitor's spans: the others go on
+        session.rollback()
+        _block(monitor_id)
+        log.exception("OTLP responses of monitor %s not processed (tried again in %.0f s)", monitor_id, BLOCKED_RETRY_S)
+        return None
+    except BaseException:
         session.rollback()
         raise
-    if done is not None:
-        done.after_commit()
-        if done.judgment_ids:
-            publish(settings, done.judgment_ids)
+    judgment_ids = [i for ingested in done for i in ingested.judgment_ids]
+    for ingested in done:
+        ingested.after_commit()
+    if judgment_ids:
+        publish(settings, judgment_ids)
     return len(responses) if claimed or responses else None
+
+
+def ingest_parts(
+    monitor: Monitor, responses: list[MonitorResponseIn], limit: int | None
+) -> list[list[MonitorResponseIn]]:
+    """The responses of a step in the parts ingested one after the other, each ending after ``limit`` responses the
+    sample takes (None: all at once). With a daily budget the limit is 1, so the budget is read again (in the
+    transaction, its judgments counted) before each sampled response, as if each had been posted alone (a step
+    releases hundreds: looked at once, the budget let the whole step be sampled past it). Without one, a part's
+    limit is halved each time its sampled responses planned together exceed DJ_MAX_JUDGMENTS (``_part_limit``)."""
+    if not responses:
+        return []
+    if limit is None:
+        return [responses]
+    parts: list[list[MonitorResponseIn]] = [[]]
+    taken = 0
+    for response in responses:
+        parts[-1].append(response)
+        if is_sampled(monitor.id, response.id, monitor.sample_rate):
+            taken += 1
+            if taken == limit:
+                parts.append([])
+                taken = 0
+    return [part for part in parts if part]
 
 
 def process_received(
@@ -420,10 +496,12 @@ def process_received(
     session: Session = session_factory()
     try:
         while True:
-            monitor_ids = spans_store.received_monitors(session)
+            monitor_ids = spans_store.received_monitors(session, exclude=blocked_monitors())
             session.rollback()
             progressed = False
             for monitor_id in monitor_ids:
+                if monitor_id in _blocked:  # failed in this call
+                    continue
                 done = _step(session, monitor_id, batch, now or utcnow(), settings)
                 if done is not None:
                     total += done
@@ -434,20 +512,23 @@ def process_received(
         session.close()
 
 
-def release_due(session_factory: Any, settings: Settings, now: datetime | None = None) -> int:
-    """The sweeper's round: ingest the responses whose wait is over (their earlier turns never arrived) and purge
+def release_due(session_factory: Any, settings: Settings, now: datetime | None = None, *, purge: bool = True) -> int:
+    """Ingest the responses whose wait is over (their earlier turns never arrived) and, with ``purge``, purge
     history older than DJ_OTLP_HISTORY_DAYS; returns how many responses were ingested. Each monitor in a transaction
-    of its own; the judgments are published after its commit."""
+    of its own; the judgments are published after its commit. Every processor's look (each second: the wait bound
+    is DJ_OTLP_WAIT + about a second, with or without Redis) and the sweeper's round."""
     now = now or utcnow()
     total = 0
     session: Session = session_factory()
     try:
-        monitor_ids = spans_store.due_monitors(session, now)
+        blocked = set(blocked_monitors())
+        monitor_ids = [m for m in spans_store.due_monitors(session, now) if m not in blocked]
         session.rollback()
         for monitor_id in monitor_ids:
             total += _step(session, monitor_id, 0, now, settings) or 0
-        spans_store.purge_history(session, now - timedelta(days=settings.otlp_history_days))
-        session.commit()
+        if purge:
+            spans_store.purge_history(session, now - timedelta(days=settings.otlp_history_days))
+            session.commit()
     finally:
         session.close()
     return total

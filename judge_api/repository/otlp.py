@@ -123,9 +123,13 @@ def insert_spans(session: Session, rows: Sequence[dict[str, Any]]) -> set[tuple[
     return inserted
 
 
-def received_monitors(session: Session, limit: int = 100) -> list[str]:
-    """Monitors with spans received and not processed yet."""
-    query = select(OtlpSpan.monitor_id).where(OtlpSpan.status == RECEIVED).distinct().limit(limit)
+def received_monitors(session: Session, limit: int = 100, exclude: Sequence[str] = ()) -> list[str]:
+    """Monitors with spans received and not processed yet, but those excluded (left aside by this processor: were
+    they counted in the limit, a hundred monitors whose config no longer plans would starve every other one)."""
+    query = select(OtlpSpan.monitor_id).where(OtlpSpan.status == RECEIVED)
+    if exclude:
+        query = query.where(OtlpSpan.monitor_id.notin_(list(exclude)))
+    query = query.distinct().limit(limit)
     return sorted(str(m) for m in session.scalars(query))
 
 
@@ -270,12 +274,17 @@ def add_stats(
     session: Session, monitor_ids: Sequence[str], day: str, counts: dict[str, dict[str, int]], notes: dict[str, str]
 ) -> None:
     """Add the counts to each monitor's OTLP counts of the UTC day ``day`` (a new day starts from zero); the
-    monitor rows are locked first (PostgreSQL: FOR UPDATE, in id order), so concurrent exports add up."""
+    monitor rows are locked first (PostgreSQL: FOR NO KEY UPDATE, in id order), so concurrent exports add up. Not
+    FOR UPDATE: the caller's inserts of spans or responses hold a KEY SHARE lock on the row (their foreign key),
+    which FOR UPDATE waits for: two such transactions locking it deadlocked."""
     ordered = sorted(set(monitor_ids))
     if not ordered:
         return
     rows = session.execute(
-        select(Monitor.id, Monitor.otlp_stats).where(Monitor.id.in_(ordered)).order_by(Monitor.id).with_for_update()
+        select(Monitor.id, Monitor.otlp_stats)
+        .where(Monitor.id.in_(ordered))
+        .order_by(Monitor.id)
+        .with_for_update(key_share=True)
     ).all()
     for monitor_id, stats in rows:
         current = dict(stats or {})

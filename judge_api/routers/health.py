@@ -59,4 +59,7 @@ def readyz(settings: Settings = Depends(app_settings)) -> JSONResponse:
     ready = all(v == "ok" for v in checks.values())
     if ready and body.get("pending") and not body.get("workers", {}).get("alive"):
         body["warning"] = "judgments are waiting and no worker is alive (no heartbeat in the last 30 s)"
+    stalled = operations.otlp_warning(body)
+    if stalled is not None:
+        body["otlp_warning"] = stalled
     return JSONResponse({"ready": ready, "checks": checks, **body}, status_code=200 if ready else 503)

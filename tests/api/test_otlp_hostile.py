@@ -357,10 +357,10 @@ def test_a_monitor_whose_responses_cannot_be_released_does_not_starve_the_others
     assert protobuf_post(pg_api, [waiting_span(23)], {"dialogue_judge.monitor": healthy}).status_code == 200
     original = intake.ingest
 
-    def ingest(session: Any, monitor: Any, responses: Any, settings: Any) -> Any:
+    def ingest(session: Any, monitor: Any, responses: Any, settings: Any, **options: Any) -> Any:
         if monitor.id == stuck:
             raise HTTPException(409, "the monitor's rubrics: unknown rubric")
-        return original(session, monitor, responses, settings)
+        return original(session, monitor, responses, settings, **options)
 
     processed()  # the spans wait for their history
     monkeypatch.setattr(intake, "ingest", ingest)

@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from sqlalchemy import create_engine, text
 
 from judge_api.config import get_settings
 from judge_api.db import session_factory
+from judge_api.models import utcnow
 from judge_api.otlp import intake
 from judge_api.repository import otlp as spans_store
 from tests.api.conftest import Api, ApiFactory
@@ -175,3 +177,190 @@ def test_without_redis_the_apps_own_processor_handles_an_export_within_seconds(
         time.sleep(0.05)
     status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]
     assert status["responses"] == TURNS and status["received"] == 0
+
+
+def test_without_redis_a_response_whose_earlier_turns_never_arrive_is_judged_after_the_wait(
+    api_factory: ApiFactory, sqlite_url: str
+) -> None:
+    """No Redis, no sweeper: the API's own processor releases a response whose wait ran out, within about a second
+    of DJ_OTLP_WAIT, with no later span of the monitor to trigger it (it used to wait for the next export)."""
+    api = api_factory(auth=False, database_url=sqlite_url, DJ_OTLP_WAIT="1")
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    last = conversation(3)[-1]  # its three earlier exchanges never arrive
+    payload, headers = encoded(export([last], {"dialogue_judge.monitor": monitor}), "protobuf")
+    answered = time.monotonic()
+    assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+    while scalar(api, "SELECT COUNT(*) FROM monitor_responses") < 1:
+        assert time.monotonic() - answered < 4.0, "a waiting response not released within DJ_OTLP_WAIT + 3 s"
+        time.sleep(0.05)
+    assert time.monotonic() - answered >= 1.0
+    status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]
+    assert status["responses"] == 1 and status["waited"] == 1 and status["waiting"] == 0
+
+
+def test_a_fault_with_one_monitors_spans_neither_stops_the_others_nor_spins(
+    api_factory: ApiFactory, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error in one monitor's step (a stored span a newer version cannot read, a constraint...) used
+    to abort the whole processing call: every monitor sorted after it was never processed again. Now the monitor is
+    left aside (its spans kept ``received``) for BLOCKED_RETRY_S, the others are processed, and it is not retried at
+    every look."""
+    api, monitors, spans = stored_api(api_factory, sqlite_url)
+    broken = min(monitors)  # processed first: sorted by id
+    settings = get_settings()
+    original = intake.ingest
+    tries: Counter[str] = Counter()
+
+    def faulty(session: Any, monitor: Any, responses: Any, settings: Any, **options: Any) -> Any:
+        tries[monitor.id] += 1
+        if monitor.id == broken:
+            raise KeyError("a stored span this version cannot read")
+        return original(session, monitor, responses, settings, **options)
+
+    monkeypatch.setattr(intake, "ingest", faulty)
+    handed = intake.process_received(session_factory(), settings)
+    assert handed == spans // 2  # the other monitor's, all of them
+    broken_received = "SELECT COUNT(*) FROM otlp_spans WHERE status = 'received' AND monitor_id = :m"
+    assert scalar(api, broken_received, m=broken) == spans // 2  # nothing of the broken one lost
+    assert intake.process_received(session_factory(), settings) == 0
+    assert tries[broken] == 1  # left aside, not tried again at once
+    monkeypatch.setattr(intake, "ingest", original)
+    monkeypatch.setattr(intake, "_blocked", {})  # BLOCKED_RETRY_S later
+    assert intake.process_received(session_factory(), settings) == spans // 2
+    assert_judged_once(api, spans)
+
+
+def test_the_daily_budget_pauses_sampling_within_a_processing_step(api_factory: ApiFactory, sqlite_url: str) -> None:
+    """A processing step ingests up to PROCESS_BATCH spans (and every response due): the budget was looked at once
+    for the whole step, so an export of 20 responses to a monitor with 3.5 responses' worth of budget left sampled
+    all 20. Now sampling pauses at the response that reaches it, as if each had been posted alone."""
+    api = api_factory(auth=False, database_url=sqlite_url, DJ_OTLP_PROCESS="workers")  # the test processes
+    judge = "anthropic:claude-sonnet-4-5"
+    body = monitor_body(
+        judges=[judge], sample_rate=1.0, daily_budget_usd=1000, alerts=[], callback_url=None, callback_secret=None
+    )
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    settings = get_settings()
+
+    def spans(first: int, n: int) -> None:
+        specs = [
+            SpanSpec(5000 + i, 1, attrs=current([("user", f"Hi, I am user {i:03d}.")], f"Hello user {i:03d}!"))
+            for i in range(first, first + n)
+        ]
+        payload, headers = encoded(export(specs, {"dialogue_judge.monitor": monitor}), "protobuf")
+        assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+        assert intake.process_received(session_factory(), settings) == n
+
+    spans(0, 1)
+    status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]
+    per_response = status["queued_estimate_usd"]
+    assert per_response > 0 and status["sampled_today"] == 1
+    patched = api.client.patch(f"/v1/monitors/{monitor}", json={"daily_budget_usd": round(3.5 * per_response, 9)})
+    assert patched.status_code == 200, patched.text
+    spans(1, 20)
+    status = api.client.get(f"/v1/monitors/{monitor}").json()["status"]
+    assert status["responses_today"] == 21
+    assert status["sampled_today"] == 4  # 3 x per response is under 3.5: the 4th is sampled, then it pauses
+    assert status["state"] == "paused_budget"
+
+
+def test_spans_no_processor_takes_are_visible_in_readyz_and_metrics(api_factory: ApiFactory, sqlite_url: str) -> None:
+    """DJ_OTLP_PROCESS=workers with no worker up (or a processor failing at every look): the spans are kept
+    ``received`` and nothing said so outside each monitor's status. /readyz warns once the oldest is 30 s old, and
+    /metrics exports their count and age."""
+    api, _, spans = stored_api(api_factory, sqlite_url)
+    ready = api.client.get("/readyz").json()
+    assert ready["otlp_received"] == spans and "otlp_warning" not in ready  # just received: not a stall
+    engine = create_engine(api.database_url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE otlp_spans SET received_at = :t"), {"t": utcnow() - timedelta(seconds=90)})
+    engine.dispose()
+    ready = api.client.get("/readyz").json()
+    assert ready["oldest_otlp_received_age_s"] >= 90
+    assert f"{spans} OTLP spans are not processed" in ready["otlp_warning"]
+    assert "DJ_OTLP_PROCESS=workers" in ready["otlp_warning"]
+    exposition = api.client.get("/metrics").text
+    assert f"dj_otlp_received_spans {float(spans)}" in exposition
+    age = [line for line in exposition.splitlines() if line.startswith("dj_otlp_oldest_received_age")]
+    assert age and float(age[0].split()[-1]) >= 90
+
+
+def test_a_step_over_dj_max_judgments_is_split_not_stuck(api_factory: ApiFactory, sqlite_url: str) -> None:
+    """A step hands up to PROCESS_BATCH responses (and every response due) to the monitor at once; planned together
+    they may exceed DJ_MAX_JUDGMENTS, which the REST route answers 413 "send fewer per request". No client can send
+    fewer here: the spans stayed ``received`` and every later step failed the same. Now the step is ingested in
+    smaller parts."""
+    api = api_factory(auth=False, database_url=sqlite_url, DJ_OTLP_PROCESS="workers", DJ_MAX_JUDGMENTS="6")
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    specs = [SpanSpec(7000 + i, 1, attrs=current([("user", f"Hi {i}")], f"Hello {i}")) for i in range(20)]
+    payload, headers = encoded(export(specs, {"dialogue_judge.monitor": monitor}), "protobuf")
+    assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+    settings = get_settings()
+    handed = 0
+    for _ in range(6):  # a few steps at most (the part halves at each 413)
+        handed += intake.process_received(session_factory(), settings)
+        if handed == 20:
+            break
+    assert handed == 20
+    assert scalar(api, "SELECT COUNT(*) FROM otlp_spans WHERE status = 'received'") == 0
+    assert scalar(api, "SELECT COUNT(*) FROM items") == 20
+    assert scalar(api, "SELECT COUNT(*) FROM judgments") == 20 * scalar(
+        api, "SELECT MAX(c) FROM (SELECT COUNT(*) AS c FROM judgments GROUP BY item_pk) AS j"
+    )
+
+
+def test_concurrent_exports_to_one_monitor_do_not_deadlock(api_factory: ApiFactory, pg_url: str) -> None:
+    """PostgreSQL: an export's insert of spans takes a KEY SHARE lock on its monitor's row (the foreign key), then
+    its counts locked the row FOR UPDATE, which waits for every other KEY SHARE holder: two exports to one monitor
+    (two API processes), or an export and the processor's step (its responses reference the monitor too), each
+    waited for the other: "deadlock detected", the export answered 503. Found with two API processes on one
+    monitor. The counts now lock FOR NO KEY UPDATE (what their UPDATE takes anyway), which a KEY SHARE does not
+    block."""
+    api = api_factory(auth=False, database_url=pg_url, DJ_OTLP_PROCESS="workers")
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    now = utcnow()
+
+    def row(n: int) -> dict[str, Any]:
+        return {
+            "monitor_id": monitor,
+            "response_id": f"otlp-{n}",
+            "conversation_id": "",
+            "started_at": now,
+            "received_at": now,
+            "release_after": now,
+            "status": spans_store.RECEIVED,
+            "call": {},
+        }
+
+    first, second = session_factory()(), session_factory()()
+    try:
+        assert spans_store.insert_spans(first, [row(1)])  # each holds KEY SHARE on the monitor's row
+        assert spans_store.insert_spans(second, [row(2)])
+        errors: list[BaseException] = []
+
+        def count_first() -> None:
+            try:
+                spans_store.add_stats(first, [monitor], now.date().isoformat(), {monitor: {"spans": 1}}, {})
+                first.commit()
+            except BaseException as exc:
+                errors.append(exc)
+                first.rollback()
+
+        thread = threading.Thread(target=count_first)
+        thread.start()
+        thread.join(0.5)
+        waited = thread.is_alive()
+        if waited:  # the old lock: end the second transaction so that the first one finishes
+            second.rollback()
+            thread.join(10)
+        assert not waited, "the first export's counts wait for the second export's transaction"
+        spans_store.add_stats(second, [monitor], now.date().isoformat(), {monitor: {"spans": 1}}, {})
+        second.commit()
+        assert not errors, errors
+    finally:
+        first.close()
+        second.close()
+    assert api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]["spans"] == 2
