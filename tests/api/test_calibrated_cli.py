@@ -155,7 +155,7 @@ BAD_INPUT = [
 def test_bad_input_exits_2_with_a_message_and_stores_no_queue(judged: tuple[Api, str, dict[str, np.ndarray]]) -> None:
     """Every case against one judged run (judging it is the expensive part), each checked on its own."""
     api, run_id, _ = judged
-    failures = []
+    failures: list[tuple[object, ...]] = []
     for args, message in BAD_INPUT:
         result = invoke(*[run_id if a == "RUN" else a for a in args])
         if not (result.exit_code == 2 and message in result.stderr and result.stdout == ""):
