@@ -102,11 +102,23 @@ def rebuild(call: LlmCall, conversation: Sequence[LlmCall], gap_s: float) -> Reb
         matched_at.append(found)
         if found is not None:
             cursor = found + 1
+    return _assemble(exchanges, numbers, history, matched_at, own_session, new_users)
+
+
+def _assemble(
+    exchanges: Sequence[Exchange],
+    numbers: Sequence[int],
+    history: Sequence[Exchange],
+    matched_at: Sequence[int | None],
+    own_session: int,
+    new_users: Sequence[str],
+) -> Rebuilt:
+    """The dialogue of the earlier spans' ``exchanges`` (sessions ``numbers``) with the history's unmatched exchanges
+    placed after the earlier span matched before them (first when none), then the new user message(s)."""
     missing = sum(1 for m in matched_at if m is None)
-    # unmatched history exchanges go after the earlier span matched before them (first when none)
-    placed: list[tuple[tuple[int, int, int], Exchange, int]] = []
-    for j, exchange in enumerate(exchanges):
-        placed.append(((j, 0, 0), exchange, numbers[j]))
+    placed: list[tuple[tuple[int, int, int], Exchange, int]] = [
+        ((j, 0, 0), exchange, numbers[j]) for j, exchange in enumerate(exchanges)
+    ]
     previous = -1
     for index, (exchange, found) in enumerate(zip(history, matched_at, strict=True)):
         if found is not None:
@@ -168,27 +180,7 @@ class ConversationIndex:
             matched_at.append(found)
             if found is not None:
                 cursor = found + 1
-        missing = sum(1 for m in matched_at if m is None)
-        placed: list[tuple[tuple[int, int, int], Exchange, int]] = [
-            ((j, 0, 0), self.exchanges[j], numbers[j]) for j in range(end)
-        ]
-        previous = -1
-        for index, (exchange, found) in enumerate(zip(history, matched_at, strict=True)):
-            if found is not None:
-                previous = found
-                continue
-            following = next((m for m in matched_at[index + 1 :] if m is not None), None)
-            if previous >= 0:
-                session = numbers[previous]
-            elif following is not None:
-                session = numbers[following]
-            else:
-                session = own_session
-            placed.append(((previous, 1, index), exchange, session))
-        placed.sort(key=lambda p: p[0])
-        turns = _turns([p[1] for p in placed], [p[2] for p in placed])
-        turns += [Turn("user", u, own_session) for u in new_users]
-        return Rebuilt(turns, missing == 0, missing, own_session, own_session)
+        return _assemble(self.exchanges[:end], numbers[:end], history, matched_at, own_session, new_users)
 
 
 def _match_key(exchange: Exchange) -> tuple[tuple[str, ...], str]:
