@@ -22,7 +22,7 @@ from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
 from judge_api.models import Judgment
-from judge_api.repository.frames import JUDGMENT_FRAME_COLUMNS
+from judge_api.repository.frames import JUDGMENT_FRAME_COLUMNS, JUDGMENT_FRAME_SELECT
 
 EXPORT_COLUMNS: list[str] = [*JUDGMENT_FRAME_COLUMNS, "scale_min", "scale_max"]
 """The columns of every export format, in this order: the judgments frame (docs/data-contract.md), as the
@@ -44,39 +44,7 @@ MEDIA_TYPES = {
     "parquet": "application/vnd.apache.parquet",
 }
 
-_SELECTED = (
-    Judgment.id,
-    Judgment.run_id,
-    Judgment.item_key,
-    Judgment.mode,
-    Judgment.system_a,
-    Judgment.system_b,
-    Judgment.aspect,
-    Judgment.judge,
-    Judgment.rubric_id,
-    Judgment.rubric_version,
-    Judgment.order,
-    Judgment.sample_index,
-    Judgment.status,
-    Judgment.score,
-    Judgment.preference,
-    Judgment.outcome,
-    Judgment.len_a,
-    Judgment.len_b,
-    Judgment.input_tokens,
-    Judgment.output_tokens,
-    Judgment.latency_ms,
-    Judgment.cost_usd,
-    Judgment.cached,
-    Judgment.source,
-    Judgment.cached_input_tokens,
-    Judgment.cache_write_tokens,
-    Judgment.list_cost_usd,
-    Judgment.cache_saved_usd,
-    Judgment.provider_calls,
-    Judgment.scale_min,
-    Judgment.scale_max,
-)
+_SELECTED = JUDGMENT_FRAME_SELECT
 _RUBRIC = EXPORT_COLUMNS.index("rubric_id")
 _CACHED = EXPORT_COLUMNS.index("cached")
 

@@ -50,43 +50,43 @@ JUDGMENT_FRAME_COLUMNS = [
 _QUERY_COLUMNS = [*JUDGMENT_FRAME_COLUMNS, "judgment_scale_min", "judgment_scale_max"]
 
 
-_JUDGMENTS_QUERY = (
-    select(
-        Judgment.id,
-        Judgment.run_id,
-        Judgment.item_key,
-        Judgment.mode,
-        Judgment.system_a,
-        Judgment.system_b,
-        Judgment.aspect,
-        Judgment.judge,
-        Judgment.rubric_id,
-        Judgment.rubric_version,
-        Judgment.order,
-        Judgment.sample_index,
-        Judgment.status,
-        Judgment.score,
-        Judgment.preference,
-        Judgment.outcome,
-        Judgment.len_a,
-        Judgment.len_b,
-        Judgment.input_tokens,
-        Judgment.output_tokens,
-        Judgment.latency_ms,
-        Judgment.cost_usd,
-        Judgment.cached,
-        Judgment.source,
-        Judgment.cached_input_tokens,
-        Judgment.cache_write_tokens,
-        Judgment.list_cost_usd,
-        Judgment.cache_saved_usd,
-        Judgment.provider_calls,
-        Judgment.scale_min,
-        Judgment.scale_max,
-    )
-    .where(Judgment.run_id == bindparam("run_id"))
-    .order_by(Judgment.id)
+# the stored columns of the judgments frame, in its order (and of the streaming exports, repository.exports)
+JUDGMENT_FRAME_SELECT = (
+    Judgment.id,
+    Judgment.run_id,
+    Judgment.item_key,
+    Judgment.mode,
+    Judgment.system_a,
+    Judgment.system_b,
+    Judgment.aspect,
+    Judgment.judge,
+    Judgment.rubric_id,
+    Judgment.rubric_version,
+    Judgment.order,
+    Judgment.sample_index,
+    Judgment.status,
+    Judgment.score,
+    Judgment.preference,
+    Judgment.outcome,
+    Judgment.len_a,
+    Judgment.len_b,
+    Judgment.input_tokens,
+    Judgment.output_tokens,
+    Judgment.latency_ms,
+    Judgment.cost_usd,
+    Judgment.cached,
+    Judgment.source,
+    Judgment.cached_input_tokens,
+    Judgment.cache_write_tokens,
+    Judgment.list_cost_usd,
+    Judgment.cache_saved_usd,
+    Judgment.provider_calls,
+    Judgment.scale_min,
+    Judgment.scale_max,
 )
+
+
+_JUDGMENTS_QUERY = select(*JUDGMENT_FRAME_SELECT).where(Judgment.run_id == bindparam("run_id")).order_by(Judgment.id)
 
 
 FRAME_CHUNK = 50_000
