@@ -38,7 +38,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,53 @@ PAIRWISE_VERDICTS = {
 OUTCOMES = {2: "win", 1: "tie", 0: "tie", -1: "tie", -2: "loss"}
 
 
+def _pg_url(name: str) -> str:
+    return PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
+
+
+@contextmanager
+def kept_database(kind: str, name: str) -> Iterator[tuple[str, bool]]:
+    """A database kept across benchmark runs (``--keep-db``): a SQLite file at ``name`` or a PostgreSQL database
+    called ``name``, created when missing; yields (URL, whether it existed already)."""
+    if kind == "sqlite":
+        path = Path(name).resolve()
+        yield f"sqlite:///{path}", path.exists() and path.stat().st_size > 0
+        return
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        existed = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
+        if not existed:
+            admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _pg_url(name), existed
+    finally:
+        from judge_api.db import reset_engines
+
+        reset_engines()
+
+
+def stored_run(database_url: str, n_judgments: int) -> tuple[str, int] | None:
+    """The finished benchmark run of ``n_judgments`` already stored in a kept database, if any."""
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(database_url)
+    try:
+        if not inspect(engine).has_table("runs"):
+            return None
+        with engine.connect() as connection:
+            row = connection.execute(
+                text("SELECT id FROM runs WHERE name = :name AND finished_at IS NOT NULL ORDER BY created_at DESC"),
+                {"name": f"bench-report-{n_judgments}"},
+            ).first()
+            if row is None:
+                return None
+            count = connection.execute(text("SELECT count(*) FROM judgments WHERE run_id = :r"), {"r": row[0]})
+            return str(row[0]), int(count.scalar_one())
+    finally:
+        engine.dispose()
+
+
 @contextmanager
 def database(kind: str, workdir: Path) -> Iterator[str]:
     """A fresh database URL, dropped (PostgreSQL) or left in ``workdir`` (SQLite) afterwards."""
@@ -74,7 +121,7 @@ def database(kind: str, workdir: Path) -> Iterator[str]:
     with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
+        yield _pg_url(name)
     finally:
         from judge_api.db import reset_engines
 
@@ -338,6 +385,15 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL: skip VACUUM ANALYZE after seeding (autovacuum does it within a minute of a bulk load; "
         "without it counting a run's judgments reads the heap instead of the index)",
     )
+    parser.add_argument(
+        "--keep-db",
+        metavar="NAME",
+        help="seed once and reuse: a SQLite file path or a PostgreSQL database name (suffixed with the size when "
+        "several sizes are given); a finished benchmark run of the size already in it is reused, else one is seeded "
+        "and the database is kept",
+    )
+    parser.add_argument("--seed-only", action="store_true", help="with --keep-db: seed (or find) the run and stop")
+    parser.add_argument("--stage-repeat", type=int, help="runs of each in-process stage (default: --warm)")
     parser.add_argument("--no-stages", action="store_true", help="skip the in-process stage breakdown")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -352,14 +408,33 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dj-bench-report-") as tmp:
         workdir = Path(tmp)
         for size in args.sizes:
-            with database(args.db, workdir) as url:
+            with ExitStack() as stack:
+                found: tuple[str, int] | None = None
+                if args.keep_db:
+                    name = args.keep_db if len(args.sizes) == 1 else f"{args.keep_db}-{size}"
+                    url, existed = stack.enter_context(kept_database(args.db, name))
+                    found = stored_run(url, size) if existed else None
+                else:
+                    url = stack.enter_context(database(args.db, workdir))
                 t0 = time.perf_counter()
-                run_id, stored = seed_run(url, size)
+                if found is not None:
+                    run_id, stored = found
+                    os.environ["DATABASE_URL"] = url
+                    from judge_api.config import reset_settings_cache
+
+                    reset_settings_cache()
+                    print(f"reusing run {run_id} ({stored} judgments) in {url}", flush=True)
+                else:
+                    run_id, stored = seed_run(url, size)
+                    if args.db == "postgres" and not args.no_vacuum:
+                        _vacuum(url)
                 seed_s = time.perf_counter() - t0
-                if args.db == "postgres" and not args.no_vacuum:
-                    _vacuum(url)
+                if args.seed_only:
+                    print(f"{stored} judgments in {url} (run {run_id}), seeded in {seed_s:.0f} s", flush=True)
+                    continue
                 timing = time_api(url, run_id, args.rounds, args.warm, args.n_boot, workdir / str(size))
-                stages = {} if args.no_stages else time_stages(url, run_id, args.n_boot, repeat=max(1, args.warm))
+                repeat = args.stage_repeat or max(1, args.warm)
+                stages = {} if args.no_stages else time_stages(url, run_id, args.n_boot, repeat=repeat)
             res = {"judgments": stored, "seed_s": seed_s, "db": args.db, "n_boot": args.n_boot, **timing}
             res["stages_s"] = stages
             results.append(res)

@@ -403,8 +403,13 @@ def add_unused_calls(engine: Engine, unused: Sequence[dict[str, Any]]) -> None:
             cost_usd=func.coalesce(table.c.cost_usd, 0.0) + bindparam("cost"),
         )
     )
+    ids = sorted({int(u["jid"]) for u in unused})
     with engine.begin() as connection:
         connection.execute(statement, list(unused))
+        # the row's cost changed without a new updated_at (its claim belongs to another writer, whose retry check
+        # reads updated_at): the run's report cache is told through its data_version instead (issue 39)
+        runs = select(table.c.run_id).where(table.c.id.in_(ids)).distinct().scalar_subquery()
+        connection.execute(update(Run).where(Run.id.in_(runs)).values(data_version=Run.data_version + 1))
 
 
 def _claim_statement() -> Any:

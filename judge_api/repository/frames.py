@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
-from sqlalchemy import bindparam, select
+from sqlalchemy import Table, bindparam, select
 from sqlalchemy.orm import Session
 
 from judge_api.facts import fact_sheet
@@ -15,6 +15,7 @@ from judge_api.models import (
     Judgment,
     RunItem,
 )
+from judge_api.repository import frame_columns
 
 JUDGMENT_FRAME_COLUMNS = [
     "judgment_id",
@@ -109,8 +110,32 @@ def _chunk_frame(rows: Sequence[Any]) -> pd.DataFrame:
 def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     """The run's judgments as the statistics library's frame (docs/data-contract.md).
 
-    Read with Core, as the driver's plain tuples, which pandas turns into columns in C: the ORM's rows cost about
-    twice the query at 100k judgments (a Row per judgment, and pandas probing each one for named-tuple fields)."""
+    Read as columns (``repository.frame_columns``: PostgreSQL's COPY parsed by pyarrow, SQLite's tuples turned
+    into Arrow columns chunk by chunk), never as a Python object per value (issue 39)."""
+    connection = session.connection()
+    table = cast(Table, Judgment.__table__)
+    if connection.dialect.name == "postgresql":
+        columns = frame_columns.read_postgresql(connection, table, run_id)
+    elif connection.dialect.name == "sqlite":
+        columns = frame_columns.read_sqlite(connection, table, run_id, FRAME_CHUNK)
+    else:
+        return _finish(_rows_frame(session, run_id))
+    if not columns.num_rows:
+        return _finish(pd.DataFrame.from_records([], columns=_QUERY_COLUMNS, coerce_float=False))
+    return frame_columns.to_pandas(columns, run_id, _rubric_scale)
+
+
+def _rubric_scale(rubric_id: str) -> tuple[float, float]:
+    """A rubric's scale from the registry (NaN, NaN for a rubric no longer loaded or without one)."""
+    from judge_api.rubrics import get_registry
+
+    registry = get_registry()
+    scale = registry.get(rubric_id).scale if rubric_id in registry else None
+    return (float(scale[0]), float(scale[1])) if scale else (float("nan"), float("nan"))
+
+
+def _rows_frame(session: Session, run_id: str) -> pd.DataFrame:
+    """The frame from the driver's tuples, chunk by chunk (any database; the columnar readers give the same)."""
     result = session.connection().execute(_JUDGMENTS_QUERY, {"run_id": run_id})
     parts: list[pd.DataFrame] = []
     try:
@@ -124,19 +149,15 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     finally:
         result.close()
     if not parts:
-        frame = pd.DataFrame.from_records([], columns=_QUERY_COLUMNS, coerce_float=False)
-    else:
-        frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        del parts
+        return pd.DataFrame.from_records([], columns=_QUERY_COLUMNS, coerce_float=False)
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+
+def _finish(frame: pd.DataFrame) -> pd.DataFrame:
+    """The stored columns made the contract's: booleans, each judgment's scale (its own, else its rubric's)."""
     if len(frame):
         frame["cached"] = frame["cached"].astype(bool)  # SQLite's driver gives 0/1 (the ORM's type converted them)
-    from judge_api.rubrics import get_registry
-
-    registry = get_registry()
-    scales: dict[str, tuple[float, float]] = {}
-    for rubric_id in frame["rubric_id"].unique():
-        scale = registry.get(rubric_id).scale if rubric_id in registry else None
-        scales[rubric_id] = scale or (float("nan"), float("nan"))
+    scales = {rubric_id: _rubric_scale(rubric_id) for rubric_id in frame["rubric_id"].unique()}
     # an imported score carries the scale it was given on; the service's own take their rubric's
     own_min = pd.to_numeric(frame.pop("judgment_scale_min"), errors="coerce").astype(float)
     own_max = pd.to_numeric(frame.pop("judgment_scale_max"), errors="coerce").astype(float)

@@ -1,12 +1,13 @@
 """The report cache (issue 39): ``GET /v1/runs/{id}/report`` computed once per state of the run and query.
 
 An entry holds the report's JSON, the query it answered (``params_key``: the hash of the statistics' arguments and
-of the run's panel setting) and the state of the run it was computed on (:func:`run_state`): the number of the run's
-judgments and the last time one was written (``updated_at``, which every claim, verdict, retry and cancel stamps;
-one seek in ``ix_judgments_run_updated``), the count / last id / sums of its human ratings (an import that changes a
-rating in place changes the sums) and of its label queue. A write of any of them changes the state, so the next
-read sees a different state and computes the report again: the entry is never served for data it did not see.
-Deleting judgments changes their count; deleting the run deletes its entries.
+of the run's panel setting) and the state of the run it was computed on (:func:`run_state`): the run's
+``data_version``, which database triggers bump in the same transaction as every insert or deletion of its judgments
+and every write of its human ratings and label queue (migration 0023), and the last time one of its judgments was
+written (``updated_at``, which every claim, verdict, retry and cancel stamps; one seek in
+``ix_judgments_run_updated``). A write of any of them changes the state, so the next read sees a different state and
+computes the report again: the entry is never served for data it did not see. Deleting the run deletes its entries.
+The state, the run's row and the entry are read in one round trip (a warm report on a run of any size: issue 39).
 
 The entries live in the database, so every API process shares them, and they belong to the run (and through it to
 its project: the route checks the caller may read the run before it looks here, and the project is part of the key
@@ -23,11 +24,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from judge_api.models import HumanRating, Judgment, LabelQueueItem, ReportCacheEntry, utcnow
+from judge_api.models import Judgment, ReportCacheEntry, Run, utcnow
 
 KEEP_PER_RUN = 8
 """Entries kept per run (different queries: n_boot, ci, seed, panel); the oldest go first."""
@@ -47,50 +48,51 @@ def params_key(project_id: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def run_state(session: Session, run_id: str) -> str:
-    """What the run's report depends on, as a short string: judgments (count, last write), ratings, label queue."""
-    n_judgments = session.scalar(select(func.count()).select_from(Judgment).where(Judgment.run_id == run_id))
-    last_write = session.scalar(select(func.max(Judgment.updated_at)).where(Judgment.run_id == run_id))
-    ratings = session.execute(
-        select(
-            func.count(),
-            func.max(HumanRating.id),
-            func.sum(HumanRating.value),
-            func.sum(HumanRating.value * HumanRating.id),
-            func.sum(HumanRating.scale_max - HumanRating.scale_min),
-        ).where(HumanRating.run_id == run_id)
-    ).one()
-    queue = session.execute(
-        select(func.count(), func.max(LabelQueueItem.id), func.count(LabelQueueItem.position)).where(
-            LabelQueueItem.run_id == run_id
-        )
-    ).one()
+def _state_of(data_version: Any, last_write: Any) -> str:
     stamp = last_write.isoformat() if isinstance(last_write, datetime) else str(last_write)
-    return json.dumps([n_judgments, stamp, [_plain(v) for v in ratings], [_plain(v) for v in queue]])
+    return json.dumps([int(data_version or 0), stamp])
 
 
-def _plain(value: Any) -> Any:
-    return (
-        float(value) if isinstance(value, float) else value if value is None or isinstance(value, int) else str(value)
-    )
+def _last_write(run_id: Any) -> Any:
+    """The last ``updated_at`` of the run's judgments: one seek in ``ix_judgments_run_updated``."""
+    return select(func.max(Judgment.updated_at)).where(Judgment.run_id == run_id).scalar_subquery()
+
+
+def run_state(session: Session, run_id: str) -> str:
+    """What the run's report depends on, as a short string: the run's ``data_version`` (bumped in the same
+    transaction as every insert or deletion of its judgments and every write of its ratings and label queue:
+    migration 0023's triggers) and the last ``updated_at`` of its judgments (stamped by every claim, verdict, retry
+    and cancel). One primary-key read and one index seek, whatever the run's size."""
+    row = session.execute(select(Run.data_version, _last_write(Run.id)).where(Run.id == run_id)).one_or_none()
+    return _state_of(*row) if row is not None else _state_of(0, None)
 
 
 def cached_report(
     session: Session, run_id: str, key: str, *, fresh_s: float = 0.0
 ) -> tuple[CachedReport | None, str | None]:
     """The entry for this run and query when it was computed on the run's current state (or, ``fresh_s`` > 0, is
-    younger than that: the run's state is then not read), and the state read (None when not read)."""
-    entry = session.execute(
-        select(ReportCacheEntry.body, ReportCacheEntry.computed_at, ReportCacheEntry.state).where(
-            ReportCacheEntry.run_id == run_id, ReportCacheEntry.params_key == key
-        )
+    younger than that), and the run's state. One round trip: the run's row, its last write and the entry."""
+    entry = (
+        select(ReportCacheEntry.body, ReportCacheEntry.computed_at, ReportCacheEntry.state)
+        .where(ReportCacheEntry.run_id == run_id, ReportCacheEntry.params_key == key)
+        .subquery()
+    )
+    row = session.execute(
+        select(Run.data_version, _last_write(Run.id), entry.c.body, entry.c.computed_at, entry.c.state)
+        .select_from(Run)
+        .outerjoin(entry, true())
+        .where(Run.id == run_id)
     ).one_or_none()
-    if entry is not None and fresh_s > 0 and utcnow() - _naive(entry.computed_at) <= timedelta(seconds=fresh_s):
-        return CachedReport(entry.body, _naive(entry.computed_at), entry.state), None
-    state = run_state(session, run_id)
-    if entry is not None and entry.state == state:
-        return CachedReport(entry.body, _naive(entry.computed_at), entry.state), state
-    return None, state
+    if row is None:
+        return None, _state_of(0, None)
+    state = _state_of(row[0], row[1])
+    body, computed_at, entry_state = row[2], row[3], row[4]
+    if body is None:
+        return None, state
+    hit = CachedReport(body, _naive(computed_at), entry_state)
+    if fresh_s > 0 and utcnow() - hit.computed_at <= timedelta(seconds=fresh_s):
+        return hit, state
+    return (hit, state) if entry_state == state else (None, state)
 
 
 def _naive(moment: datetime) -> datetime:

@@ -73,3 +73,114 @@ def test_judgments_frame_read_in_chunks_is_the_frame_read_at_once(
     pd.testing.assert_frame_equal(chunked, whole)
     assert chunked["system_b"].isna().sum() == (chunked["mode"] == "single").sum()  # None stays missing
     assert list(chunked["status"].iloc[[0, -1]]) == ["done", "failed"]
+
+
+def test_the_columnar_reader_gives_the_frame_the_row_reader_gave(
+    store_run: StoreRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39: PostgreSQL's COPY parsed by pyarrow and SQLite's chunks turned into Arrow columns give exactly the
+    frame the driver's tuples gave: dtypes, missing values, empty strings, quotes, commas and newlines in strings,
+    floats to the last bit, booleans, an imported judgment's own scale, a column with every value missing."""
+    from judge_api.repository import frames
+
+    items = [item(f"i{i}", {"a": f"Rex {i}.", "b": "No pets.", "c": "Max?"}) for i in range(5)]
+    run_id = store_run(items, rubrics=["rsum-single", "rsum-pairwise"], mode=["single", "pairwise"])
+    with session_scope() as session:
+        ids = session.scalars(select(Judgment.id).where(Judgment.run_id == run_id).order_by(Judgment.id)).all()
+        session.execute(
+            update(Judgment)
+            .where(Judgment.id == ids[0])
+            .values(status="done", score=0.1 + 0.2, cached=True, item_key='it,"quoted"\nline', source="")
+        )
+        session.execute(
+            update(Judgment)
+            .where(Judgment.id == ids[1])
+            .values(
+                status="done", score=1e-310, scale_min=0.0, scale_max=7.5, source="imported", judge="h, j", len_b=12
+            )
+        )
+        session.execute(update(Judgment).where(Judgment.id == ids[-1]).values(status="failed", error="down"))
+    with session_scope() as session:
+        columnar = frames.judgments_frame(session, run_id)
+        rows = frames._finish(frames._rows_frame(session, run_id))
+    assert len(columnar) == len(ids) > 10
+    pd.testing.assert_frame_equal(columnar, rows)
+    assert columnar["latency_ms"].dtype == object and columnar["latency_ms"].isna().all()  # every value missing
+    assert columnar["len_b"].dtype == float and columnar["len_a"].dtype == "int64"
+    first, second = columnar.iloc[0], columnar.iloc[1]
+    assert first["item_id"] == 'it,"quoted"\nline' and first["score"] == 0.1 + 0.2 and first["cached"]
+    assert first["source"] == "" and pd.isna(columnar.iloc[2]["source"])  # an empty string is not a missing value
+    assert (second["score"], second["scale_min"], second["scale_max"]) == (1e-310, 0.0, 7.5)
+    assert columnar.iloc[2]["scale_max"] == 100.0  # the rubric's scale
+    monkeypatch.setattr(frames, "FRAME_CHUNK", 4)
+    with session_scope() as session:
+        pd.testing.assert_frame_equal(frames.judgments_frame(session, run_id), rows)
+        empty = frames.judgments_frame(session, "no-such-run")
+    assert list(empty.columns) == list(rows.columns) and empty.empty
+
+
+def test_the_report_state_changes_with_every_write_of_what_the_report_reads(store_run: StoreRun) -> None:
+    """Issue 39: the report cache's state of a run (one primary-key read and one index seek) changes when a judgment
+    is added or deleted (even one that is not the last written), when a verdict is written, when a rating is added,
+    changed in place or deleted, when a label queue is stored, when a lost claim's calls are counted; not on a read."""
+    from sqlalchemy import delete, insert
+
+    from judge_api.db import get_engine
+    from judge_api.models import HumanRating
+    from judge_api.repository import claims
+
+    items = [item(f"i{i}", {"a": f"Rex {i}.", "b": "No pets."}) for i in range(3)]
+    run_id = store_run(items)
+    other = store_run(items)
+    seen: list[str] = []
+
+    def changed() -> bool:
+        with session_scope() as session:
+            state = repository.run_state(session, run_id)
+        new = not seen or state != seen[-1]
+        seen.append(state)
+        return new
+
+    changed()
+    assert not changed()  # reading changes nothing
+    with session_scope() as session:
+        ids = session.scalars(select(Judgment.id).where(Judgment.run_id == run_id).order_by(Judgment.id)).all()
+        session.execute(delete(Judgment).where(Judgment.id == ids[0]))  # the first written, not the last
+    assert changed()
+    with session_scope() as session:
+        row = session.execute(select(Judgment.__table__).where(Judgment.id == ids[1])).mappings().one()
+        session.execute(insert(Judgment), [{**{k: v for k, v in row.items() if k != "id"}, "dedup_key": "copy"}])
+    assert changed()
+    token, _ = claims.claim_many(get_engine(), [ids[2]], 600.0)
+    assert changed()
+    assert claims.write_verdicts(get_engine(), [(ids[2], token, {"status": "done", "score": 5.0})]) == [True]
+    assert changed()
+    claims.add_unused_calls(get_engine(), [{"jid": ids[2], "calls": 1, "cost": 0.5}])
+    assert changed()
+    rating = HumanRatingIn(
+        item_id="i1", system="a", aspect="consistency", rater="r1", value=1, scale_min=0, scale_max=2
+    )
+    with session_scope() as session:
+        repository.upsert_ratings(session, run_id, [rating])
+    assert changed()
+    with session_scope() as session:
+        repository.upsert_ratings(session, run_id, [rating.model_copy(update={"value": 2.0})])
+    assert changed()
+    with session_scope() as session:
+        repository.upsert_ratings(session, other, [rating])  # another run's write
+    assert not changed()
+    with session_scope() as session:
+        session.execute(delete(HumanRating).where(HumanRating.run_id == run_id))
+    assert changed()
+    with session_scope() as session:
+        repository.store_label_queue(
+            session, run_id, strategy="uniform", seed=0, n_requested=1, drawn=["i1"], inclusion={"i1": 1.0, "i2": 0.5}
+        )
+    assert changed()
+    from judge_api.repository.retention import delete_run
+
+    with session_scope() as session:  # the triggers do not stand in the way of deleting the run and its rows
+        delete_run(session, run_id)
+    with session_scope() as session:
+        assert repository.get_run(session, run_id) is None
+        assert session.scalar(select(Judgment.id).where(Judgment.run_id == run_id)) is None

@@ -1,0 +1,193 @@
+"""A run's judgments read as columns (issue 39): the judgments frame without a Python object per value.
+
+PostgreSQL sends the rows as CSV (``COPY (SELECT ...) TO STDOUT``), which pyarrow parses in C straight into typed
+columns, block by block as the bytes arrive; SQLite's driver can only give tuples, so they are fetched in chunks and
+each chunk is turned into Arrow columns (``pyarrow.array`` over each column's values) before the next is fetched.
+Either way the result is one :class:`pyarrow.Table` with the frame's stored columns, which :func:`to_pandas` turns
+into exactly the frame :func:`repository.frames.judgments_frame` always gave (the same dtypes, the same values):
+``tests/repository/test_frames_and_ratings.py`` compares the two on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+from sqlalchemy import Connection, Table
+
+from judge_api.gcpause import collector_paused
+
+STRING = pa.string()
+INT = pa.int64()
+FLOAT = pa.float64()
+BOOL = pa.bool_()
+
+# the frame's stored columns read from the database (the frame's name, the table's column, the Arrow type); the
+# run id is the query's own and is not read
+COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
+    ("judgment_id", "id", INT),
+    ("item_id", "item_key", STRING),
+    ("mode", "mode", STRING),
+    ("system_a", "system_a", STRING),
+    ("system_b", "system_b", STRING),
+    ("aspect", "aspect", STRING),
+    ("judge", "judge", STRING),
+    ("rubric_id", "rubric_id", STRING),
+    ("rubric_version", "rubric_version", STRING),
+    ("order", "order", STRING),
+    ("sample_index", "sample_index", INT),
+    ("status", "status", STRING),
+    ("score", "score", FLOAT),
+    ("preference", "preference", FLOAT),
+    ("outcome", "outcome", STRING),
+    ("len_a", "len_a", INT),
+    ("len_b", "len_b", INT),
+    ("input_tokens", "input_tokens", INT),
+    ("output_tokens", "output_tokens", INT),
+    ("latency_ms", "latency_ms", FLOAT),
+    ("cost_usd", "cost_usd", FLOAT),
+    ("cached", "cached", BOOL),
+    ("source", "source", STRING),
+    ("cached_input_tokens", "cached_input_tokens", INT),
+    ("cache_write_tokens", "cache_write_tokens", INT),
+    ("list_cost_usd", "list_cost_usd", FLOAT),
+    ("cache_saved_usd", "cache_saved_usd", FLOAT),
+    ("provider_calls", "provider_calls", INT),
+    ("judgment_scale_min", "scale_min", FLOAT),
+    ("judgment_scale_max", "scale_max", FLOAT),
+)
+ALWAYS_FLOAT = frozenset({"score", "preference", "judgment_scale_min", "judgment_scale_max"})
+"""Columns the frame always holds as float64 (``judgments_frame`` casts them), even when every value is missing."""
+
+SQLITE_CHUNK = 50_000
+CSV_BLOCK = 8 << 20
+"""Bytes pyarrow parses at a time (the COPY's output is never whole in memory)."""
+
+
+def _schema() -> pa.Schema:
+    return pa.schema([(name, kind) for name, _, kind in COLUMNS])
+
+
+def _select_sql(table: Table, placeholder: str) -> str:
+    names = ", ".join(f'"{column}"' for _, column, _ in COLUMNS)
+    return f"SELECT {names} FROM {table.name} WHERE run_id = {placeholder} ORDER BY id"
+
+
+class _CopyReader(io.RawIOBase):
+    """A file over a COPY's blocks, for pyarrow's CSV reader."""
+
+    def __init__(self, blocks: Iterator[Any]) -> None:
+        self._blocks = blocks
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            block = next(self._blocks, None)
+            if block is None:
+                return 0
+            self._pending = memoryview(block)
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+def read_postgresql(connection: Connection, table: Table, run_id: str) -> pa.Table:
+    """The run's columns through ``COPY ... TO STDOUT (FORMAT csv)``: NULL is an unquoted empty field, an empty
+    string a quoted one; floats are printed exactly (shortest round trip, PostgreSQL 12+)."""
+    from psycopg import sql
+
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    statement = sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(
+        sql.SQL(_select_sql(table, "{}")).format(sql.Literal(run_id))
+    )
+    schema = _schema()
+    with raw.cursor() as cursor, cursor.copy(statement) as copy:
+        blocks = iter(copy)
+        first = next(blocks, None)
+        if first is None:  # no row (pyarrow's reader refuses an empty file)
+            return schema.empty_table()
+        source = io.BufferedReader(_CopyReader(itertools.chain([first], blocks)), buffer_size=1 << 20)
+        reader = pacsv.open_csv(
+            source,
+            read_options=pacsv.ReadOptions(column_names=schema.names, block_size=CSV_BLOCK, use_threads=True),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types=schema,
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+                true_values=["t"],
+                false_values=["f"],
+            ),
+        )
+        batches = list(reader)
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def read_sqlite(connection: Connection, table: Table, run_id: str, chunk: int = SQLITE_CHUNK) -> pa.Table:
+    """The run's columns from SQLite, ``chunk`` rows at a time: each chunk's tuples become one Arrow struct array
+    (in C, no per-column lists), split into the columns, before the next chunk is fetched. The cyclic collector is
+    paused meanwhile (the tuples are freed by reference counting; walking them once per chunk cost as much as the
+    conversion)."""
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    schema = _schema()
+    row_type = pa.struct([(f.name, INT if f.type == BOOL else f.type) for f in schema])  # SQLite's booleans: 0 / 1
+    batches: list[pa.RecordBatch] = []
+    cursor = raw.cursor()
+    try:
+        with collector_paused():
+            cursor.execute(_select_sql(table, "?"), (run_id,))
+            while rows := cursor.fetchmany(chunk):
+                columns = pa.array(rows, type=row_type).flatten()
+                del rows
+                columns = [c.cast(BOOL) if f.type == BOOL else c for c, f in zip(columns, schema, strict=True)]
+                batches.append(pa.RecordBatch.from_arrays(columns, schema=schema))
+    finally:
+        cursor.close()
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def to_pandas(table: pa.Table, run_id: str, scale_of: Callable[[str], tuple[float, float]]) -> pd.DataFrame:
+    """The columns as the frame ``judgments_frame`` builds from the driver's tuples: strings in pandas' ``str``
+    dtype; whole numbers as int64 when none is missing, else float64 (what pandas infers from ints and None);
+    real numbers as float64; a column with every value missing as Python ``None`` objects (what pandas infers from
+    a column of None) except the ones the frame casts to float; ``cached`` as bool; ``scale_min`` / ``scale_max``
+    the judgment's own scale, else its rubric's (``scale_of``), computed once per rubric."""
+    n = table.num_rows
+    data: dict[str, Any] = {}
+    for name, _, kind in COLUMNS:
+        if name == "item_id":
+            data["run_id"] = pd.array(pa.array([run_id] * n, type=STRING), dtype="str")
+        column = table.column(name)
+        nulls = column.null_count
+        if kind == STRING:
+            data[name] = pd.array(column, dtype="str")
+        elif kind == BOOL:
+            data[name] = column.to_numpy(zero_copy_only=False).astype(bool)
+        elif nulls == n and name not in ALWAYS_FLOAT:
+            data[name] = np.full(n, None, dtype=object)
+        elif kind == INT and not nulls:
+            data[name] = column.to_numpy().astype(np.int64, copy=False)
+        else:
+            data[name] = column.cast(FLOAT).to_numpy(zero_copy_only=False)
+    rubrics = pc.dictionary_encode(table.column("rubric_id")).combine_chunks()
+    codes = rubrics.indices.to_numpy(zero_copy_only=False)
+    scales = np.array([scale_of(r) for r in rubrics.dictionary.to_pylist()], dtype=float).reshape(-1, 2)
+    for own, side in (("judgment_scale_min", 0), ("judgment_scale_max", 1)):
+        values = data.pop(own)
+        data[own.removeprefix("judgment_")] = np.where(np.isnan(values), scales[codes, side], values)
+    order = ["judgment_id", "run_id", *(name for name, _, _ in COLUMNS[1:-2]), "scale_min", "scale_max"]
+    return pd.DataFrame({name: data[name] for name in order}, copy=False)
