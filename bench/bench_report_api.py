@@ -20,6 +20,9 @@ Usage::
     python bench/bench_report_api.py                              # 10k and 100k, PostgreSQL, 3 rounds
     python bench/bench_report_api.py --sizes 10000 --db sqlite --rounds 5
     python bench/bench_report_api.py --json report-api.json       # also write the figures as JSON
+    # seed a million once and keep the database (a SQLite file, or a PostgreSQL database by name), then reuse it
+    python bench/bench_report_api.py --db sqlite --sizes 1000000 --keep-db /tmp/seed_1m.db --seed-only
+    python bench/bench_report_api.py --db sqlite --sizes 1000000 --keep-db /tmp/seed_1m.db --stage-repeat 1
 
 PostgreSQL: ``DJ_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``) is the admin connection used to
 create and drop the throw-away database.
