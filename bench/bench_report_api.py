@@ -249,16 +249,18 @@ def seed_run(database_url: str, n_judgments: int, seed: int = 0) -> tuple[str, i
     return run_id, len(rows)
 
 
-def _get(url: str) -> tuple[float, int, int]:
+def _get(url: str, client: httpx.Client | None = None) -> tuple[float, int, int]:
     t0 = time.perf_counter()
-    response = httpx.get(url, timeout=600)
+    response = (client or httpx).get(url, timeout=600)
     elapsed = time.perf_counter() - t0
     if response.status_code != 200:
         raise SystemExit(f"GET {url}: HTTP {response.status_code}: {response.text[:1000]}")
     return elapsed, len(response.content), int(response.json()["counts"]["n_rows"])
 
 
-def time_api(database_url: str, run_id: str, rounds: int, warm: int, n_boot: int, home: Path) -> dict[str, Any]:
+def time_api(
+    database_url: str, run_id: str, rounds: int, warm: int, n_boot: int, home: Path, keep_alive: bool = False
+) -> dict[str, Any]:
     """First and warm report times over ``rounds`` API starts."""
     from dialogue_judge.testing import LiveService
 
@@ -274,8 +276,9 @@ def time_api(database_url: str, run_id: str, rounds: int, warm: int, n_boot: int
             url = f"{service.api_url}/v1/runs/{run_id}/report?n_boot={n_boot}"
             elapsed, size, n_rows = _get(url)
             first.append(elapsed)
-            for _ in range(warm):
-                warm_times.append(_get(url)[0])
+            with httpx.Client() as client:  # one connection for the warm calls (--keep-alive), as a browser keeps
+                for _ in range(warm):
+                    warm_times.append(_get(url, client if keep_alive else None)[0])
             if service.api is not None:
                 peaks.append(_peak_rss_mb(service.api.pid))
         finally:
@@ -397,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed-only", action="store_true", help="with --keep-db: seed (or find) the run and stop")
     parser.add_argument("--stage-repeat", type=int, help="runs of each in-process stage (default: --warm)")
+    parser.add_argument(
+        "--keep-alive", action="store_true", help="warm calls over one kept-alive connection (default: one each)"
+    )
     parser.add_argument("--no-stages", action="store_true", help="skip the in-process stage breakdown")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -435,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                 if args.seed_only:
                     print(f"{stored} judgments in {url} (run {run_id}), seeded in {seed_s:.0f} s", flush=True)
                     continue
-                timing = time_api(url, run_id, args.rounds, args.warm, args.n_boot, workdir / str(size))
+                timing = time_api(
+                    url, run_id, args.rounds, args.warm, args.n_boot, workdir / str(size), keep_alive=args.keep_alive
+                )
                 repeat = args.stage_repeat or max(1, args.warm)
                 stages = {} if args.no_stages else time_stages(url, run_id, args.n_boot, repeat=repeat)
             res = {"judgments": stored, "seed_s": seed_s, "db": args.db, "n_boot": args.n_boot, **timing}
