@@ -376,3 +376,22 @@ def test_history_is_purged_by_when_it_was_received_not_by_the_spans_own_clock(ot
         left = connection.execute(text("SELECT COUNT(*) FROM otlp_spans WHERE monitor_id = :m"), {"m": monitor})
         assert left.scalar_one() == 0  # purged once the history window after their receipt is over
     engine.dispose()
+
+
+def test_a_response_refused_at_release_is_counted_rejected_and_named(otlp_api: Api) -> None:
+    """A span stored under one limit and released under a lower one (DJ_MAX_CHARS_PER_TURN changed between): the
+    response is not ingested and the monitor's status counts it rejected and says why (it was dropped silently)."""
+    monitor = create_monitor(otlp_api)
+    long_span = exchange_span(1, "conv-long", [], "x" * 300, "Sure.", day=0)
+    assert post(otlp_api, [long_span], monitor=monitor).status_code == 200
+    before = status_of(otlp_api, monitor)["otlp"]
+    lower = settings_of(otlp_api).model_copy(update={"max_chars_per_turn": 100})
+    assert process_received(session_factory(), lower) == 0
+    assert responses_of(otlp_api, monitor) == 0
+    status = status_of(otlp_api, monitor)
+    assert status["otlp"]["rejected"] == before["rejected"] + 1
+    assert f"{before['rejected'] + 1} spans rejected today" in status["otlp"]["message"]
+    assert (
+        "cannot become a response" in status["otlp"]["message"] and "DJ_MAX_CHARS_PER_TURN" in status["otlp"]["message"]
+    )
+    assert process(otlp_api) == 0 and responses_of(otlp_api, monitor) == 0  # released once: not handed over again
