@@ -385,7 +385,10 @@ def _with_media(text: str, parts: Any) -> str:
     marks = []
     for part in parts:
         if isinstance(part, dict) and str(part.get("type", "")) in MEDIA_TYPES:
-            marks.append(f"[{part.get('modality') or MEDIA_TYPES[str(part['type'])]}]")
+            # a modality that is no string is not quoted (its Python repr could outgrow the JSON it came from,
+            # which intake.raw_within relies on not happening)
+            modality = part.get("modality")
+            marks.append(f"[{modality if isinstance(modality, str) and modality else MEDIA_TYPES[str(part['type'])]}]")
     return "\n".join([t for t in (text, *marks) if t])
 
 

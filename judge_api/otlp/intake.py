@@ -134,7 +134,10 @@ def raw_within(raw: RawMessages, limit: int) -> bool:
     """Whether messages not parsed yet are sure to pass ``call_refusal`` without parsing them: each JSON text is at
     most ``limit`` characters (a message's text is shorter than the JSON it is read from) and spells no NUL
     character and no surrogate (an escaped pair is not told from a lone one here: such texts are parsed). False
-    means: parse them to know."""
+    means: parse them to know. The system messages among the inputs and the instructions are joined (the
+    response's memory): together they must be within MAX_MEMORY too."""
+    if sum(len(text) + 1 for text in (raw.input, raw.instructions) if text is not None) > MAX_MEMORY:
+        return False
     for text in (raw.input, raw.instructions):
         if text is None:
             continue
@@ -418,8 +421,9 @@ BLOCKED_RETRY_S = 30.0
 this long, not at every look: its spans stay ``received``/``waiting`` (nothing lost) without spinning a processor on
 them, and it neither stops nor crowds out the other monitors' processing."""
 
-_blocked: dict[str, tuple[float, str]] = {}
-"""monitor id -> (monotonic time this process tries it again, the monitor's config when its step failed)"""
+_blocked: dict[str, tuple[float, str | None]] = {}
+"""monitor id -> (monotonic time this process tries it again, the monitor's config when its step failed: None when
+the step failed before the monitor was read, which no config change lifts)"""
 _part_limit: dict[str, tuple[int, str]] = {}
 """monitor id -> (sampled responses ingested at a time, the monitor's config it was found with): DJ_MAX_JUDGMENTS
 was hit. A config changed since (fewer judges, aspects or rubrics a response) starts again from all at once."""
@@ -439,13 +443,13 @@ def blocked_monitors(session: Session | None = None) -> list[str]:
         configs: dict[str, Any] = {str(m): config for m, config in session.execute(query)}
         with _blocked_lock:
             for monitor_id, (_, key) in blocked.items():
-                if monitor_id in configs and _config_key(configs[monitor_id]) != key:
+                if key is not None and monitor_id in configs and _config_key(configs[monitor_id]) != key:
                     _blocked.pop(monitor_id, None)
             return sorted(_blocked)
     return sorted(blocked)
 
 
-def _block(monitor_id: str, config_key: str) -> None:
+def _block(monitor_id: str, config_key: str | None) -> None:
     with _blocked_lock:
         _blocked[monitor_id] = (time.monotonic() + BLOCKED_RETRY_S, config_key)
 
@@ -458,7 +462,7 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
     BLOCKED_RETRY_S in this process, never stopping the other monitors' processing."""
     limit: int | None = None
     sampled = 0
-    config_key = ""
+    config_key: str | None = None  # known once the monitor is read: a failure before is not lifted by a PATCH
     try:
         if not spans_store.lock_monitor(session, monitor_id):  # another processor has it: in order, one at a time
             session.rollback()
@@ -467,10 +471,10 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
         if monitor is None:
             session.rollback()
             return None
+        config_key = _config_key(monitor.config)  # before anything that may fail (settle reads the stored spans)
         claimed = spans_store.claim_received(session, monitor_id, claim) if claim else []
         settled = settle(session, monitor, claimed, now, settings)
         responses = settled.responses
-        config_key = _config_key(monitor.config)
         limit = 1 if monitor.daily_budget_usd is not None else _known_part_limit(monitor_id, config_key)
         sampled = sum(1 for r in responses if is_sampled(monitor.id, r.id, monitor.sample_rate))
         done = [
@@ -486,7 +490,8 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
         session.commit()
     except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left as they were
         session.rollback()
-        if isinstance(exc, HTTPException) and exc.status_code == 413 and (limit or sampled) > 1:
+        over = isinstance(exc, HTTPException) and exc.status_code == 413 and (limit or sampled) > 1
+        if over and config_key is not None:  # (limit and sampled are known after the config only)
             # planned together, the part's sampled responses exceed DJ_MAX_JUDGMENTS: halve it, the next look
             # (a second away) takes the step again in smaller parts
             _part_limit[monitor_id] = (max(1, (limit or sampled) // 2), config_key)

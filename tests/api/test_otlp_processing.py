@@ -412,3 +412,30 @@ def test_concurrent_exports_to_one_monitor_do_not_deadlock(api_factory: ApiFacto
         first.close()
         second.close()
     assert api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]["spans"] == 2
+
+
+def test_a_monitor_whose_step_fails_before_its_config_is_read_is_still_left_aside(
+    api_factory: ApiFactory, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review r38c: a step that failed in ``settle`` (a stored span this version cannot read) was blocked with an
+    empty config key, which never equals the monitor's config: the next look took it as "config changed" and tried
+    it again at once, at every look, instead of after BLOCKED_RETRY_S."""
+    api, monitors, spans = stored_api(api_factory, sqlite_url)
+    broken = min(monitors)
+    settings = get_settings()
+    original = intake.settle
+    tries: Counter[str] = Counter()
+
+    def faulty(session: Any, monitor: Any, *args: Any, **kwargs: Any) -> Any:
+        tries[monitor.id] += 1
+        if monitor.id == broken:
+            raise KeyError("a stored span this version cannot read")
+        return original(session, monitor, *args, **kwargs)
+
+    monkeypatch.setattr(intake, "settle", faulty)
+    assert intake.process_received(session_factory(), settings) == spans // 2
+    assert intake.process_received(session_factory(), settings) == 0
+    intake.release_due(session_factory(), settings, utcnow() + timedelta(hours=1), purge=False)
+    assert tries[broken] == 1  # left aside, not tried again at once
+    broken_received = "SELECT COUNT(*) FROM otlp_spans WHERE status = 'received' AND monitor_id = :m"
+    assert scalar(api, broken_received, m=broken) == spans // 2  # nothing of it lost

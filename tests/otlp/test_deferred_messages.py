@@ -142,3 +142,36 @@ def replace_raw(text: str) -> Any:
     call = read_span(span({"gen_ai.input.messages": text}), ReadOptions(defer_messages=True))
     assert isinstance(call, LlmCall) and call.raw is not None
     return replace(call.raw)
+
+
+def test_a_media_part_whose_modality_is_not_a_string_cannot_outgrow_its_json() -> None:
+    """Review r38c: ``raw_within`` assumes a message's text is never longer than the JSON it is read from, but a
+    media part's ``modality`` was quoted with ``str()``: a list of ``1E15`` (5 characters each in JSON) became
+    ``1000000000000000.0, `` (20 each). Such a span passed at receipt unparsed, stored, and was refused at release;
+    parsed at receipt it was refused there. A refusal must not depend on whether the request parsed."""
+    modality = "[" + ",".join(["1E15"] * 150) + "]"
+    given = '[{"role":"user","parts":[{"type":"uri","modality":' + modality + "}]}]"
+    attrs = {"gen_ai.input.messages": given}
+    config = settings(max_chars_per_turn=1000)
+    assert len(given) < 1000
+    parsed = read_span(span(attrs), ReadOptions())
+    deferred = read_span(span(attrs), ReadOptions(defer_messages=True))
+    assert isinstance(parsed, LlmCall) and isinstance(deferred, LlmCall)
+    assert call_refusal(deferred, config) == call_refusal(parsed, config)
+    assert max(len(m.text) for m in parsed.messages) <= len(given)  # the invariant raw_within relies on
+    assert parsed.messages == [replace(parsed.messages[0], text="[file]")]  # not a Python repr of the list
+
+
+def test_system_messages_and_instructions_over_the_memory_limit_together_are_refused_unparsed_too() -> None:
+    """Review r38c: with DJ_MAX_CHARS_PER_TURN over half of the memory limit, a system message among the input
+    messages and the system instructions each pass ``raw_within``, but joined (the response's memory) they are over
+    MAX_MEMORY: parsed at receipt the span was refused, unparsed it was stored and refused at release."""
+    given = json.dumps([{"role": "system", "content": "a" * 120_000}, {"role": "user", "content": "hi"}])
+    attrs = {"gen_ai.input.messages": given, "gen_ai.system_instructions": "b" * 120_000}
+    config = settings(max_chars_per_turn=150_000)
+    parsed = read_span(span(attrs), ReadOptions())
+    deferred = read_span(span(attrs), ReadOptions(defer_messages=True))
+    assert isinstance(parsed, LlmCall) and isinstance(deferred, LlmCall)
+    refusal = call_refusal(parsed, config)
+    assert refusal is not None and "system instructions" in refusal
+    assert call_refusal(deferred, config) == refusal
