@@ -150,11 +150,15 @@ def raw_within(raw: RawMessages, limit: int) -> bool:
     return True
 
 
+def raw_limit(settings: Settings) -> int:
+    return min(settings.max_chars_per_turn, MAX_MEMORY)
+
+
 def call_refusal(call: LlmCall, settings: Settings) -> str | None:
     """Why a call cannot become a response (texts over the limits, a NUL character or an unpaired surrogate in
     any text stored), or None. Messages not parsed yet (``call.raw``) are parsed here unless ``raw_within`` tells
     they pass."""
-    if call.raw is not None and not raw_within(call.raw, min(settings.max_chars_per_turn, MAX_MEMORY)):
+    if call.raw is not None and not raw_within(call.raw, raw_limit(settings)):
         call = call.parsed()  # else its messages pass: they are empty here, the other texts are checked below
     texts = [m.text for m in call.messages] + [call.output, call.memory or "", *(call.persona or [])]
     labels = [call.conversation_id, call.model or "", call.system, call.version, call.segment or ""]
@@ -218,6 +222,9 @@ def receive(
             continue
         found[monitor.id] = monitor
         counts[monitor.id]["spans"] += 1
+        if read.raw is not None and not raw_within(read.raw, raw_limit(settings)):
+            # parsed to be checked: stored parsed, as the span's text may be far larger (inline media, history)
+            read = read.parsed()
         refusal = call_refusal(read, settings)
         if refusal is not None:
             _note(outcome, "invalid", refusal)

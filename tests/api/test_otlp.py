@@ -395,3 +395,36 @@ def test_a_response_refused_at_release_is_counted_rejected_and_named(otlp_api: A
         "cannot become a response" in status["otlp"]["message"] and "DJ_MAX_CHARS_PER_TURN" in status["otlp"]["message"]
     )
     assert process(otlp_api) == 0 and responses_of(otlp_api, monitor) == 0  # released once: not handed over again
+
+
+def test_input_messages_parsed_at_receipt_are_stored_parsed_not_as_the_spans_text(otlp_api: Api) -> None:
+    """Review r38c: messages over ``raw_within``'s cheap bound (an image sent inline, a long history) are parsed in
+    the request to check them, but the span's whole JSON text was stored anyway (``raw_messages``): a 300 kB base64
+    image became 300 kB of every span's stored row, parsed again at every processing step of its conversation. What
+    the request parsed is stored parsed, as before the change (``[image]``)."""
+    monitor = create_monitor(otlp_api)
+    spec = exchange_span(9001, "conv-image", [], "look", "A dog.", day=0)
+    inputs = [
+        {
+            "role": "user",
+            "parts": [
+                {"type": "text", "content": "look"},
+                {"type": "blob", "modality": "image", "content": "A" * 300_000},
+            ],
+        }
+    ]
+    spec.attrs["gen_ai.input.messages"] = json.dumps(inputs)
+    assert post(otlp_api, [spec], monitor=monitor).status_code == 200
+    engine = create_engine(otlp_api.database_url)
+    with engine.connect() as connection:
+        stored = connection.execute(
+            text("SELECT call FROM otlp_spans WHERE monitor_id = :m AND response_id = :r"),
+            {"m": monitor, "r": f"otlp-{spec.trace_id.hex()}-{spec.span_id.hex()}"},
+        ).scalar_one()
+    engine.dispose()
+    call = stored if isinstance(stored, dict) else json.loads(stored)
+    assert "raw_messages" not in call and len(json.dumps(call)) < 10_000
+    assert call["messages"][-1] == {"role": "user", "text": "look\n[image]"}
+    assert process(otlp_api) == 1
+    item = items_of(otlp_api, monitor)[f"otlp-{spec.trace_id.hex()}-{spec.span_id.hex()}"]
+    assert item["dialogue"][-1]["text"] == "look\n[image]"
