@@ -344,12 +344,12 @@ def settle(
     for row, call, rebuilt in ready:
         if row.id not in released:
             continue
-        waited += 0 if rebuilt.complete else 1
         response = to_response(call, rebuilt, row.received_at, row.started_at, now, settings)
         if isinstance(response, str):
             refused.append(response)
         else:
             responses.append(response)
+            waited += 0 if rebuilt.complete else 1  # judged with earlier turns missing (a refused one is not judged)
     return Settled(responses, waited, waiting, refused)
 
 
@@ -543,7 +543,7 @@ def _known_part_limit(monitor_id: str, config_key: str) -> int | None:
     if known is None:
         return None
     if known[1] != config_key:
-        del _part_limit[monitor_id]
+        _part_limit.pop(monitor_id, None)
         return None
     return known[0]
 

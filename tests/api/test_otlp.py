@@ -428,3 +428,22 @@ def test_input_messages_parsed_at_receipt_are_stored_parsed_not_as_the_spans_tex
     assert process(otlp_api) == 1
     item = items_of(otlp_api, monitor)[f"otlp-{spec.trace_id.hex()}-{spec.span_id.hex()}"]
     assert item["dialogue"][-1]["text"] == "look\n[image]"
+
+
+def test_a_response_refused_at_release_is_not_counted_as_judged_after_waiting(otlp_api: Api) -> None:
+    """Review r38c: ``waited`` counts the responses judged with earlier turns missing; a response refused at its
+    release (counted ``rejected``) was counted ``waited`` as well, though nothing was judged."""
+    monitor = create_monitor(otlp_api)
+    third = exchange_span(
+        8003, "conv-refused-late", [("Hi.", "Hello!"), ("Back.", "Welcome back!")], "x" * 300, "Ok.", 2
+    )
+    assert post(otlp_api, [third], monitor=monitor).status_code == 200
+    lower = settings_of(otlp_api).model_copy(update={"max_chars_per_turn": 100})
+    assert process_received(session_factory(), lower) == 0  # waits for its earlier turns
+    before = status_of(otlp_api, monitor)["otlp"]
+    later = utcnow() + timedelta(seconds=61)
+    assert release_due(session_factory(), lower, now=later) == 0
+    after = status_of(otlp_api, monitor)["otlp"]
+    assert after["rejected"] == before["rejected"] + 1
+    assert after["waited"] == before["waited"]  # refused, not judged
+    assert responses_of(otlp_api, monitor) == 0
