@@ -9,6 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from judge_api.config import Settings
 from judge_api.otlp.decode import SpanRecord
@@ -175,3 +178,62 @@ def test_system_messages_and_instructions_over_the_memory_limit_together_are_ref
     refusal = call_refusal(parsed, config)
     assert refusal is not None and "system instructions" in refusal
     assert call_refusal(deferred, config) == refusal
+
+
+# lone high surrogates only: a high and a low one side by side are not reachable (the decoders join the pair) and a
+# JSON column's round trip joins them too
+_CHARS = st.text(alphabet=st.sampled_from([*'ab \n\x00\x80\ue000\U0010ffff\ud800"\\[{', "\U0001f600"]), max_size=12)
+_SCALAR = st.one_of(_CHARS, st.integers(-10, 10**6), st.floats(allow_nan=False), st.booleans(), st.none())
+_VALUE = st.recursive(
+    _SCALAR,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.sampled_from(["content", "text", "type", "modality", "role"]), inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+_PART = st.one_of(
+    _CHARS,
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "image", "uri", "blob", "tool_call", "x"])},
+        optional={"content": _VALUE, "text": _VALUE, "modality": _VALUE},
+    ),
+)
+_MESSAGE = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.one_of(st.sampled_from(["user", "system", "assistant", "developer", ""]), _VALUE),
+        "parts": st.one_of(st.lists(_PART, max_size=4), _VALUE),
+        "content": _VALUE,
+    },
+)
+
+
+def _spelt(value: Any, how: int) -> str:
+    text = json.dumps(value, ensure_ascii=how != 1)
+    return text[:-1] if how == 2 else text  # 2: not JSON
+
+
+@hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.tuples(st.lists(_MESSAGE, max_size=4), st.integers(0, 2)).map(lambda t: _spelt(*t)),
+    st.one_of(st.none(), _CHARS, st.tuples(st.lists(_PART, max_size=3), st.integers(0, 2)).map(lambda t: _spelt(*t))),
+    st.integers(3, 60),
+)
+def test_deferred_or_not_the_refusal_and_the_call_read_back_are_the_same(
+    given_messages: str, instructions: str | None, limit: int
+) -> None:
+    """Review r38c, differential: for generated input messages (escapes, surrogates, NULs, media parts, values of
+    any JSON type where text is expected, text that is not JSON) the request refuses a deferred call exactly when it
+    refuses the call parsed at once, and a call it keeps reads back as the call parsed at once."""
+    attrs = {"gen_ai.input.messages": given_messages}
+    if instructions is not None:
+        attrs["gen_ai.system_instructions"] = instructions
+    config = settings(max_chars_per_turn=limit)
+    parsed = read_span(span(attrs), ReadOptions())
+    deferred = read_span(span(attrs), ReadOptions(defer_messages=True))
+    assert isinstance(parsed, LlmCall) and isinstance(deferred, LlmCall)
+    refusal = call_refusal(parsed, config)
+    assert (call_refusal(deferred, config) is None) == (refusal is None)
+    if refusal is None:
+        assert LlmCall.from_json(json.loads(json.dumps(deferred.to_json()))) == parsed
