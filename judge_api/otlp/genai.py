@@ -65,12 +65,27 @@ class ReadOptions:
     conversation_attribute: str = ""
     persona_attribute: str = ""
     memory_attribute: str = ""
+    defer_messages: bool = False
+    """Keep the current conventions' input messages as the JSON text the span carried (``LlmCall.raw``), parsed when
+    the call is read back (``LlmCall.from_json``): the receiver's request then does not pay for them."""
 
 
 @dataclass(frozen=True)
 class Message:
     role: str  # system, user, assistant, tool
     text: str
+
+
+@dataclass(frozen=True)
+class RawMessages:
+    """The current conventions' ``gen_ai.input.messages`` and ``gen_ai.system_instructions`` as the span carried them
+    (JSON text), not parsed yet."""
+
+    input: str | None
+    instructions: str | None
+
+    def parse(self) -> list[Message]:
+        return _input_messages(self.input, self.instructions)
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,9 @@ class LlmCall:
     model: str | None = None
     persona: list[str] | None = None
     memory: str | None = None
+    raw: RawMessages | None = None
+    """Set when ``messages`` are still the span's JSON text (``ReadOptions.defer_messages``): ``messages`` is then
+    empty until ``parsed()``."""
 
     @property
     def response_id(self) -> str:
@@ -113,9 +131,18 @@ class LlmCall:
                 trailing.append(message)
         return replace(self, messages=trailing[::-1], persona=None, memory=None)
 
+    def parsed(self) -> LlmCall:
+        """The call with its messages parsed (itself when they are)."""
+        if self.raw is None:
+            return self
+        return replace(self, messages=self.raw.parse(), raw=None)
+
     def to_json(self) -> dict[str, Any]:
-        """As stored (``otlp_spans.call``); built by hand: ``dataclasses.asdict`` deep-copies every value."""
+        """As stored (``otlp_spans.call``); built by hand: ``dataclasses.asdict`` deep-copies every value. Messages
+        not parsed yet are stored as the span's text (``raw_messages``, ``raw_instructions``)."""
+        raw = {} if self.raw is None else {"raw_messages": self.raw.input, "raw_instructions": self.raw.instructions}
         return {
+            **raw,
             "trace_id": self.trace_id,
             "span_id": self.span_id,
             "started_ns": self.started_ns,
@@ -134,8 +161,12 @@ class LlmCall:
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> LlmCall:
+        """The stored call, its messages parsed."""
         values = dict(data)
-        values["messages"] = [Message(m["role"], m["text"]) for m in data["messages"]]
+        if "raw_messages" in values:
+            values["messages"] = _input_messages(values.pop("raw_messages"), values.pop("raw_instructions", None))
+        else:
+            values["messages"] = [Message(m["role"], m["text"]) for m in data["messages"]]
         return LlmCall(**values)
 
 
@@ -155,6 +186,7 @@ class _Found:
     messages: list[Message] = field(default_factory=list)
     output: str | None = None
     convention: str | None = None
+    raw: RawMessages | None = None
 
 
 def attribute(span: SpanRecord, name: str) -> Any:
@@ -179,7 +211,11 @@ def read_span(span: SpanRecord, options: ReadOptions) -> LlmCall | Skip:
     if convention is None:
         return Skip("not_llm", f"span {_name(span)} is not an LLM call", monitor)
     found = (
-        _current(span) or _openinference(span) or _openllmetry(span) or _events(span) or _Found(convention=convention)
+        _current(span, options.defer_messages)
+        or _openinference(span)
+        or _openllmetry(span)
+        or _events(span)
+        or _Found(convention=convention)
     )
     convention = found.convention or convention
     if (not found.output or not found.output.strip()) and _answered_with_tool_call(span):
@@ -221,6 +257,7 @@ def read_span(span: SpanRecord, options: ReadOptions) -> LlmCall | Skip:
         model=model[:200] if model else None,
         persona=_lines(attribute(span, options.persona_attribute)),
         memory=_text_or_none(attribute(span, options.memory_attribute)),
+        raw=found.raw,
     )
 
 
@@ -292,19 +329,27 @@ def _answered_with_tool_call(span: SpanRecord) -> bool:
 # -- the current GenAI conventions -------------------------------------------------------------------------------
 
 
-def _current(span: SpanRecord) -> _Found | None:
+def _current(span: SpanRecord, defer: bool = False) -> _Found | None:
     sources = [span.attributes, *(e.attributes for e in span.events if e.name == DETAILS_EVENT)]
     for attrs in sources:
         if "gen_ai.input.messages" not in attrs and "gen_ai.output.messages" not in attrs:
             continue
-        messages = [m for raw in _json_list(attrs.get("gen_ai.input.messages")) if (m := _part_message(raw))]
-        instructions = _parts_text(_json_value(attrs.get("gen_ai.system_instructions")))
-        if instructions:
-            messages.insert(0, Message("system", instructions))
         outputs = [m for raw in _json_list(attrs.get("gen_ai.output.messages")) if (m := _part_message(raw))]
         output = next((m.text for m in outputs if m.role == "assistant" and m.text), None)
-        return _Found(messages, output, "gen_ai")
+        given, instructions = attrs.get("gen_ai.input.messages"), attrs.get("gen_ai.system_instructions")
+        if defer and isinstance(given, str | None) and isinstance(instructions, str | None):
+            return _Found([], output, "gen_ai", RawMessages(given, instructions))
+        return _Found(_input_messages(given, instructions), output, "gen_ai")
     return None
+
+
+def _input_messages(given: Any, instructions: Any) -> list[Message]:
+    """The input messages of the current conventions, the system instructions first."""
+    messages = [m for raw in _json_list(given) if (m := _part_message(raw))]
+    text = _parts_text(_json_value(instructions))
+    if text:
+        messages.insert(0, Message("system", text))
+    return messages
 
 
 def _part_message(raw: Any) -> Message | None:
@@ -340,7 +385,10 @@ def _with_media(text: str, parts: Any) -> str:
     marks = []
     for part in parts:
         if isinstance(part, dict) and str(part.get("type", "")) in MEDIA_TYPES:
-            marks.append(f"[{part.get('modality') or MEDIA_TYPES[str(part['type'])]}]")
+            # a modality that is no string is not quoted (its Python repr could outgrow the JSON it came from,
+            # which intake.raw_within relies on not happening)
+            modality = part.get("modality")
+            marks.append(f"[{modality if isinstance(modality, str) and modality else MEDIA_TYPES[str(part['type'])]}]")
     return "\n".join([t for t in (text, *marks) if t])
 
 

@@ -16,17 +16,20 @@ one transaction: a processor killed half-way leaves the spans ``received`` for t
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import HTTPException
 from pydantic import ValidationError
+from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -36,7 +39,7 @@ from judge_api.models import Monitor, utcnow
 from judge_api.monitor_ingest import ingest, is_sampled, publish
 from judge_api.otlp.conversations import ConversationIndex, Rebuilt
 from judge_api.otlp.decode import OtlpError, SpanRecord
-from judge_api.otlp.genai import MONITOR_ATTRIBUTE, LlmCall, ReadOptions, Skip, read_span
+from judge_api.otlp.genai import MONITOR_ATTRIBUTE, LlmCall, RawMessages, ReadOptions, Skip, read_span
 from judge_api.repository import otlp as spans_store
 from judge_api.schemas.monitors import MonitorResponseIn
 
@@ -124,9 +127,39 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def raw_within(raw: RawMessages, limit: int) -> bool:
+    """Whether messages not parsed yet are sure to pass ``call_refusal`` without parsing them: each JSON text is at
+    most ``limit`` characters (a message's text is shorter than the JSON it is read from) and spells no NUL
+    character and no surrogate (an escaped pair is not told from a lone one here: such texts are parsed). False
+    means: parse them to know. The system messages among the inputs and the instructions are joined (the
+    response's memory): together they must be within MAX_MEMORY too."""
+    if sum(len(text) + 1 for text in (raw.input, raw.instructions) if text is not None) > MAX_MEMORY:
+        return False
+    for text in (raw.input, raw.instructions):
+        if text is None:
+            continue
+        if len(text) > limit or "\x00" in text or "\\u0000" in text or _SURROGATE_ESCAPE.search(text):
+            return False
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return True
+
+
+def raw_limit(settings: Settings) -> int:
+    return min(settings.max_chars_per_turn, MAX_MEMORY)
+
+
 def call_refusal(call: LlmCall, settings: Settings) -> str | None:
     """Why a call cannot become a response (texts over the limits, a NUL character or an unpaired surrogate in
-    any text stored), or None."""
+    any text stored), or None. Messages not parsed yet (``call.raw``) are parsed here unless ``raw_within`` tells
+    they pass."""
+    if call.raw is not None and not raw_within(call.raw, raw_limit(settings)):
+        call = call.parsed()  # else its messages pass: they are empty here, the other texts are checked below
     texts = [m.text for m in call.messages] + [call.output, call.memory or "", *(call.persona or [])]
     labels = [call.conversation_id, call.model or "", call.system, call.version, call.segment or ""]
     for text in [*texts, *labels, *(m.role for m in call.messages)]:
@@ -159,11 +192,12 @@ def receive(
             "send smaller batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)",
         )
     monitors = _Monitors(session, project_id)
-    options = read_options(settings)
+    options = replace(read_options(settings), defer_messages=True)
     by_monitor: dict[str, list[LlmCall]] = defaultdict(list)
     found: dict[str, Monitor] = {}
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     notes: dict[str, str] = {}
+    rejections: dict[str, str] = {}
     for span in spans:
         read = read_span(span, options)
         monitor = monitors.get(read.monitor)
@@ -175,6 +209,8 @@ def receive(
                 found[monitor.id] = monitor
                 if read.kind == "no_content":
                     notes[monitor.id] = read.message
+                elif read.kind == "invalid":
+                    rejections[monitor.id] = read.message
             continue
         if monitor is None:
             if read.monitor is None:
@@ -186,15 +222,19 @@ def receive(
             continue
         found[monitor.id] = monitor
         counts[monitor.id]["spans"] += 1
+        if read.raw is not None and not raw_within(read.raw, raw_limit(settings)):
+            # parsed to be checked: stored parsed, as the span's text may be far larger (inline media, history)
+            read = read.parsed()
         refusal = call_refusal(read, settings)
         if refusal is not None:
             _note(outcome, "invalid", refusal)
             counts[monitor.id]["rejected"] += 1
+            rejections[monitor.id] = f"span {read.response_id} {refusal}"[:500]
             continue
         by_monitor[monitor.id].append(read)
     day = now.date().isoformat()
     if not by_monitor and set(outcome.skipped) - {"not_llm", "tool_call"}:
-        spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes)
+        spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes, rejections)
         raise OtlpError(400, "no span of the export could be used: " + outcome.message())
     release_after = now + timedelta(seconds=settings.otlp_wait_s)
     rows = [
@@ -217,7 +257,7 @@ def receive(
         outcome.stored += fresh
         outcome.duplicates += len(calls) - fresh
         counts[monitor_id]["duplicates"] += len(calls) - fresh
-    spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes)
+    spans_store.add_stats(session, list(found), day, {k: dict(v) for k, v in counts.items()}, notes, rejections)
     return outcome
 
 
@@ -256,6 +296,10 @@ class Settled:
     responses: list[MonitorResponseIn]
     waited: int
     waiting: int
+    refused: list[str] = field(default_factory=list)
+    """Why each response released but refused (its span counted ``rejected``, the last reason kept as the day's
+    ``last_rejected``): checked at receipt, a response can still fail a limit that changed since, or the dialogue
+    rebuilt of it."""
 
 
 def settle(
@@ -295,22 +339,26 @@ def settle(
                 waiting += 1
     released = spans_store.release(session, [row.id for row, _, _ in ready])
     responses: list[MonitorResponseIn] = []
+    refused: list[str] = []
     waited = 0
     for row, call, rebuilt in ready:
         if row.id not in released:
             continue
-        waited += 0 if rebuilt.complete else 1
         response = to_response(call, rebuilt, row.received_at, row.started_at, now, settings)
-        if response is not None:
+        if isinstance(response, str):
+            refused.append(response)
+        else:
             responses.append(response)
-    return Settled(responses, waited, waiting)
+            waited += 0 if rebuilt.complete else 1  # judged with earlier turns missing (a refused one is not judged)
+    return Settled(responses, waited, waiting, refused)
 
 
 def to_response(
     call: LlmCall, rebuilt: Rebuilt, received_at: datetime, started: datetime, now: datetime, settings: Settings
-) -> MonitorResponseIn | None:
+) -> MonitorResponseIn | str:
     """The monitor response of a call: its rebuilt dialogue, the instructions as memory (or persona), its slice
-    keys; the item's ``meta.otlp`` says where it came from and whether earlier turns were missing."""
+    keys; the item's ``meta.otlp`` says where it came from and whether earlier turns were missing. Else why it
+    cannot be one."""
     turns = [
         {"speaker": "bot" if t.speaker == "bot" else "user", "text": t.text, "session": t.session}
         for t in rebuilt.dialogue
@@ -356,13 +404,16 @@ def to_response(
             meta={"otlp": meta},
         )
     except ValidationError as exc:  # checked at receipt (call_refusal); a release must not fail the others
-        log.warning("OTLP span %s cannot become a response: %s", call.response_id, exc.errors()[:1])
-        return None
-    refusal = monitor_response_refusal(response, settings)
-    if refusal is not None:
-        log.warning("OTLP span %s cannot become a response: %s", call.response_id, refusal[1])
-        return None
-    return response
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        reason = f"span {call.response_id} cannot become a response: {where}: {error['msg']}"
+    else:
+        refusal = monitor_response_refusal(response, settings)
+        if refusal is None:
+            return response
+        reason = f"span {call.response_id} cannot become a response: {refusal[1]}"
+    log.warning("OTLP %s", reason)
+    return reason[:500]
 
 
 PROCESS_BATCH = 256
@@ -377,23 +428,37 @@ BLOCKED_RETRY_S = 30.0
 this long, not at every look: its spans stay ``received``/``waiting`` (nothing lost) without spinning a processor on
 them, and it neither stops nor crowds out the other monitors' processing."""
 
-_blocked: dict[str, float] = {}  # monitor id -> monotonic time this process tries it again
-_part_limit: dict[str, int] = {}  # monitor id -> sampled responses ingested at a time (DJ_MAX_JUDGMENTS was hit)
+_blocked: dict[str, tuple[float, str | None]] = {}
+"""monitor id -> (monotonic time this process tries it again, the monitor's config when its step failed: None when
+the step failed before the monitor was read, which no config change lifts)"""
+_part_limit: dict[str, tuple[int, str]] = {}
+"""monitor id -> (sampled responses ingested at a time, the monitor's config it was found with): DJ_MAX_JUDGMENTS
+was hit. A config changed since (fewer judges, aspects or rubrics a response) starts again from all at once."""
 _blocked_lock = threading.Lock()
 
 
-def blocked_monitors() -> list[str]:
-    """The monitors this process leaves aside for now (a failed step, BLOCKED_RETRY_S ago at most)."""
+def blocked_monitors(session: Session | None = None) -> list[str]:
+    """The monitors this process leaves aside for now (a failed step, BLOCKED_RETRY_S ago at most). With a session,
+    a monitor whose config changed since its step failed (a PATCH that fixes it) is tried again at once."""
     now = time.monotonic()
     with _blocked_lock:
-        for monitor_id in [m for m, until in _blocked.items() if until <= now]:
+        for monitor_id in [m for m, (until, _) in _blocked.items() if until <= now]:
             del _blocked[monitor_id]
-        return sorted(_blocked)
+        blocked = dict(_blocked)
+    if session is not None and blocked:
+        query = select(Monitor.id, Monitor.config).where(Monitor.id.in_(list(blocked)))
+        configs: dict[str, Any] = {str(m): config for m, config in session.execute(query)}
+        with _blocked_lock:
+            for monitor_id, (_, key) in blocked.items():
+                if key is not None and monitor_id in configs and _config_key(configs[monitor_id]) != key:
+                    _blocked.pop(monitor_id, None)
+            return sorted(_blocked)
+    return sorted(blocked)
 
 
-def _block(monitor_id: str) -> None:
+def _block(monitor_id: str, config_key: str | None) -> None:
     with _blocked_lock:
-        _blocked[monitor_id] = time.monotonic() + BLOCKED_RETRY_S
+        _blocked[monitor_id] = (time.monotonic() + BLOCKED_RETRY_S, config_key)
 
 
 def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings: Settings) -> int | None:
@@ -404,6 +469,7 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
     BLOCKED_RETRY_S in this process, never stopping the other monitors' processing."""
     limit: int | None = None
     sampled = 0
+    config_key: str | None = None  # known once the monitor is read: a failure before is not lifted by a PATCH
     try:
         if not spans_store.lock_monitor(session, monitor_id):  # another processor has it: in order, one at a time
             session.rollback()
@@ -412,32 +478,37 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
         if monitor is None:
             session.rollback()
             return None
+        config_key = _config_key(monitor.config)  # before anything that may fail (settle reads the stored spans)
         claimed = spans_store.claim_received(session, monitor_id, claim) if claim else []
         settled = settle(session, monitor, claimed, now, settings)
         responses = settled.responses
-        limit = 1 if monitor.daily_budget_usd is not None else _part_limit.get(monitor_id)
+        limit = 1 if monitor.daily_budget_usd is not None else _known_part_limit(monitor_id, config_key)
         sampled = sum(1 for r in responses if is_sampled(monitor.id, r.id, monitor.sample_rate))
         done = [
             ingest(session, monitor, part, settings, fresh_spend=monitor.daily_budget_usd is not None)
             for part in ingest_parts(monitor, responses, limit)
         ]
-        if responses:  # last: the monitor row is locked (FOR UPDATE) from here to the commit only
-            counts = {monitor_id: {"responses": len(responses), "waited": settled.waited}}
-            spans_store.add_stats(session, [monitor_id], now.date().isoformat(), counts, {})
+        if responses or settled.refused:  # last: the monitor row is locked from here to the commit only
+            counts = {
+                monitor_id: {"responses": len(responses), "waited": settled.waited, "rejected": len(settled.refused)}
+            }
+            rejected = {monitor_id: settled.refused[-1]} if settled.refused else {}
+            spans_store.add_stats(session, [monitor_id], now.date().isoformat(), counts, {}, rejected)
         session.commit()
     except (HTTPException, OtlpError) as exc:  # the monitor's config no longer plans: left as they were
         session.rollback()
-        if isinstance(exc, HTTPException) and exc.status_code == 413 and (limit or sampled) > 1:
+        over = isinstance(exc, HTTPException) and exc.status_code == 413 and (limit or sampled) > 1
+        if over and config_key is not None:  # (limit and sampled are known after the config only)
             # planned together, the part's sampled responses exceed DJ_MAX_JUDGMENTS: halve it, the next look
             # (a second away) takes the step again in smaller parts
-            _part_limit[monitor_id] = max(1, (limit or sampled) // 2)
+            _part_limit[monitor_id] = (max(1, (limit or sampled) // 2), config_key)
             log.warning(
                 "OTLP responses of monitor %s over DJ_MAX_JUDGMENTS: ingested %d sampled at a time from now",
                 monitor_id,
-                _part_limit[monitor_id],
+                _part_limit[monitor_id][0],
             )
             return None
-        _block(monitor_id)
+        _block(monitor_id, config_key)
         log.warning(
             "OTLP responses of monitor %s not processed (tried again in %.0f s): %s", monitor_id, BLOCKED_RETRY_S, exc
         )
@@ -448,7 +519,7 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
         return None
     except Exception:  # a fault of ours with this monitor's spans: the others go on
         session.rollback()
-        _block(monitor_id)
+        _block(monitor_id, config_key)
         log.exception("OTLP responses of monitor %s not processed (tried again in %.0f s)", monitor_id, BLOCKED_RETRY_S)
         return None
     except BaseException:
@@ -460,6 +531,21 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
     if judgment_ids:
         publish(settings, judgment_ids)
     return len(responses) if claimed or responses else None
+
+
+def _config_key(config: Any) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _known_part_limit(monitor_id: str, config_key: str) -> int | None:
+    """The part size a 413 taught this process for the monitor's current config (None: all at once)."""
+    known = _part_limit.get(monitor_id)
+    if known is None:
+        return None
+    if known[1] != config_key:
+        _part_limit.pop(monitor_id, None)
+        return None
+    return known[0]
 
 
 def ingest_parts(
@@ -496,7 +582,7 @@ def process_received(
     session: Session = session_factory()
     try:
         while True:
-            monitor_ids = spans_store.received_monitors(session, exclude=blocked_monitors())
+            monitor_ids = spans_store.received_monitors(session, exclude=blocked_monitors(session))
             session.rollback()
             progressed = False
             for monitor_id in monitor_ids:
@@ -521,7 +607,7 @@ def release_due(session_factory: Any, settings: Settings, now: datetime | None =
     total = 0
     session: Session = session_factory()
     try:
-        blocked = set(blocked_monitors())
+        blocked = set(blocked_monitors(session))
         monitor_ids = [m for m in spans_store.due_monitors(session, now) if m not in blocked]
         session.rollback()
         for monitor_id in monitor_ids:

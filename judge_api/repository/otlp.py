@@ -271,7 +271,12 @@ def clear_default_if(session: Session, monitor_id: str) -> None:
 
 
 def add_stats(
-    session: Session, monitor_ids: Sequence[str], day: str, counts: dict[str, dict[str, int]], notes: dict[str, str]
+    session: Session,
+    monitor_ids: Sequence[str],
+    day: str,
+    counts: dict[str, dict[str, int]],
+    notes: dict[str, str],
+    rejections: dict[str, str] | None = None,
 ) -> None:
     """Add the counts to each monitor's OTLP counts of the UTC day ``day`` (a new day starts from zero); the
     monitor rows are locked first (PostgreSQL: FOR NO KEY UPDATE, in id order), so concurrent exports add up. Not
@@ -294,4 +299,6 @@ def add_stats(
             current[key] = int(current.get(key, 0)) + value
         if monitor_id in notes:
             current["last_skip"] = notes[monitor_id]
+        if rejections and monitor_id in rejections:  # why the day's last span was rejected
+            current["last_rejected"] = rejections[monitor_id]
         session.execute(update(Monitor).where(Monitor.id == monitor_id).values(otlp_stats=current))

@@ -172,6 +172,9 @@ def otlp_status(session: Session, monitor: Monitor, now: datetime) -> OtlpStatus
             f"{stats['no_content']} LLM spans today carried no message content: "
             + str(stats.get("last_skip") or "turn the instrumentation's content capture on").split(": ", 1)[-1]
         )
+    if stats.get("rejected"):
+        last = stats.get("last_rejected")
+        notes.append(f"{stats['rejected']} spans rejected today" + (f" (the last: {last})" if last else ""))
     if waiting:
         notes.append(f"{waiting} responses wait for earlier turns of their conversation (at most DJ_OTLP_WAIT)")
     known = {k: int(v) for k, v in stats.items() if k in OtlpStatus.model_fields and k not in ("day", "message")}

@@ -190,7 +190,12 @@ class OtlpStatus(BaseModel):
     not_llm: int = 0
     tool_call: int = Field(default=0, description="LLM spans answering with a tool call (no text to judge)")
     no_content: int = Field(default=0, description="LLM spans without message content (content capture off)")
-    rejected: int = 0
+    rejected: int = Field(
+        default=0,
+        description="LLM spans that cannot become a response (a text over a limit or not storable), at receipt "
+        "(the exporter's partial_success says so too) or when released (a limit lowered since): the status message "
+        "names the last",
+    )
     message: str = ""
 
 

@@ -312,17 +312,22 @@ def permutation_p(name: str, x: np.ndarray, y: np.ndarray) -> float:
     return float(min(1.0, result.pvalue))
 
 
-def correlations(x: Any, y: Any, min_n: int = 3) -> dict[str, Any]:
+_CORRELATIONS = (("spearman", sps.spearmanr), ("kendall", sps.kendalltau), ("pearson", sps.pearsonr))
+
+
+def correlations(x: Any, y: Any, min_n: int = 3, *, kendall: bool = True) -> dict[str, Any]:
     """Spearman, Kendall tau-b and Pearson with p-values (None when n < min_n or an input is constant).
 
     Below ``PERMUTATION_MAX_N`` pairs the Spearman and Pearson p-values are permutation p-values
-    (:func:`permutation_p`); Kendall's is scipy's exact one when there are no ties, a permutation one with ties."""
+    (:func:`permutation_p`); Kendall's is scipy's exact one when there are no ties, a permutation one with ties.
+    ``kendall=False`` leaves Kendall's out (its keys too) for callers that do not show it: it is the costliest of
+    the three on many pairs."""
     xv = np.asarray(x, dtype="float64")
     yv = np.asarray(y, dtype="float64")
     ok = np.isfinite(xv) & np.isfinite(yv)
     xv, yv = xv[ok], yv[ok]
     out: dict[str, Any] = {"n": int(xv.size)}
-    for name, fn in (("spearman", sps.spearmanr), ("kendall", sps.kendalltau), ("pearson", sps.pearsonr)):
+    for name, fn in _CORRELATIONS if kendall else (_CORRELATIONS[0], _CORRELATIONS[2]):
         if xv.size < min_n or np.all(xv == xv[0]) or np.all(yv == yv[0]):
             stat, p = None, None
         else:

@@ -219,33 +219,35 @@ def score_distribution_use(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]
 
 
 def failure_rates(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Per judge: finished rows and the failed / unparseable rates among them (both modes)."""
+    """Per judge: finished rows and the failed / unparseable rates among them (both modes).
+
+    Counted on integer codes (issue 39): one ``bincount`` of judge x status instead of a string array per row."""
     df = F.validate_judgments(judgments)
-    status = df[F.STATUS].to_numpy()
-    g = (
-        pd.DataFrame(
-            {
-                "judge": F.column(df[F.JUDGE]),
-                "n_total": 1,
-                "n_finished": np.isin(status, F.FINISHED_STATUSES).astype(np.int64),
-                "n_failed": (status == F.FAILED).astype(np.int64),
-                "n_unparseable": (status == F.UNPARSEABLE).astype(np.int64),
-            }
-        )
-        .groupby("judge", sort=True)
-        .sum()
-    )
-    return {
-        str(j): {
-            "n_total": int(r["n_total"]),
-            "n_finished": int(r["n_finished"]),
-            "n_failed": int(r["n_failed"]),
-            "n_unparseable": int(r["n_unparseable"]),
-            "failure_rate": _ratio(r["n_failed"], r["n_finished"]),
-            "unparseable_rate": _ratio(r["n_unparseable"], r["n_finished"]),
+    judge, judges = F.sorted_codes(df[F.JUDGE])
+    status, statuses = F.sorted_codes(df[F.STATUS])
+    n_status = len(statuses)
+    table = np.bincount(judge * n_status + status, minlength=len(judges) * n_status).reshape(len(judges), n_status)
+    names = [str(v) for v in statuses]
+
+    def count(row: np.ndarray, wanted: tuple[str, ...]) -> int:
+        return int(sum(row[k] for k, name in enumerate(names) if name in wanted))
+
+    out: dict[str, dict[str, Any]] = {}
+    for k, name in enumerate(judges):
+        row = table[k]
+        if not row.sum():  # a category no row has (an encoded frame's subset)
+            continue
+        finished = count(row, tuple(F.FINISHED_STATUSES))
+        failed, unparseable = count(row, (F.FAILED,)), count(row, (F.UNPARSEABLE,))
+        out[str(name)] = {
+            "n_total": int(row.sum()),
+            "n_finished": finished,
+            "n_failed": failed,
+            "n_unparseable": unparseable,
+            "failure_rate": _ratio(failed, finished),
+            "unparseable_rate": _ratio(unparseable, finished),
         }
-        for j, r in g.iterrows()
-    }
+    return out
 
 
 def self_preference(

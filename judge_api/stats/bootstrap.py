@@ -71,8 +71,10 @@ def resample_counts(n: int, n_boot: int, rng: np.random.Generator) -> Iterator[N
     """Yield ``(chunk, n)`` matrices: how often each unit is drawn in each bootstrap replicate."""
     for idx in index_blocks(n, n_boot, rng):
         rows = idx.shape[0]
-        flat = idx + (np.arange(rows, dtype=np.int64) * n)[:, None]
-        yield np.bincount(flat.ravel(), minlength=rows * n).reshape(rows, n).astype("float64")
+        idx += (np.arange(rows, dtype=np.int64) * n)[:, None]  # in place: one block of indices less held (issue 39)
+        counts = np.bincount(idx.ravel(), minlength=rows * n)
+        del idx
+        yield counts.reshape(rows, n).astype("float64")
 
 
 def bootstrap_means(values: ArrayLike, n_boot: int, rng: np.random.Generator) -> NDArray[np.float64]:

@@ -70,8 +70,13 @@ def _repeated_done(df: pd.DataFrame) -> np.ndarray:
         return done
     code = np.zeros(int(done.sum()), dtype=np.int64)
     for col in KEY:
-        values, uniques = pd.factorize(df.loc[done, col], use_na_sentinel=True)
-        code = code * (len(uniques) + 1) + (values + 1)
+        column = df[col]
+        if isinstance(column.dtype, pd.CategoricalDtype):  # the report's encoded frame: its codes, no take
+            values, n_values = column.cat.codes.to_numpy("int64")[done], len(column.cat.categories)
+        else:
+            values, uniques = pd.factorize(column[done], use_na_sentinel=True)
+            n_values = len(uniques)
+        code = code * (n_values + 1) + (values + 1)
         code = pd.factorize(code)[0].astype(np.int64)  # keep the combined code small
     counts = np.bincount(code)
     out = np.zeros(len(df), dtype=bool)

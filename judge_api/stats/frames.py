@@ -18,7 +18,7 @@ get the other from the contract's default mapping (+-2 -> win/loss, +-1 and 0 ->
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -185,15 +185,18 @@ def _check_values(series: pd.Series, allowed: tuple[str, ...], column: str) -> N
         raise ValueError(f"column {column!r} has unknown value(s) {bad}; allowed: {list(allowed)}")
 
 
-def _as_str(series: pd.Series) -> pd.Series:
-    """A string column (pandas' ``str`` dtype), reusing the data when it already is one."""
+def _as_str(series: pd.Series, encoded: bool = False) -> pd.Series:
+    """A string column (pandas' ``str`` dtype), reusing the data when it already is one; with ``encoded``, a
+    categorical of strings stays categorical (``encode_strings``' frames: no string is materialised)."""
     s = series.reset_index(drop=True)
+    if encoded and isinstance(s.dtype, pd.CategoricalDtype) and s.cat.categories.inferred_type in ("string", "empty"):
+        return s
     return s if isinstance(s.dtype, pd.StringDtype) else s.astype("str")
 
 
-def _optional_str(series: pd.Series) -> pd.Series:
+def _optional_str(series: pd.Series, encoded: bool = False) -> pd.Series:
     """Strings with missing values as NA (empty strings count as missing)."""
-    out = _as_str(series)
+    out = _as_str(series, encoded)
     if isinstance(series.dtype, pd.StringDtype) or series.dtype == object:
         empty = (out == "").fillna(False).to_numpy(dtype=bool)
         if empty.any():
@@ -219,13 +222,13 @@ def _is_validated(df: pd.DataFrame, columns: tuple[str, ...]) -> bool:
     return bool(df.attrs.get(VALIDATED)) and tuple(df.columns) == columns
 
 
-def validate_judgments(df: pd.DataFrame) -> pd.DataFrame:
+def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFrame:
     """Check a judgments frame and return a normalised copy (all contract columns, fixed dtypes).
 
     Raises ``ValueError`` when a required column is missing or a categorical column holds an
     unknown value.  Never drops rows.  A frame this function returned (or a row subset of it) is
-    passed through unchanged.
-    """
+    passed through unchanged. ``encoded``: string columns that are categoricals of strings stay categorical (the
+    report's frames, ``encode_strings``; the values and the checks are the same)."""
     if _is_validated(df, JUDGMENT_COLUMNS):
         return df
     _check_required(df, JUDGMENT_REQUIRED, "judgments")
@@ -233,12 +236,12 @@ def validate_judgments(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(index=pd.RangeIndex(n))
     for col in _STR_COLUMNS:
         if col in df.columns:
-            out[col] = _as_str(df[col])
+            out[col] = _as_str(df[col], encoded)
         else:
             out[col] = pd.Series([""] * n, dtype="str")
     for col in _OPTIONAL_STR_COLUMNS:
         if col in df.columns:
-            out[col] = _optional_str(df[col])
+            out[col] = _optional_str(df[col], encoded)
         else:
             out[col] = pd.Series([None] * n, dtype="str")
     for col in _FLOAT_COLUMNS:
@@ -375,6 +378,15 @@ def stack_encoded(first: pd.DataFrame, then: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([first, then], ignore_index=True)
 
 
+def sorted_codes(series: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """Integer codes of a key column that sort as its values sort, and the values they stand for: a categorical's own
+    codes when its categories are sorted (``encode_strings``), else a sorted factorisation (missing: -1)."""
+    if isinstance(series.dtype, pd.CategoricalDtype) and series.cat.categories.is_monotonic_increasing:
+        return series.cat.codes.to_numpy("int64"), series.cat.categories
+    codes, uniques = pd.factorize(series, sort=True)
+    return codes.astype("int64"), pd.Index(uniques)
+
+
 def distinct(*series: pd.Series) -> list[str]:
     """Sorted distinct non-missing values of one or more string columns (fast on Arrow strings)."""
     values: set[str] = set()
@@ -399,17 +411,27 @@ def column(series: pd.Series) -> pd.Series:
     return series.reset_index(drop=True)
 
 
+def _status_flags(status: pd.Series) -> Callable[[str], np.ndarray]:
+    """``flag(name)``: which rows have that status; on a categorical's codes, without a string per row (issue 39)."""
+    if isinstance(status.dtype, pd.CategoricalDtype):
+        codes = status.cat.codes.to_numpy()
+        where = {str(v): k for k, v in enumerate(status.cat.categories)}
+        return lambda name: codes == where[name] if name in where else np.zeros(len(codes), dtype=bool)
+    values = status.to_numpy()
+    return lambda name: np.asarray(values == name, dtype=bool)
+
+
 def status_counts_frame(status: pd.Series, keys: Mapping[str, pd.Series]) -> pd.DataFrame:
     """One row per group of ``keys`` (name -> column) with the ``STATUS_COLUMNS`` counts."""
-    st = status.to_numpy()
+    is_status = _status_flags(status)
     flags = pd.DataFrame(
         {
-            "n_total": np.ones(len(st), dtype="int64"),
-            "n_done": (st == DONE).astype("int64"),
-            "n_failed": (st == FAILED).astype("int64"),
-            "n_unparseable": (st == UNPARSEABLE).astype("int64"),
-            "n_pending": np.isin(st, [PENDING, RUNNING]).astype("int64"),
-            "n_cancelled": (st == CANCELLED).astype("int64"),
+            "n_total": np.ones(len(status), dtype="int64"),
+            "n_done": is_status(DONE).astype("int64"),
+            "n_failed": is_status(FAILED).astype("int64"),
+            "n_unparseable": is_status(UNPARSEABLE).astype("int64"),
+            "n_pending": (is_status(PENDING) | is_status(RUNNING)).astype("int64"),
+            "n_cancelled": is_status(CANCELLED).astype("int64"),
         }
     )
     for name, values in keys.items():

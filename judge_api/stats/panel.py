@@ -183,9 +183,11 @@ def panel_rows(
     name: str = PANEL_JUDGE,
     items: pd.DataFrame | None = None,
     combined: pd.DataFrame | None = None,
+    encoded: bool = False,
 ) -> pd.DataFrame:
     """The panel's synthetic judgments, one per unit with a quorum (a validated judgments frame; empty when no unit
-    has one). ``quorum``: the members a unit needs (default: a majority of ``members``)."""
+    has one). ``quorum``: the members a unit needs (default: a majority of ``members``). ``encoded``: the key
+    columns stay categorical when ``items`` / ``combined`` have them so (``report.build_report``'s frames)."""
     if aggregate not in AGGREGATES:
         raise ValueError(f"panel aggregate {aggregate!r} is not one of {list(AGGREGATES)}")
     needed = resolve_quorum(members, quorum)
@@ -206,7 +208,7 @@ def panel_rows(
     rows[F.STATUS] = F.DONE
     rows[F.RUBRIC_ID] = PANEL_JUDGE
     rows[F.CACHED] = True
-    return F.validate_judgments(rows)
+    return F.validate_judgments(rows, encoded=encoded)
 
 
 def with_panel(
@@ -270,9 +272,9 @@ def panel_coverage(
     df = F.validate_judgments(judgments)
     items = item_scores(df, validated=True) if items is None else items
     combined = combine_orders(df, validated=True) if combined is None else combined
-    asked = df[df[F.JUDGE].isin(list(members)).to_numpy()]
-    single_asked = asked.loc[(asked[F.MODE] == F.SINGLE).to_numpy(), SINGLE_UNIT].drop_duplicates()
-    pair_asked = asked.loc[(asked[F.MODE] == F.PAIRWISE).to_numpy(), PAIR_UNIT].drop_duplicates()
+    asked = df[F.JUDGE].isin(list(members)).to_numpy()  # the members' rows: only the unit columns are taken
+    single_asked = df.loc[asked & (df[F.MODE] == F.SINGLE).to_numpy(), SINGLE_UNIT].drop_duplicates()
+    pair_asked = df.loc[asked & (df[F.MODE] == F.PAIRWISE).to_numpy(), PAIR_UNIT].drop_duplicates()
     single = _member_counts(items, members)
     single = single.assign(verdict=single["n_members"] >= needed, split=False)
     votes = _pairwise_votes(combined, members)
@@ -300,6 +302,19 @@ def panel_coverage(
 
 
 # --- agreement between judges ------------------------------------------------------------------------------------
+def unit_keys(*columns: pd.Series) -> np.ndarray:
+    """One int64 per row naming the tuple of its keys: equal tuples give equal keys, and the keys sort as the tuples
+    do (each column's codes sort as its strings). The inter-judge units, (item, system) and (item, system a,
+    system b), were strings joined with ``"\x1f"`` that had to be built and hashed for every item score (issue 39);
+    those sort the same wherever the ids hold no control character below ``"\x1f"``, and factorise in the same
+    order of first appearance, so every figure is the same."""
+    key = np.zeros(len(columns[0]) if columns else 0, dtype=np.int64)
+    for col in columns:
+        codes, values = F.sorted_codes(col)
+        key = key * max(len(values), 1) + codes
+    return key
+
+
 def _score_units(items: pd.DataFrame, members: Sequence[str], n_bins: int) -> pd.DataFrame:
     sub = items[items[F.JUDGE].isin(list(members))]
     unit = to_unit(sub[F.SCORE], sub[F.SCALE_MIN], sub[F.SCALE_MAX])
@@ -307,7 +322,7 @@ def _score_units(items: pd.DataFrame, members: Sequence[str], n_bins: int) -> pd
         {
             F.ASPECT: F.column(sub[F.ASPECT]),
             F.JUDGE: F.column(sub[F.JUDGE]),
-            "unit_key": (sub[F.ITEM_ID].astype(str) + "\x1f" + sub["system"].astype(str)).to_numpy(),
+            "unit_key": unit_keys(sub[F.ITEM_ID], sub["system"]),
             "unit": unit,
             "bin": to_bins(unit, 0.0, 1.0, n_bins),
         }
@@ -316,29 +331,41 @@ def _score_units(items: pd.DataFrame, members: Sequence[str], n_bins: int) -> pd
 
 def _outcome_units(combined: pd.DataFrame, members: Sequence[str]) -> pd.DataFrame:
     sub = combined[combined[F.JUDGE].isin(list(members))]
-    key = sub[F.ITEM_ID].astype(str) + "\x1f" + sub[F.SYSTEM_A].astype(str) + "\x1f" + sub[F.SYSTEM_B].astype(str)
     return pd.DataFrame(
         {
             F.ASPECT: F.column(sub[F.ASPECT]),
             F.JUDGE: F.column(sub[F.JUDGE]),
-            "unit_key": key.to_numpy(),
+            "unit_key": unit_keys(sub[F.ITEM_ID], sub[F.SYSTEM_A], sub[F.SYSTEM_B]),
             "code": sub[F.OUTCOME].map(F.OUTCOME_CODE).to_numpy("float64"),
         }
     )
 
 
+def _both(grp: pd.DataFrame, a: str, b: str, value: str) -> tuple[np.ndarray, np.ndarray]:
+    """The values of judges ``a`` and ``b`` on the units both gave a finite one, in the order of the units' keys:
+    what ``pivot_table(index="unit_key", columns=judge, aggfunc="first")[[a, b]].dropna()`` gave (each judge has one
+    row per unit), on integer keys instead of a pivoted frame (issue 39)."""
+    judge = grp[F.JUDGE].to_numpy()
+    keys = grp["unit_key"].to_numpy("int64")
+    values = grp[value].to_numpy("float64")
+    sides = []
+    for name in (a, b):
+        mine = (judge == name) & np.isfinite(values)
+        sides.append((keys[mine], values[mine]))
+    (ka, va), (kb, vb) = sides
+    _, ia, ib = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
+    return va[ia], vb[ib]
+
+
 def _pair_scores(grp: pd.DataFrame, a: str, b: str, n_bins: int) -> dict[str, Any]:
-    wide_unit = grp.pivot_table(index="unit_key", columns=F.JUDGE, values="unit", aggfunc="first")
-    both = wide_unit[[a, b]].dropna() if {a, b} <= set(wide_unit.columns) else pd.DataFrame(columns=[a, b])
-    corr = correlations(both[a], both[b]) if len(both) else {"n": 0, "spearman": None}
+    x, y = _both(grp, a, b, "unit")
+    corr = correlations(x, y, kendall=False) if x.size else {"n": 0, "spearman": None}
     qwk = (
-        quadratic_weighted_kappa(to_bins(both[a], 0.0, 1.0, n_bins), to_bins(both[b], 0.0, 1.0, n_bins), n_bins)
-        if len(both)
-        else None
+        quadratic_weighted_kappa(to_bins(x, 0.0, 1.0, n_bins), to_bins(y, 0.0, 1.0, n_bins), n_bins) if x.size else None
     )
-    diff = (both[a] - both[b]).abs().to_numpy("float64")
+    diff = np.abs(x - y)
     return {
-        "n": len(both),
+        "n": int(x.size),
         "spearman": corr["spearman"],
         "pearson": corr.get("pearson"),
         "qwk": qwk,
@@ -347,13 +374,12 @@ def _pair_scores(grp: pd.DataFrame, a: str, b: str, n_bins: int) -> dict[str, An
 
 
 def _pair_outcomes(grp: pd.DataFrame, a: str, b: str) -> dict[str, Any]:
-    wide = grp.pivot_table(index="unit_key", columns=F.JUDGE, values="code", aggfunc="first")
-    both = wide[[a, b]].dropna() if {a, b} <= set(wide.columns) else pd.DataFrame(columns=[a, b])
-    x = both[a].to_numpy("int64") + 1 if len(both) else np.zeros(0, dtype=np.int64)
-    y = both[b].to_numpy("int64") + 1 if len(both) else np.zeros(0, dtype=np.int64)
+    xa, yb = _both(grp, a, b, "code")
+    x = xa.astype("int64") + 1
+    y = yb.astype("int64") + 1
     confusion = np.bincount(x * 3 + y, minlength=9).reshape(3, 3)
     return {
-        "n": len(both),
+        "n": int(x.size),
         "agreement": float(np.trace(confusion) / confusion.sum()) if confusion.sum() else None,
         "kappa": cohen_kappa(confusion) if confusion.sum() else None,
     }

@@ -265,17 +265,26 @@ def _status_by_pair(df: pd.DataFrame) -> pd.DataFrame:
     return F.status_counts_frame(df[F.STATUS], {k: df[k] for k in GROUP_KEYS})
 
 
+STATUS_ROW_COLUMNS = [*GROUP_KEYS, F.STATUS]
+"""The columns ``preference_summary`` counts statuses by."""
+
+
 def preference_summary(
-    judgments: pd.DataFrame, *, ci: float = 0.95, combined: pd.DataFrame | None = None
+    judgments: pd.DataFrame,
+    *,
+    ci: float = 0.95,
+    combined: pd.DataFrame | None = None,
+    status_rows: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per system pair x aspect x judge: combined-outcome counts, rates, win rate CI, status counts.
 
     Status counts (``n_total`` ... ``n_pending``) are judgment rows (orders and samples), the
     outcome counts are combined keys.  Pairs with no usable outcome keep ``n = 0``.
-    ``combined`` (``combine_orders`` output of the same frame) skips recombining the orders.
+    ``combined`` (``combine_orders`` output of the same frame) skips recombining the orders; ``status_rows``
+    (``pairwise_rows(frame, STATUS_ROW_COLUMNS)`` of the same frame) the status counts' rows.
     """
     df = F.validate_judgments(judgments)
-    rows = pairwise_rows(df, [*GROUP_KEYS, F.STATUS])
+    rows = pairwise_rows(df, STATUS_ROW_COLUMNS) if status_rows is None else status_rows
     if rows.empty:
         return pd.DataFrame(columns=PREFERENCE_COLUMNS)
     status = _status_by_pair(rows)

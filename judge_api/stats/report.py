@@ -54,9 +54,18 @@ from judge_api.stats.panel import (
     panel_rows,
     resolve_quorum,
 )
-from judge_api.stats.preferences import combine_orders, preference_summary
+from judge_api.stats.preferences import STATUS_ROW_COLUMNS as PREFERENCE_STATUS_COLUMNS
+from judge_api.stats.preferences import combine_orders, pairwise_rows, preference_summary
 from judge_api.stats.ranking import bradley_terry
-from judge_api.stats.scores import item_scores, paired_comparisons, paper_cell_counts, paper_table, score_summary
+from judge_api.stats.scores import STATUS_ROW_COLUMNS as SCORE_STATUS_COLUMNS
+from judge_api.stats.scores import (
+    item_scores,
+    paired_comparisons,
+    paper_cell_counts,
+    paper_table,
+    score_summary,
+    single_rows,
+)
 
 SECTIONS = (
     "meta",
@@ -275,8 +284,12 @@ def build_report(
     stored = F.encode_strings(F.validate_judgments(judgments))
     settings = panel_config(panel)
     imported = F.imported_judges(stored)
-    members, df, panel_judgments, items, combined = _with_panel(stored, settings, imported)
-    real = stored[~stored[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()]
+    # the frame with the panel's rows appended is a copy of every row: built only for the sections that read rows
+    # (agreement with humans, calibrated); the others take the panel's item scores / outcomes / status rows (issue 39)
+    members, df, panel_judgments, items, combined = _with_panel(stored, settings, imported, stack=ratings is not None)
+    frame = stored if df is None else df
+    single_status, pair_status = _status_rows(stored, panel_judgments) if df is None else (None, None)
+    real = _without_pseudo_judges(stored)
     report: dict[str, Any] = {
         "meta": {
             "n_boot": n_boot,
@@ -293,19 +306,19 @@ def build_report(
             },
         },
         "counts": {**counts_section(stored), "imported": imported},
-        "scores": score_summary(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
-        "paired": paired_comparisons(df, n_boot=n_boot, seed=seed, ci=ci, items=items),
-        "paper_table": _paper_section(paper_table(df, items=items), paper_cell_counts(items)),
-        "preferences": preference_summary(df, ci=ci, combined=combined),
-        "ranking": bradley_terry(df, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
+        "scores": score_summary(frame, n_boot=n_boot, seed=seed, ci=ci, items=items, status_rows=single_status),
+        "paired": paired_comparisons(frame, n_boot=n_boot, seed=seed, ci=ci, items=items),
+        "paper_table": _paper_section(paper_table(frame, items=items), paper_cell_counts(items)),
+        "preferences": preference_summary(frame, ci=ci, combined=combined, status_rows=pair_status),
+        "ranking": bradley_terry(frame, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
         "agreement": None,
         "calibrated": None,
         "bias": bias_report(
             real,
             thresholds=thresholds,
             families=families,
-            combined=combined[~combined[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()],
-            items=items[~items[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()],
+            combined=_without_pseudo_judges(combined),
+            items=_without_pseudo_judges(items),
         ),
         "cost": cost_section(stored),
         "self_consistency": self_consistency_section(stored, validated=True),
@@ -326,6 +339,7 @@ def build_report(
             "inter_judge": inter_judge_agreement(stored, members, n_bins=n_bins, items=items, combined=combined),
         }
     if ratings is not None:
+        assert df is not None  # stacked when there are ratings
         r = F.validate_ratings(ratings)
         report["agreement"] = {
             "human_prefix": human_prefix,
@@ -352,11 +366,28 @@ def build_report(
     return out
 
 
+def _without_pseudo_judges(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the real judges (not the panel nor the reference metrics); the frame itself when it has no others,
+    not a copy of every column of it (issue 39: a million rows)."""
+    pseudo = frame[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()
+    return frame[~pseudo] if pseudo.any() else frame
+
+
+def _status_rows(stored: pd.DataFrame, panel: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows ``score_summary`` and ``preference_summary`` count statuses on, the stored judgments' and then the
+    panel's: the same rows, in the same order, as they take from the frame with the panel's rows appended, without
+    copying every column of every row into that frame."""
+    single_cols, pair_cols = SCORE_STATUS_COLUMNS, PREFERENCE_STATUS_COLUMNS
+    single = F.stack_encoded(single_rows(stored, single_cols), single_rows(panel, single_cols))
+    return single, F.stack_encoded(pairwise_rows(stored, pair_cols), pairwise_rows(panel, pair_cols))
+
+
 def _with_panel(
-    stored: pd.DataFrame, settings: Mapping[str, Any], imported: Mapping[str, Any]
-) -> tuple[list[str], pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    stored: pd.DataFrame, settings: Mapping[str, Any], imported: Mapping[str, Any], *, stack: bool = True
+) -> tuple[list[str], pd.DataFrame | None, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The panel's members, the frame with the panel's rows added, those rows, and the frame's item scores
-    (``item_scores``) and order-combined outcomes (``combine_orders``).
+    (``item_scores``) and order-combined outcomes (``combine_orders``). With ``stack=False`` the frame is None when
+    the panel has rows (the caller does not need every row twice), else the stored frame.
 
     The item scores and outcomes of the stored judgments are computed once and serve the panel too; the panel's own
     are appended (issue 39). Both functions keep their groups in the order they first appear and the panel's rows
@@ -378,17 +409,23 @@ def _with_panel(
         quorum=settings["quorum"],
         items=stored_items,
         combined=stored_combined,
+        encoded=True,
     )
     if rows.empty:
         return members, stored, rows, stored_items, stored_combined
     rows = F.encode_strings(rows.assign(**{F.JUDGMENT_ID: -np.arange(1, len(rows) + 1)}))
-    df = F.stack_encoded(stored, rows)
-    df.attrs = dict(stored.attrs)
     if (stored[F.JUDGE] == PANEL_JUDGE).any():  # a stored judge named like the panel: its groups would merge
+        df = _stacked(stored, rows)
         return members, df, rows, item_scores(df, validated=True), combine_orders(df, validated=True)
     items = F.stack_encoded(stored_items, item_scores(rows, validated=True))
     combined = F.stack_encoded(stored_combined, combine_orders(rows, validated=True))
-    return members, df, rows, items, combined
+    return members, _stacked(stored, rows) if stack else None, rows, items, combined
+
+
+def _stacked(stored: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    df = F.stack_encoded(stored, rows)
+    df.attrs = dict(stored.attrs)
+    return df
 
 
 def calibrated_report(
@@ -405,6 +442,7 @@ def calibrated_report(
         return None
     stored = F.encode_strings(F.validate_judgments(judgments))
     members, df, _, items, combined = _with_panel(stored, panel_config(panel), F.imported_judges(stored))
+    assert df is not None
     r = F.validate_ratings(ratings)
     human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
     return calibrated_section(

@@ -115,6 +115,10 @@ def _group_scale(items: pd.DataFrame) -> tuple[float, float]:
     return lo_v, hi_v
 
 
+STATUS_ROW_COLUMNS = [F.SYSTEM_A, F.ASPECT, F.JUDGE, F.STATUS]
+"""The columns ``score_summary`` counts statuses by (``single_rows`` names ``system_a`` ``system``)."""
+
+
 def score_summary(
     judgments: pd.DataFrame,
     *,
@@ -123,14 +127,16 @@ def score_summary(
     ci: float = 0.95,
     max_bins: int = 10,
     items: pd.DataFrame | None = None,
+    status_rows: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per system x aspect x judge: n, mean, median, std, bootstrap CI, histogram and status counts.
 
     Groups whose judgments all failed (or are pending) are kept with ``n = 0`` and NaN statistics.
-    ``items`` (``item_scores`` output of the same frame) skips recomputing the item scores.
+    ``items`` (``item_scores`` output of the same frame) skips recomputing the item scores; ``status_rows``
+    (``single_rows(frame, STATUS_ROW_COLUMNS)`` of the same frame) the status counts' rows.
     """
     df = F.validate_judgments(judgments)
-    counts = _status_table(single_rows(df, [F.SYSTEM_A, F.ASPECT, F.JUDGE, F.STATUS]), GROUP_KEYS)
+    counts = _status_table(single_rows(df, STATUS_ROW_COLUMNS) if status_rows is None else status_rows, GROUP_KEYS)
     items = item_scores(df, validated=True) if items is None else items
     columns = [
         *GROUP_KEYS,
@@ -317,14 +323,40 @@ def paired_comparisons(
         return pd.DataFrame(columns=PAIRED_COLUMNS)
     records = []
     widths = {key: _scale_width(group) for key, group in items.groupby([F.ASPECT, F.JUDGE], sort=False)}
-    for (aspect, judge), block in _wide(items).groupby(level=[0, 1], sort=True):
-        block = block.dropna(axis=1, how="all")
-        for sx, sy in combinations(sorted(block.columns), 2):
-            x = block[sx].to_numpy("float64")
-            y = block[sy].to_numpy("float64")
+    for (aspect, judge), systems, table in _wide_blocks(items):
+        for i, j in combinations(range(len(systems)), 2):
             width = widths.get((aspect, judge))
-            records.append(_paired_record(x, y, (aspect, judge, sx, sy), n_boot, seed, ci, width))
+            key = (aspect, judge, systems[i], systems[j])
+            records.append(_paired_record(table[:, i], table[:, j], key, n_boot, seed, ci, width))
     return pd.DataFrame.from_records(records, columns=PAIRED_COLUMNS)
+
+
+def _wide_blocks(items: pd.DataFrame) -> list[tuple[tuple[str, str], list[str], np.ndarray]]:
+    """Per (aspect, judge), sorted: the systems with a score there (sorted) and the (items x systems) table of their
+    scores, items sorted, NaN where a system has none. What ``_wide(items).groupby(level=[0, 1])`` and dropping the
+    all-NaN columns gave, on integer codes instead of an unstacked frame (issue 39); ``_wide`` stays the
+    definition (``tests/stats/test_stats_report_aggregates.py`` compares the two)."""
+    aspect, aspects = F.sorted_codes(items[F.ASPECT])
+    judge, judges = F.sorted_codes(items[F.JUDGE])
+    item, _ = F.sorted_codes(items[F.ITEM_ID])
+    system, systems = F.sorted_codes(items[SYSTEM])
+    n_items, n_systems = int(item.max()) + 1, len(systems)
+    block = aspect * len(judges) + judge
+    row_key = block * n_items + item
+    rows, row = np.unique(row_key, return_inverse=True)  # the wide frame's rows: (aspect, judge, item), sorted
+    table = np.full((rows.size, n_systems), np.nan)
+    table[row, system] = items[F.SCORE].to_numpy("float64")
+    row_block = rows // n_items
+    starts = np.flatnonzero(np.r_[True, row_block[1:] != row_block[:-1]])
+    ends = np.r_[starts[1:], rows.size]
+    out = []
+    for start, end in zip(starts, ends, strict=True):
+        b = int(row_block[start])
+        part = table[start:end]
+        present = np.flatnonzero(~np.isnan(part).all(axis=0))
+        key = (str(aspects[b // len(judges)]), str(judges[b % len(judges)]))
+        out.append((key, [str(systems[k]) for k in present], part[:, present]))
+    return out
 
 
 def ordered_aspects(aspects: list[str] | np.ndarray | pd.Index) -> list[str]:

@@ -376,3 +376,74 @@ def test_history_is_purged_by_when_it_was_received_not_by_the_spans_own_clock(ot
         left = connection.execute(text("SELECT COUNT(*) FROM otlp_spans WHERE monitor_id = :m"), {"m": monitor})
         assert left.scalar_one() == 0  # purged once the history window after their receipt is over
     engine.dispose()
+
+
+def test_a_response_refused_at_release_is_counted_rejected_and_named(otlp_api: Api) -> None:
+    """A span stored under one limit and released under a lower one (DJ_MAX_CHARS_PER_TURN changed between): the
+    response is not ingested and the monitor's status counts it rejected and says why (it was dropped silently)."""
+    monitor = create_monitor(otlp_api)
+    long_span = exchange_span(1, "conv-long", [], "x" * 300, "Sure.", day=0)
+    assert post(otlp_api, [long_span], monitor=monitor).status_code == 200
+    before = status_of(otlp_api, monitor)["otlp"]
+    lower = settings_of(otlp_api).model_copy(update={"max_chars_per_turn": 100})
+    assert process_received(session_factory(), lower) == 0
+    assert responses_of(otlp_api, monitor) == 0
+    status = status_of(otlp_api, monitor)
+    assert status["otlp"]["rejected"] == before["rejected"] + 1
+    assert f"{before['rejected'] + 1} spans rejected today" in status["otlp"]["message"]
+    assert (
+        "cannot become a response" in status["otlp"]["message"] and "DJ_MAX_CHARS_PER_TURN" in status["otlp"]["message"]
+    )
+    assert process(otlp_api) == 0 and responses_of(otlp_api, monitor) == 0  # released once: not handed over again
+
+
+def test_input_messages_parsed_at_receipt_are_stored_parsed_not_as_the_spans_text(otlp_api: Api) -> None:
+    """Review r38c: messages over ``raw_within``'s cheap bound (an image sent inline, a long history) are parsed in
+    the request to check them, but the span's whole JSON text was stored anyway (``raw_messages``): a 300 kB base64
+    image became 300 kB of every span's stored row, parsed again at every processing step of its conversation. What
+    the request parsed is stored parsed, as before the change (``[image]``)."""
+    monitor = create_monitor(otlp_api)
+    spec = exchange_span(9001, "conv-image", [], "look", "A dog.", day=0)
+    inputs = [
+        {
+            "role": "user",
+            "parts": [
+                {"type": "text", "content": "look"},
+                {"type": "blob", "modality": "image", "content": "A" * 300_000},
+            ],
+        }
+    ]
+    spec.attrs["gen_ai.input.messages"] = json.dumps(inputs)
+    assert post(otlp_api, [spec], monitor=monitor).status_code == 200
+    engine = create_engine(otlp_api.database_url)
+    with engine.connect() as connection:
+        stored = connection.execute(
+            text("SELECT call FROM otlp_spans WHERE monitor_id = :m AND response_id = :r"),
+            {"m": monitor, "r": f"otlp-{spec.trace_id.hex()}-{spec.span_id.hex()}"},
+        ).scalar_one()
+    engine.dispose()
+    call = stored if isinstance(stored, dict) else json.loads(stored)
+    assert "raw_messages" not in call and len(json.dumps(call)) < 10_000
+    assert call["messages"][-1] == {"role": "user", "text": "look\n[image]"}
+    assert process(otlp_api) == 1
+    item = items_of(otlp_api, monitor)[f"otlp-{spec.trace_id.hex()}-{spec.span_id.hex()}"]
+    assert item["dialogue"][-1]["text"] == "look\n[image]"
+
+
+def test_a_response_refused_at_release_is_not_counted_as_judged_after_waiting(otlp_api: Api) -> None:
+    """Review r38c: ``waited`` counts the responses judged with earlier turns missing; a response refused at its
+    release (counted ``rejected``) was counted ``waited`` as well, though nothing was judged."""
+    monitor = create_monitor(otlp_api)
+    third = exchange_span(
+        8003, "conv-refused-late", [("Hi.", "Hello!"), ("Back.", "Welcome back!")], "x" * 300, "Ok.", 2
+    )
+    assert post(otlp_api, [third], monitor=monitor).status_code == 200
+    lower = settings_of(otlp_api).model_copy(update={"max_chars_per_turn": 100})
+    assert process_received(session_factory(), lower) == 0  # waits for its earlier turns
+    before = status_of(otlp_api, monitor)["otlp"]
+    later = utcnow() + timedelta(seconds=61)
+    assert release_due(session_factory(), lower, now=later) == 0
+    after = status_of(otlp_api, monitor)["otlp"]
+    assert after["rejected"] == before["rejected"] + 1
+    assert after["waited"] == before["waited"]  # refused, not judged
+    assert responses_of(otlp_api, monitor) == 0

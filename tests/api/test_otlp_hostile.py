@@ -171,6 +171,8 @@ def test_a_text_that_cannot_be_stored_is_a_rejected_span_never_a_500_nor_a_silen
     assert partial["rejectedSpans"] == "1" and "cannot be stored" in partial["errorMessage"], where
     assert spans_of(pg_api, monitor) == {good.response_id}  # the bad span is not kept, even as history
     assert set(items_of(pg_api, monitor)) == {good.response_id}  # and the run's items still read back
+    status = pg_api.client.get(f"/v1/monitors/{monitor}", headers=pg_api.as_key("alpha")).json()["status"]["otlp"]
+    assert status["rejected"] == 1 and "cannot be stored" in status["message"], where  # the status names it too
 
 
 @pytest.mark.parametrize("ref", ["mon\x00", "mon@SURROGATE@", "m" * 5000])

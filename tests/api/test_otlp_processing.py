@@ -231,6 +231,29 @@ def test_a_fault_with_one_monitors_spans_neither_stops_the_others_nor_spins(
     assert_judged_once(api, spans)
 
 
+def test_a_monitor_left_aside_is_tried_again_at_once_when_its_config_changes(
+    api_factory: ApiFactory, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A monitor whose step failed waited BLOCKED_RETRY_S (30 s) even after a PATCH that fixed it; a changed config
+    is now tried at the next look."""
+    api, monitors, spans = stored_api(api_factory, sqlite_url)
+    broken = min(monitors)
+    settings = get_settings()
+    original = intake.ingest
+
+    def faulty(session: Any, monitor: Any, responses: Any, settings: Any, **options: Any) -> Any:
+        if monitor.id == broken and monitor.config["aspects"] == ["consistency"]:
+            raise KeyError("this config cannot be ingested")
+        return original(session, monitor, responses, settings, **options)
+
+    monkeypatch.setattr(intake, "ingest", faulty)
+    assert intake.process_received(session_factory(), settings) == spans // 2
+    assert intake.process_received(session_factory(), settings) == 0  # left aside
+    patched = api.client.patch(f"/v1/monitors/{broken}", json={"aspects": ["coherence"]})
+    assert patched.status_code == 200, patched.text
+    assert intake.process_received(session_factory(), settings) == spans // 2  # at once, not 30 s later
+
+
 def test_the_daily_budget_pauses_sampling_within_a_processing_step(api_factory: ApiFactory, sqlite_url: str) -> None:
     """A processing step ingests up to PROCESS_BATCH spans (and every response due): the budget was looked at once
     for the whole step, so an export of 20 responses to a monitor with 3.5 responses' worth of budget left sampled
@@ -311,6 +334,31 @@ def test_a_step_over_dj_max_judgments_is_split_not_stuck(api_factory: ApiFactory
     )
 
 
+def test_a_part_size_learnt_from_a_413_holds_for_its_config_only(api_factory: ApiFactory, sqlite_url: str) -> None:
+    """The halved part size used to stay for the process's life: after a PATCH to fewer judges or aspects the
+    monitor was still ingested one sampled response at a time. It now holds for the config it was learnt with."""
+    api = api_factory(auth=False, database_url=sqlite_url, DJ_OTLP_PROCESS="workers", DJ_MAX_JUDGMENTS="6")
+    body = monitor_body(sample_rate=1.0, daily_budget_usd=None, alerts=[], callback_url=None, callback_secret=None)
+    monitor = str(api.client.post("/v1/monitors", json=body).json()["id"])
+    settings = get_settings()
+
+    def export_and_process(first: int) -> int:
+        specs = [SpanSpec(first + i, 1, attrs=current([("user", f"Hi {i}")], f"Hello {i}")) for i in range(8)]
+        payload, headers = encoded(export(specs, {"dialogue_judge.monitor": monitor}), "protobuf")
+        assert api.client.post(PATH, content=payload, headers=headers).status_code == 200
+        return sum(intake.process_received(session_factory(), settings) for _ in range(6))
+
+    assert export_and_process(7100) == 8
+    learnt = intake._part_limit[monitor]
+    assert learnt[0] < 8  # halved by the 413s
+    assert export_and_process(7200) == 8
+    assert intake._part_limit[monitor] == learnt  # the same config: kept
+    patched = api.client.patch(f"/v1/monitors/{monitor}", json={"aspects": ["consistency", "coherence"]})
+    assert patched.status_code == 200, patched.text
+    export_and_process(7300)
+    assert intake._part_limit.get(monitor, (None, ""))[1] != learnt[1]  # learnt again or gone, never the old one
+
+
 def test_concurrent_exports_to_one_monitor_do_not_deadlock(api_factory: ApiFactory, pg_url: str) -> None:
     """PostgreSQL: an export's insert of spans takes a KEY SHARE lock on its monitor's row (the foreign key), then
     its counts locked the row FOR UPDATE, which waits for every other KEY SHARE holder: two exports to one monitor
@@ -364,3 +412,30 @@ def test_concurrent_exports_to_one_monitor_do_not_deadlock(api_factory: ApiFacto
         first.close()
         second.close()
     assert api.client.get(f"/v1/monitors/{monitor}").json()["status"]["otlp"]["spans"] == 2
+
+
+def test_a_monitor_whose_step_fails_before_its_config_is_read_is_still_left_aside(
+    api_factory: ApiFactory, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review r38c: a step that failed in ``settle`` (a stored span this version cannot read) was blocked with an
+    empty config key, which never equals the monitor's config: the next look took it as "config changed" and tried
+    it again at once, at every look, instead of after BLOCKED_RETRY_S."""
+    api, monitors, spans = stored_api(api_factory, sqlite_url)
+    broken = min(monitors)
+    settings = get_settings()
+    original = intake.settle
+    tries: Counter[str] = Counter()
+
+    def faulty(session: Any, monitor: Any, *args: Any, **kwargs: Any) -> Any:
+        tries[monitor.id] += 1
+        if monitor.id == broken:
+            raise KeyError("a stored span this version cannot read")
+        return original(session, monitor, *args, **kwargs)
+
+    monkeypatch.setattr(intake, "settle", faulty)
+    assert intake.process_received(session_factory(), settings) == spans // 2
+    assert intake.process_received(session_factory(), settings) == 0
+    intake.release_due(session_factory(), settings, utcnow() + timedelta(hours=1), purge=False)
+    assert tries[broken] == 1  # left aside, not tried again at once
+    broken_received = "SELECT COUNT(*) FROM otlp_spans WHERE status = 'received' AND monitor_id = :m"
+    assert scalar(api, broken_received, m=broken) == spans // 2  # nothing of it lost
