@@ -47,6 +47,7 @@ REPOSITORY_MAY_IMPORT = (
     "judge_api.facts",
     "judge_api.stats",
     "judge_api.adaptive.economy",
+    "judge_api.gcpause",
 )
 PURE_ADAPTIVE = (
     "judge_api.adaptive.ranking",
