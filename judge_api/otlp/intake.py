@@ -29,7 +29,6 @@ from typing import Any
 
 from fastapi import HTTPException
 from pydantic import ValidationError
-from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -446,8 +445,7 @@ def blocked_monitors(session: Session | None = None) -> list[str]:
             del _blocked[monitor_id]
         blocked = dict(_blocked)
     if session is not None and blocked:
-        query = select(Monitor.id, Monitor.config).where(Monitor.id.in_(list(blocked)))
-        configs: dict[str, Any] = {str(m): config for m, config in session.execute(query)}
+        configs = spans_store.monitor_configs(session, list(blocked))
         with _blocked_lock:
             for monitor_id, (_, key) in blocked.items():
                 if key is not None and monitor_id in configs and _config_key(configs[monitor_id]) != key:

@@ -270,6 +270,12 @@ def clear_default_if(session: Session, monitor_id: str) -> None:
 # -- the day's counts --------------------------------------------------------------------------------------------
 
 
+def monitor_configs(session: Session, monitor_ids: Sequence[str]) -> dict[str, Any]:
+    """Each existing monitor's config, by id."""
+    query = select(Monitor.id, Monitor.config).where(Monitor.id.in_(list(monitor_ids)))
+    return {str(monitor_id): config for monitor_id, config in session.execute(query)}
+
+
 def add_stats(
     session: Session,
     monitor_ids: Sequence[str],
