@@ -391,8 +391,10 @@ class MonitorResponse(Base):
 
 
 class MonitorHourly(Base):
-    """Hourly sums of a monitor's finished verdicts whose judgments retention deleted: the series reads these plus
-    the live judgments, so it stays when the judgments go (sums are additive: no hour is counted twice)."""
+    """Hourly sums of every finished verdict of a monitor, kept by triggers on ``judgments`` in the transaction that
+    writes the verdict (migration 0023: a judgment that becomes ``done`` adds, one that leaves it or changes takes its
+    old verdict back out; deleting a judgment, as retention does, leaves its verdict here). The series reads these
+    alone, one indexed query (``repository.monitors.series_sums``)."""
 
     __tablename__ = "monitor_hourly"
 
@@ -404,6 +406,8 @@ class MonitorHourly(Base):
     rubric_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     aspect: Mapped[str] = mapped_column(String(64), primary_key=True)
     judge: Mapped[str] = mapped_column(String(300), primary_key=True)
+    verdicts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """the verdicts summed (with a score or not): a row whose verdicts were all retried away (0) is no series row"""
     n: Mapped[int] = mapped_column(Integer)
     total: Mapped[float] = mapped_column(Float)
     total_sq: Mapped[float] = mapped_column(Float)

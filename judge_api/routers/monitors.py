@@ -50,7 +50,7 @@ from judge_api.schemas.monitors import (
     Series,
     SeriesRow,
 )
-from judge_api.stats.series import SERIES_COLUMNS, hourly_sums, series
+from judge_api.stats.series import SERIES_COLUMNS, series
 
 router = APIRouter(tags=["monitors"])
 
@@ -497,18 +497,9 @@ def series_frame(
     since: datetime | None,
     until: datetime | None,
 ) -> pd.DataFrame:
-    """The series of the hourly sums retention kept plus the verdicts still stored (judge_api.stats.series)."""
-    kept = store.hourly_frame(session, monitor, since, until)
-    live = hourly_sums(store.verdicts_frame(session, monitor, since, until))
-    sums = (
-        pd.concat([f for f in (kept, live) if not f.empty], ignore_index=True)
-        if not (kept.empty and live.empty)
-        else kept
-    )
-    for column, value in filters.items():
-        if value is not None and not sums.empty:
-            sums = sums[sums[column] == value]
-    return series(sums, bucket, by, confidence)
+    """The series (judge_api.stats.series) of the hourly sums the database keeps as verdicts are written: one
+    indexed query grouped by bucket and slice (``store.series_sums``), whatever the number of verdicts."""
+    return series(store.series_sums(session, monitor, bucket, by, filters, since, until), bucket, by, confidence)
 
 
 def _moment(value: str | None, name: str) -> datetime | None:
