@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -397,15 +398,23 @@ class MonitorHourly(Base):
     alone, one indexed query (``repository.monitors.series_sums``)."""
 
     __tablename__ = "monitor_hourly"
+    # the series groups by (hour, version, rubric, aspect, judge) by default: in the key's order, SQLite's GROUP BY
+    # streams along the key instead of sorting (migration 0023; on SQLite the rows live in the key: no rowid)
+    __table_args__ = (
+        PrimaryKeyConstraint(
+            "monitor_id", "hour_start", "version", "rubric_id", "aspect", "judge", "system", "segment"
+        ),
+        {"sqlite_with_rowid": False},
+    )
 
-    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"), primary_key=True)
-    hour_start: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
-    system: Mapped[str] = mapped_column(String(100), primary_key=True)
-    version: Mapped[str] = mapped_column(String(100), primary_key=True)
-    segment: Mapped[str] = mapped_column(String(100), primary_key=True)
-    rubric_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    aspect: Mapped[str] = mapped_column(String(64), primary_key=True)
-    judge: Mapped[str] = mapped_column(String(300), primary_key=True)
+    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"))
+    hour_start: Mapped[datetime] = mapped_column(DateTime)
+    system: Mapped[str] = mapped_column(String(100))
+    version: Mapped[str] = mapped_column(String(100))
+    segment: Mapped[str] = mapped_column(String(100))
+    rubric_id: Mapped[str] = mapped_column(String(64))
+    aspect: Mapped[str] = mapped_column(String(64))
+    judge: Mapped[str] = mapped_column(String(300))
     verdicts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """the verdicts summed (with a score or not): a row whose verdicts were all retried away (0) is no series row"""
     n: Mapped[int] = mapped_column(Integer)

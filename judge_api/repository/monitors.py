@@ -345,17 +345,13 @@ def _contradiction_rate(details: object) -> float | None:
 HOURLY_SUMS = ("n", "total", "total_sq", "fact_n", "fact_total")
 
 
-def _bucket_start(session: Session, bucket: str) -> ColumnElement[Any]:
-    """The UTC bucket (``1h`` or ``1d``) of an hourly row, as a time."""
-    if bucket == "1h":
-        return MonitorHourly.hour_start.expression
-    if bucket != "1d":
-        raise ValueError(f"bucket must be 1h or 1d, not {bucket!r}")
+def _day_start(session: Session, hour_start: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The UTC day of an hour, as a time."""
     bind = session.get_bind()
     if bind.dialect.name == "postgresql":
-        return type_coerce(func.date_trunc("day", MonitorHourly.hour_start), DateTime)
+        return type_coerce(func.date_trunc("day", hour_start), DateTime)
     if bind.dialect.name == "sqlite":  # SQLAlchemy's storage format of a DateTime, read back as one
-        return type_coerce(func.strftime("%Y-%m-%d 00:00:00.000000", MonitorHourly.hour_start), DateTime)
+        return type_coerce(func.strftime("%Y-%m-%d 00:00:00.000000", hour_start), DateTime)
     raise unsupported_database(bind)
 
 
@@ -369,28 +365,36 @@ def series_sums(
     until: datetime | None = None,
 ) -> pd.DataFrame:
     """The sums of the monitor's verdicts per bucket, ``by`` slice, rubric, aspect and judge: one query over the
-    hourly sums (``monitor_hourly``, kept by the database as verdicts are written), an index range of its primary key
-    (monitor, hour). Columns ``hour_start`` (the bucket's start), the ``by`` slices, ``rubric_id, aspect, judge`` and
-    the sums (``judge_api.stats.series.series`` turns them into the series). ``filters`` are equalities on
-    ``system, version, segment, rubric_id, aspect, judge``; ``since``/``until`` select whole hours: those from the
-    hour of ``since`` on, and those that start before ``until``."""
-    bucket_start = _bucket_start(session, bucket).label("hour_start")
-    keys = [getattr(MonitorHourly, s) for s in ("version", "system", "segment") if s in by]
-    keys += [MonitorHourly.rubric_id, MonitorHourly.aspect, MonitorHourly.judge]
-    query = select(bucket_start, *keys, *(func.sum(getattr(MonitorHourly, c)).label(c) for c in HOURLY_SUMS)).where(
-        MonitorHourly.monitor_id == monitor.id, MonitorHourly.verdicts > 0
-    )
+    hourly sums (``monitor_hourly``, kept by the database as verdicts are written), a range of its primary key
+    (monitor, hour, version, rubric, aspect, judge, ...): by version, the GROUP BY follows the key (no sort); a
+    ``1d`` bucket groups the hours' groups again by day. Columns ``hour_start`` (the bucket's start), the ``by``
+    slices, ``rubric_id, aspect, judge`` and the sums (``judge_api.stats.series.series`` turns them into the series).
+    ``filters`` are equalities on ``system, version, segment, rubric_id, aspect, judge``; ``since``/``until`` select
+    whole hours: those from the hour of ``since`` on, and those that start before ``until``."""
+    if bucket not in ("1h", "1d"):
+        raise ValueError(f"bucket must be 1h or 1d, not {bucket!r}")
+    names = [s for s in ("version", "system", "segment") if s in by] + ["rubric_id", "aspect", "judge"]
+    keys = [getattr(MonitorHourly, k) for k in names]
+    hourly = select(
+        MonitorHourly.hour_start, *keys, *(func.sum(getattr(MonitorHourly, c)).label(c) for c in HOURLY_SUMS)
+    ).where(MonitorHourly.monitor_id == monitor.id, MonitorHourly.verdicts > 0)
     if since is not None:
-        query = query.where(MonitorHourly.hour_start >= since.replace(minute=0, second=0, microsecond=0))
+        hourly = hourly.where(MonitorHourly.hour_start >= since.replace(minute=0, second=0, microsecond=0))
     if until is not None:
-        query = query.where(MonitorHourly.hour_start < until)
+        hourly = hourly.where(MonitorHourly.hour_start < until)
     for column, value in filters.items():
         if value is not None:
-            query = query.where(getattr(MonitorHourly, column) == value)
-    query = query.group_by(bucket_start, *keys)
+            hourly = hourly.where(getattr(MonitorHourly, column) == value)
+    hourly = hourly.group_by(MonitorHourly.hour_start, *keys)
+    if bucket == "1h":
+        query = hourly
+    else:
+        hours = hourly.subquery()
+        day = _day_start(session, hours.c.hour_start).label("hour_start")
+        day_keys = [hours.c[k] for k in names]
+        query = select(day, *day_keys, *(func.sum(hours.c[c]).label(c) for c in HOURLY_SUMS)).group_by(day, *day_keys)
     rows = session.execute(query).all()
-    columns = ["hour_start", *(k.key for k in keys), *HOURLY_SUMS]
-    return pd.DataFrame([tuple(r) for r in rows], columns=columns)
+    return pd.DataFrame([tuple(r) for r in rows], columns=["hour_start", *names, *HOURLY_SUMS])
 
 
 def sampled_responses(

@@ -383,3 +383,46 @@ def test_the_migration_adds_the_stored_verdicts_to_the_sums_retention_kept(
         monitor = found
         assert_same(new_series(session, monitor, "1h", ["version"], {}), before)
         assert new_series(session, monitor, "1h", ["version"], {})["n"].sum() == 8
+
+
+def test_the_rows_built_from_columns_are_the_series_models_json() -> None:
+    """The endpoint writes the rows from the statistics' columns (no per-row validation): the same JSON as the
+    ``SeriesRow`` model gave, nulls, blank segments and intervals of one verdict included."""
+    import json
+
+    from judge_api.routers.monitors import series_rows
+    from judge_api.schemas.monitors import SeriesRow
+
+    sums = pd.DataFrame(
+        [
+            {
+                "hour_start": T0 + timedelta(hours=h),
+                "system": "a",
+                "version": v,
+                "segment": g,
+                "rubric_id": "r",
+                "aspect": "x",
+                "judge": "j",
+                "n": n,
+                "total": 7.0 * n + h,
+                "total_sq": 50.0 * n + h,
+                "fact_n": f,
+                "fact_total": 0.3 * f,
+            }
+            for h in range(30)
+            for v, g, n, f in (("v1", "", h % 3, 0), ("v2", "web", 2, h % 2))
+        ]
+    )
+    seen: list[dict[str, Any]] = []
+    for bucket, by in (("1h", ["version"]), ("1d", ["version", "segment"]), ("1h", ["system"])):
+        frame = series(sums, bucket, by)
+        want = []
+        for record in frame.to_dict("records"):  # the endpoint's rows before
+            record["bucket_start"] = pd.Timestamp(record["bucket_start"]).to_pydatetime()
+            record["segment"] = None if record["segment"] == "" else record["segment"]
+            want.append(SeriesRow.model_validate(record).model_dump(mode="json"))
+        got = json.loads(json.dumps(series_rows(frame), allow_nan=False))
+        assert got == want
+        seen += got
+    assert any(r["ci_low"] is None for r in seen) and any(r["mean"] is None for r in seen)
+    assert any(r["segment"] is None for r in seen) and any(r["contradiction_rate"] is not None for r in seen)

@@ -111,13 +111,41 @@ _CHANGED = " OR ".join(
 )
 
 
+PRIMARY_KEY = "monitor_id, hour_start, version, rubric_id, aspect, judge, system, segment"
+"""The series groups by (hour, version, rubric, aspect, judge) by default: in this order SQLite's GROUP BY streams
+along the key instead of sorting every row of the range (about 2x at 90 days)."""
+
+SQLITE_TABLE = f"""CREATE TABLE monitor_hourly_new (
+    monitor_id VARCHAR(32) NOT NULL REFERENCES monitors (id) ON DELETE CASCADE,
+    hour_start DATETIME NOT NULL,
+    system VARCHAR(100) NOT NULL,
+    version VARCHAR(100) NOT NULL,
+    segment VARCHAR(100) NOT NULL,
+    rubric_id VARCHAR(64) NOT NULL,
+    aspect VARCHAR(64) NOT NULL,
+    judge VARCHAR(300) NOT NULL,
+    verdicts INTEGER DEFAULT '0' NOT NULL,
+    n INTEGER NOT NULL,
+    total FLOAT NOT NULL,
+    total_sq FLOAT NOT NULL,
+    fact_n INTEGER NOT NULL,
+    fact_total FLOAT NOT NULL,
+    PRIMARY KEY ({PRIMARY_KEY})
+) WITHOUT ROWID"""
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("monitor_hourly") as batch:
-        batch.add_column(sa.Column("verdicts", sa.Integer(), nullable=False, server_default="0"))
     dialect = op.get_bind().dialect.name
     if dialect == "sqlite":
-        # a row retention folded had at least one verdict: its count only has to be positive (it is never taken back)
-        op.execute("UPDATE monitor_hourly SET verdicts = max(n, fact_n, 1)")
+        # the rows in the key (no rowid), the key in the series' order; a row retention folded had at least one
+        # verdict: its count only has to be positive (it is never taken back)
+        op.execute(SQLITE_TABLE)
+        op.execute(
+            f"INSERT INTO monitor_hourly_new ({KEY}, {', '.join(SUMS)}) SELECT {KEY}, max(n, fact_n, 1), n, total, "
+            "total_sq, fact_n, fact_total FROM monitor_hourly"
+        )
+        op.execute("DROP TABLE monitor_hourly")
+        op.execute("ALTER TABLE monitor_hourly_new RENAME TO monitor_hourly")
         terms = _sqlite_terms("j")
         op.execute(_grouped_upsert(terms, "judgments"))
         changed = _CHANGED.replace("IS DISTINCT FROM", "IS NOT") + " OR OLD.details IS NOT NEW.details"
@@ -132,7 +160,10 @@ def upgrade() -> None:
             f"{_row_upsert(_sqlite_terms('NEW'), 'NEW', '+')}; END"
         )
     elif dialect == "postgresql":
+        op.add_column("monitor_hourly", sa.Column("verdicts", sa.Integer(), nullable=False, server_default="0"))
         op.execute("UPDATE monitor_hourly SET verdicts = greatest(n, fact_n, 1)")
+        op.execute("ALTER TABLE monitor_hourly DROP CONSTRAINT monitor_hourly_pkey")
+        op.execute(f"ALTER TABLE monitor_hourly ADD CONSTRAINT monitor_hourly_pkey PRIMARY KEY ({PRIMARY_KEY})")
         op.execute(_grouped_upsert(_pg_terms("j"), "judgments"))
         # inserts (imports, cache hits, many rows a statement): once per statement over its new rows
         op.execute(
@@ -171,5 +202,5 @@ def downgrade() -> None:
     terms = _sqlite_terms("j") if dialect == "sqlite" else _pg_terms("j")
     op.execute(_grouped_upsert(terms, "judgments", "-"))
     op.execute("DELETE FROM monitor_hourly WHERE verdicts <= 0")
-    with op.batch_alter_table("monitor_hourly") as batch:
+    with op.batch_alter_table("monitor_hourly", recreate="always" if dialect == "sqlite" else "auto") as batch:
         batch.drop_column("verdicts")
