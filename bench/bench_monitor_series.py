@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -369,18 +370,16 @@ def main() -> None:
     with Session(engine) as session:
         monitor_full = session.get(Monitor, full_id)
         monitor_part = session.get(Monitor, part_id)
+        assert monitor_full is not None and monitor_part is not None
         for name, bucket, by, filters in views:
             new_full, rows = timed(
-                lambda b=bucket, y=by, f=filters: series_frame(session, monitor_full, b, y, 0.95, f, None, None),
-                args.rounds,
+                partial(series_frame, session, monitor_full, bucket, by, 0.95, filters, None, None), args.rounds
             )
             new_part, got = timed(
-                lambda b=bucket, y=by, f=filters: series_frame(session, monitor_part, b, y, 0.95, f, None, None),
-                args.rounds,
+                partial(series_frame, session, monitor_part, bucket, by, 0.95, filters, None, None), args.rounds
             )
             old_part, want = timed(
-                lambda b=bucket, y=by, f=filters: legacy_series(session, monitor_part, b, y, f),
-                max(2, args.rounds // 2),
+                partial(legacy_series, session, monitor_part, bucket, by, filters), max(2, args.rounds // 2)
             )
             assert len(got) == len(want) and list(got["n"]) == list(want["n"]), "new and today's series differ"
             est = statistics.median(old_part) * scale
