@@ -105,6 +105,13 @@ def _grouped_upsert(terms: dict[str, str], source: str, sign: str = "") -> str:
     )
 
 
+def _monitor_run(j: str) -> str:
+    """SQLite: the judgment is of a monitor's run, checked in the trigger's WHEN (one lookup), so that a verdict of
+    any other run skips the trigger's upsert (its program costs ~15 us a row even when it selects nothing: measured
+    interleaved, an insert of 5,000 done judgments of another run +18 us a row without this check, +3 us with it)."""
+    return f"(SELECT monitor_id FROM runs WHERE id = {j}.run_id) IS NOT NULL"
+
+
 _CHANGED = " OR ".join(
     f"OLD.{c} IS DISTINCT FROM NEW.{c}"
     for c in ("status", "score", "run_id", "item_key", "rubric_id", "aspect", "judge")
@@ -150,12 +157,14 @@ def upgrade() -> None:
         op.execute(_grouped_upsert(terms, "judgments"))
         changed = _CHANGED.replace("IS DISTINCT FROM", "IS NOT") + " OR OLD.details IS NOT NEW.details"
         op.execute(
-            "CREATE TRIGGER monitor_hourly_on_insert AFTER INSERT ON judgments WHEN NEW.status = 'done' BEGIN "
+            "CREATE TRIGGER monitor_hourly_on_insert AFTER INSERT ON judgments "
+            f"WHEN NEW.status = 'done' AND {_monitor_run('NEW')} BEGIN "
             f"{_row_upsert(_sqlite_terms('NEW'), 'NEW', '+')}; END"
         )
         op.execute(
             "CREATE TRIGGER monitor_hourly_on_update AFTER UPDATE ON judgments "
-            f"WHEN (OLD.status = 'done' OR NEW.status = 'done') AND ({changed}) BEGIN "
+            f"WHEN (OLD.status = 'done' OR NEW.status = 'done') AND ({changed}) "
+            f"AND ({_monitor_run('NEW')} OR {_monitor_run('OLD')}) BEGIN "
             f"{_row_upsert(_sqlite_terms('OLD'), 'OLD', '-')}; "
             f"{_row_upsert(_sqlite_terms('NEW'), 'NEW', '+')}; END"
         )
