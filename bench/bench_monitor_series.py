@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
-from sqlalchemy import Engine, insert, text  # noqa: E402
+from sqlalchemy import Engine, insert, select, text  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 SYSTEMS = ("bot-a", "bot-b")
@@ -303,32 +303,12 @@ def trigger_cost(engine: Engine, monitor: Any, n: int, rounds: int) -> list[str]
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database", default="sqlite", help="sqlite, or a PostgreSQL URL (the database is recreated)")
-    parser.add_argument("--days", type=int, default=90)
-    parser.add_argument("--per-day", type=int, default=100_000)
-    parser.add_argument("--aspects", type=int, default=2, choices=(1, 2, 3))
-    parser.add_argument("--raw-days", type=int, default=1, help="days of verdict rows today's code is timed on")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--trigger-n", type=int, default=2000, help="verdicts per round of the trigger cost (0: skip)")
-    parser.add_argument("--seed", type=int, default=39)
-    args = parser.parse_args()
-
-    url = prepare(args.database)
-    os.environ["DATABASE_URL"] = url
-    os.environ.pop("REDIS_URL", None)
-    from fastapi.testclient import TestClient
-
-    from judge_api.app import create_app
-    from judge_api.db import engine_for
-    from judge_api.migrate import upgrade
+def seed_and_compare(engine: Engine, args: argparse.Namespace) -> tuple[str, str]:
+    """Seed both monitors, then time the series the new way and today's, side by side; the monitors' ids."""
     from judge_api.models import Monitor
     from judge_api.repository import monitors as store
     from judge_api.routers.monitors import series_frame
 
-    upgrade(url)
-    engine = engine_for(url)
     dialect = engine.dialect.name
     t0 = time.perf_counter()
     with Session(engine) as session:
@@ -392,6 +372,42 @@ def main() -> None:
             f"{'one SQL GROUP BY over the rows (alt.)':40s} {'':>26s} | {'':>26s} | {fmt(group_by):>26s} | "
             f"{statistics.median(group_by) * scale:10.1f} s |"
         )
+    return full_id, part_id
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database", default="sqlite", help="sqlite, or a PostgreSQL URL (the database is recreated)")
+    parser.add_argument("--days", type=int, default=90)
+    parser.add_argument("--per-day", type=int, default=100_000)
+    parser.add_argument("--aspects", type=int, default=2, choices=(1, 2, 3))
+    parser.add_argument("--raw-days", type=int, default=1, help="days of verdict rows today's code is timed on")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--trigger-n", type=int, default=2000, help="verdicts per round of the trigger cost (0: skip)")
+    parser.add_argument("--seed", type=int, default=39)
+    parser.add_argument("--reuse", help="the URL of a database a run seeded: time the requests only, seed nothing")
+    args = parser.parse_args()
+
+    url = args.reuse or prepare(args.database)
+    os.environ["DATABASE_URL"] = url
+    os.environ.pop("REDIS_URL", None)
+    from fastapi.testclient import TestClient
+
+    from judge_api.app import create_app
+    from judge_api.db import engine_for
+    from judge_api.migrate import upgrade
+    from judge_api.models import Monitor
+
+    upgrade(url)
+    engine = engine_for(url)
+    dialect = engine.dialect.name
+    if args.reuse:
+        with Session(engine) as session:
+            full_id = session.scalars(select(Monitor.id).where(Monitor.name == "full")).one()
+            part_id = session.scalars(select(Monitor.id).where(Monitor.name == "part")).one()
+        print(f"# {dialect}, {url} as seeded before, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    else:
+        full_id, part_id = seed_and_compare(engine, args)
     print(
         f"\n## GET /v1/monitors/{{id}}/series through the app (TestClient), full scale, min / median of {args.rounds}"
     )
@@ -413,7 +429,7 @@ def main() -> None:
 
             times, size = timed(get, args.rounds)
             print(f"{name:40s} {fmt(times):>26s} | {size / 1e6:.1f} MB")
-    if args.trigger_n:
+    if args.trigger_n and not args.reuse:
         print(f"\n## what the triggers add to writing verdicts, min / median of {args.rounds} (rolled back)")
         with Session(engine) as session:
             monitor = session.get(Monitor, part_id)
