@@ -384,6 +384,25 @@ def test_the_migration_adds_the_stored_verdicts_to_the_sums_retention_kept(
         assert_same(new_series(session, monitor, "1h", ["version"], {}), before)
         assert new_series(session, monitor, "1h", ["version"], {})["n"].sum() == 8
 
+    # and back: the downgrade takes the stored verdicts out of the sums again (the old code adds them)
+    reset_engines()
+    with engine_for(db_url).begin() as connection:
+        config = alembic_config(db_url)
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0022")
+    with session_scope() as session:
+        found = session.get(Monitor, monitor_id)
+        assert found is not None
+        columns = (
+            "hour_start, system, version, segment, rubric_id, aspect, judge, n, total, total_sq, fact_n, fact_total"
+        )
+        kept_rows = session.execute(text(f"SELECT {columns} FROM monitor_hourly")).all()
+        assert len(kept_rows) == 1 and kept_rows[0].n == 2
+        again = series(
+            pd.concat([kept, hourly_sums(store.verdicts_frame(session, found))], ignore_index=True), "1h", ["version"]
+        )
+        assert_same(again, before)
+
 
 def test_the_rows_built_from_columns_are_the_series_models_json() -> None:
     """The endpoint writes the rows from the statistics' columns (no per-row validation): the same JSON as the
