@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -395,19 +396,31 @@ class MonitorResponse(Base):
 
 
 class MonitorHourly(Base):
-    """Hourly sums of a monitor's finished verdicts whose judgments retention deleted: the series reads these plus
-    the live judgments, so it stays when the judgments go (sums are additive: no hour is counted twice)."""
+    """Hourly sums of every finished verdict of a monitor, kept by triggers on ``judgments`` in the transaction that
+    writes the verdict (migration 0023: a judgment that becomes ``done`` adds, one that leaves it or changes takes its
+    old verdict back out; deleting a judgment, as retention does, leaves its verdict here). The series reads these
+    alone, one indexed query (``repository.monitors.series_sums``)."""
 
     __tablename__ = "monitor_hourly"
+    # the series groups by (hour, version, rubric, aspect, judge) by default: in the key's order, SQLite's GROUP BY
+    # streams along the key instead of sorting (migration 0023; on SQLite the rows live in the key: no rowid)
+    __table_args__ = (
+        PrimaryKeyConstraint(
+            "monitor_id", "hour_start", "version", "rubric_id", "aspect", "judge", "system", "segment"
+        ),
+        {"sqlite_with_rowid": False},
+    )
 
-    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"), primary_key=True)
-    hour_start: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
-    system: Mapped[str] = mapped_column(String(100), primary_key=True)
-    version: Mapped[str] = mapped_column(String(100), primary_key=True)
-    segment: Mapped[str] = mapped_column(String(100), primary_key=True)
-    rubric_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    aspect: Mapped[str] = mapped_column(String(64), primary_key=True)
-    judge: Mapped[str] = mapped_column(String(300), primary_key=True)
+    monitor_id: Mapped[str] = mapped_column(ForeignKey("monitors.id", ondelete="CASCADE"))
+    hour_start: Mapped[datetime] = mapped_column(DateTime)
+    system: Mapped[str] = mapped_column(String(100))
+    version: Mapped[str] = mapped_column(String(100))
+    segment: Mapped[str] = mapped_column(String(100))
+    rubric_id: Mapped[str] = mapped_column(String(64))
+    aspect: Mapped[str] = mapped_column(String(64))
+    judge: Mapped[str] = mapped_column(String(300))
+    verdicts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """the verdicts summed (with a score or not): a row whose verdicts were all retried away (0) is no series row"""
     n: Mapped[int] = mapped_column(Integer)
     total: Mapped[float] = mapped_column(Float)
     total_sq: Mapped[float] = mapped_column(Float)

@@ -1,8 +1,8 @@
 """Monitors' retention (issue 25 item 7, issue 36 finding 8, docs/monitoring.md#retention): the judgments of
-responses received more than ``retention_days`` ago are deleted once all of them are finished, their verdicts folded
-into hourly sums first (``monitor_hourly``), in the same transaction, so the series stays as it was; the response ids
-are kept ``DJ_MONITOR_REPLAY_DAYS`` at least, so a replayed batch stays a duplicate. Taken by the sweeper (under its
-lock, at most every ``RETENTION_EVERY_S`` per process)."""
+responses received more than ``retention_days`` ago are deleted once all of them are finished; their verdicts stay in
+the hourly sums (``monitor_hourly``, kept by the database as verdicts are written), so the series stays as it was; the
+response ids are kept ``DJ_MONITOR_REPLAY_DAYS`` at least, so a replayed batch stays a duplicate. Taken by the
+sweeper (under its lock, at most every ``RETENTION_EVERY_S`` per process)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from judge_api.config import get_settings
 from judge_api.db import session_factory, session_scope
 from judge_api.repository import alerts as alert_store
 from judge_api.repository import monitors as store
-from judge_api.stats.series import hourly_sums
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def apply(sessions: sessionmaker[Session] | None = None, now: datetime | None = 
                 if monitor is None:
                     break
                 counted = alert_store.counted_marks(session, monitor.id)
-                removed = store.apply_retention(session, monitor, hourly_sums, now, chunk, replay_days, counted)
+                removed = store.apply_retention(session, monitor, now, chunk, replay_days, counted)
             deleted += removed
             if removed < chunk:
                 break

@@ -11,7 +11,20 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pandas as pd
-from sqlalchemy import ColumnElement, Select, Table, case, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Select,
+    Table,
+    case,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -329,19 +342,59 @@ def _contradiction_rate(details: object) -> float | None:
     return None
 
 
-HOURLY_COLUMNS = ["hour_start", *HOURLY_KEY, "n", "total", "total_sq", "fact_n", "fact_total"]
+HOURLY_SUMS = ("n", "total", "total_sq", "fact_n", "fact_total")
 
 
-def hourly_frame(
-    session: Session, monitor: Monitor, since: datetime | None = None, until: datetime | None = None
+def _day_start(session: Session, hour_start: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The UTC day of an hour, as a time."""
+    bind = session.get_bind()
+    if bind.dialect.name == "postgresql":
+        return type_coerce(func.date_trunc("day", hour_start), DateTime)
+    if bind.dialect.name == "sqlite":  # SQLAlchemy's storage format of a DateTime, read back as one
+        return type_coerce(func.strftime("%Y-%m-%d 00:00:00.000000", hour_start), DateTime)
+    raise unsupported_database(bind)
+
+
+def series_sums(
+    session: Session,
+    monitor: Monitor,
+    bucket: str,
+    by: Sequence[str],
+    filters: dict[str, str | None],
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> pd.DataFrame:
-    """The hourly sums retention kept (verdicts whose judgments are deleted)."""
-    query = select(*(getattr(MonitorHourly, c) for c in HOURLY_COLUMNS)).where(MonitorHourly.monitor_id == monitor.id)
+    """The sums of the monitor's verdicts per bucket, ``by`` slice, rubric, aspect and judge: one query over the
+    hourly sums (``monitor_hourly``, kept by the database as verdicts are written), a range of its primary key
+    (monitor, hour, version, rubric, aspect, judge, ...): by version, the GROUP BY follows the key (no sort); a
+    ``1d`` bucket groups the hours' groups again by day. Columns ``hour_start`` (the bucket's start), the ``by``
+    slices, ``rubric_id, aspect, judge`` and the sums (``judge_api.stats.series.series`` turns them into the series).
+    ``filters`` are equalities on ``system, version, segment, rubric_id, aspect, judge``; ``since``/``until`` select
+    whole hours: those from the hour of ``since`` on, and those that start before ``until``."""
+    if bucket not in ("1h", "1d"):
+        raise ValueError(f"bucket must be 1h or 1d, not {bucket!r}")
+    names = [s for s in ("version", "system", "segment") if s in by] + ["rubric_id", "aspect", "judge"]
+    keys = [getattr(MonitorHourly, k) for k in names]
+    hourly = select(
+        MonitorHourly.hour_start, *keys, *(func.sum(getattr(MonitorHourly, c)).label(c) for c in HOURLY_SUMS)
+    ).where(MonitorHourly.monitor_id == monitor.id, MonitorHourly.verdicts > 0)
     if since is not None:
-        query = query.where(MonitorHourly.hour_start >= since.replace(minute=0, second=0, microsecond=0))
+        hourly = hourly.where(MonitorHourly.hour_start >= since.replace(minute=0, second=0, microsecond=0))
     if until is not None:
-        query = query.where(MonitorHourly.hour_start < until)
-    return pd.DataFrame([dict(r._mapping) for r in session.execute(query)], columns=HOURLY_COLUMNS)
+        hourly = hourly.where(MonitorHourly.hour_start < until)
+    for column, value in filters.items():
+        if value is not None:
+            hourly = hourly.where(getattr(MonitorHourly, column) == value)
+    hourly = hourly.group_by(MonitorHourly.hour_start, *keys)
+    if bucket == "1h":
+        query = hourly
+    else:
+        hours = hourly.subquery()
+        day = _day_start(session, hours.c.hour_start).label("hour_start")
+        day_keys = [hours.c[k] for k in names]
+        query = select(day, *day_keys, *(func.sum(hours.c[c]).label(c) for c in HOURLY_SUMS)).group_by(day, *day_keys)
+    rows = session.execute(query).all()
+    return pd.DataFrame([tuple(r) for r in rows], columns=["hour_start", *names, *HOURLY_SUMS])
 
 
 def sampled_responses(
@@ -407,7 +460,6 @@ def retention_cutoff(now: datetime, retention_days: int) -> datetime:
 def apply_retention(
     session: Session,
     monitor: Monitor,
-    summarize: Callable[[pd.DataFrame], pd.DataFrame],
     now: datetime | None = None,
     limit: int = CHUNK,
     replay_days: int = 7,
@@ -417,10 +469,10 @@ def apply_retention(
 
     1. the content: the sampled responses received before the cutoff whose judgments are all finished (and already
        counted by the alert rules: ``counted`` holds each rule stream's (rubric, aspect, judge) and the smallest
-       high-water mark of its rules; a judgment of the stream above it is not counted yet) have their verdicts folded
-       into ``monitor_hourly`` and their items and judgments deleted (``summarize``:
-       ``judge_api.stats.series.hourly_sums``; the sums and the deletion commit together, so the series counts a
-       verdict exactly once). A response with a judgment still pending or running keeps everything.
+       high-water mark of its rules; a judgment of the stream above it is not counted yet) have their items and
+       judgments deleted. Their verdicts stay in ``monitor_hourly``, where the database added each when it was
+       written (migration 0023: deleting a judgment takes nothing out), so the series counts a verdict exactly once
+       whether its judgment is stored or not. A response with a judgment still pending or running keeps everything.
     2. the ids: a response's row (its id, slice keys and time, no text) is kept until it was received more than
        ``max(retention_days, replay_days)`` days ago and its content is gone, so a batch replayed within that window
        is still a duplicate and never judged twice.
@@ -457,9 +509,6 @@ def apply_retention(
         )
     )
     if old:
-        sums = summarize(_verdicts_of(session, monitor, old))
-        if not sums.empty:
-            _add_hourly(session, monitor.id, sums.to_dict("records"))
         item_pks = list(
             session.scalars(select(RunItem.id).where(RunItem.run_id == monitor.run_id, RunItem.item_key.in_(old)))
         )
@@ -519,44 +568,6 @@ def _verdicts_frame(session: Session, query: Select[Any]) -> pd.DataFrame:
         for r in session.execute(query)
     ]
     return pd.DataFrame(records, columns=VERDICT_COLUMNS)
-
-
-def _verdicts_of(session: Session, monitor: Monitor, keys: list[str]) -> pd.DataFrame:
-    query = _verdicts_select(monitor).where(
-        Judgment.run_id == monitor.run_id, Judgment.item_key.in_(keys), Judgment.status == "done"
-    )
-    return _verdicts_frame(session, query)
-
-
-def _add_hourly(session: Session, monitor_id: str, sums: list[dict[str, Any]]) -> None:
-    """Add the sums to the stored hours (an hour a response of which arrived late may be stored already)."""
-    bind = session.get_bind()
-    table = cast(Table, MonitorHourly.__table__)
-    if bind.dialect.name == "postgresql":
-        statement: Any = postgresql.insert(table)
-    elif bind.dialect.name == "sqlite":
-        statement = sqlite.insert(table)
-    else:
-        raise unsupported_database(bind)
-    added = ("n", "total", "total_sq", "fact_n", "fact_total")
-    statement = statement.on_conflict_do_update(
-        index_elements=[table.c.monitor_id, table.c.hour_start, *(table.c[k] for k in HOURLY_KEY)],
-        set_={k: table.c[k] + statement.excluded[k] for k in added},
-    )
-    rows = [
-        {
-            "monitor_id": monitor_id,
-            "hour_start": pd.Timestamp(s["hour_start"]).to_pydatetime(),
-            **{k: str(s[k]) for k in HOURLY_KEY},
-            "n": int(s["n"]),
-            "total": float(s["total"]),
-            "total_sq": float(s["total_sq"]),
-            "fact_n": int(s["fact_n"]),
-            "fact_total": float(s["fact_total"]),
-        }
-        for s in sums
-    ]
-    session.execute(statement, rows)
 
 
 def monitors_with_retention(session: Session) -> list[Monitor]:
