@@ -1,4 +1,4 @@
-"""A monitor's series from the hourly sums the database keeps as verdicts are written (issue 39, migration 0023),
+"""A monitor's series from the hourly sums the database keeps as verdicts are written (issue 39, migration 0024),
 against the series computed as before from every finished verdict still stored (``verdicts_frame`` ->
 ``hourly_sums`` -> filters -> ``series``): every path that writes a verdict (an insert as imports and cache hits do,
 an update as the workers' writer does, a retry, a changed score), retention, and random verdict sets (hypothesis)."""
@@ -114,7 +114,7 @@ def old_series(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> pd.DataFrame:
-    """The series as it was computed before migration 0023 (nothing retained: every verdict is stored)."""
+    """The series as it was computed before migration 0024 (nothing retained: every verdict is stored)."""
     sums = hourly_sums(store.verdicts_frame(session, monitor, since, until))
     for column, value in filters.items():
         if value is not None and not sums.empty:
@@ -321,7 +321,7 @@ def test_random_verdict_sets_give_todays_series(
 def test_the_migration_adds_the_stored_verdicts_to_the_sums_retention_kept(
     settings_env: pytest.MonkeyPatch, db_url: str
 ) -> None:
-    """A database at 0022 with verdicts stored and an hour retention folded: after 0023 the series is the same."""
+    """A database at 0023 with verdicts stored and an hour retention folded: after 0024 the series is the same."""
     from alembic import command
 
     from judge_api.db import engine_for
@@ -334,7 +334,7 @@ def test_the_migration_adds_the_stored_verdicts_to_the_sums_retention_kept(
     with engine.begin() as connection:
         config = alembic_config(db_url)
         config.attributes["connection"] = connection
-        command.upgrade(config, "0022")
+        command.upgrade(config, "0023")
     with session_scope() as session:
         monitor = new_monitor(session)
         pks = [
@@ -389,7 +389,7 @@ def test_the_migration_adds_the_stored_verdicts_to_the_sums_retention_kept(
     with engine_for(db_url).begin() as connection:
         config = alembic_config(db_url)
         config.attributes["connection"] = connection
-        command.downgrade(config, "0022")
+        command.downgrade(config, "0023")
     with session_scope() as session:
         found = session.get(Monitor, monitor_id)
         assert found is not None

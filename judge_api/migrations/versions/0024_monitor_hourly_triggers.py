@@ -12,15 +12,15 @@ whose verdicts were retried away is not a series row.
 The upgrade adds ``verdicts``, adds the verdicts still stored to the sums retention kept (they were disjoint: retention
 deleted what it folded) and creates the triggers.
 
-Revision ID: 0023
+Revision ID: 0024
 Revises: 0022
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0023"
-down_revision = "0022"
+revision = "0024"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 
@@ -64,11 +64,17 @@ def _pg_terms(j: str) -> dict[str, str]:
         f"THEN ({j}.details ->> 'contradiction_rate')::float8 "
         f"WHEN ({j}.details ->> 'contradiction_rate') = 'true' THEN 1.0 ELSE 0.0 END)"
     )
+    # PostgreSQL raises on a float8 product that underflows or overflows (and folds NEW.score * NEW.score at plan
+    # time, so an imported verdict of 1e-310 in any run failed its write): square as numpy does, 0 or infinity
+    square = (
+        f"(CASE WHEN abs({score}) < 1e-154 THEN 0.0 WHEN abs({score}) > 1e154 THEN 'Infinity'::float8 "
+        f"ELSE {score} * {score} END)"
+    )
     return {
         "hour": "date_trunc('hour', mr.ts)",
         "n": f"(CASE WHEN {score_ok} THEN 1 ELSE 0 END)",
         "total": score,
-        "total_sq": f"{score} * {score}",
+        "total_sq": square,
         "fact_n": fact_ok,
         "fact_total": fact,
     }
@@ -123,7 +129,7 @@ PRIMARY_KEY = "monitor_id, hour_start, version, rubric_id, aspect, judge, system
 along the key instead of sorting every row of the range (about 2x at 90 days)."""
 
 SQLITE_TABLE = f"""CREATE TABLE monitor_hourly_new (
-    monitor_id VARCHAR(32) NOT NULL REFERENCES monitors (id) ON DELETE CASCADE,
+    monitor_id VARCHAR(32) NOT NULL,
     hour_start DATETIME NOT NULL,
     system VARCHAR(100) NOT NULL,
     version VARCHAR(100) NOT NULL,
@@ -137,7 +143,8 @@ SQLITE_TABLE = f"""CREATE TABLE monitor_hourly_new (
     total_sq FLOAT NOT NULL,
     fact_n INTEGER NOT NULL,
     fact_total FLOAT NOT NULL,
-    PRIMARY KEY ({PRIMARY_KEY})
+    PRIMARY KEY ({PRIMARY_KEY}),
+    FOREIGN KEY(monitor_id) REFERENCES monitors (id) ON DELETE CASCADE
 ) WITHOUT ROWID"""
 
 
