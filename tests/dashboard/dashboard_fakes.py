@@ -29,6 +29,7 @@ import pytest
 
 from dashboard import api
 from dialogue_judge.client import ApiClient
+from judge_api.repository import item_aggregates
 
 JUDGE = "openai-compatible:sim@http://127.0.0.1:9/v1"
 QUALITY = {"rsum": [85, 78, 90, 70, 88, 82], "memgpt": [60, 72, 55, 65, 58, 75], "vanilla": [40, 35, 52, 45, 30, 48]}
@@ -388,6 +389,7 @@ class FakeApi:
         self.state = state
         self.posts: list[tuple[str, Any]] = []
         self.requests: list[str] = []
+        self.aggregate_requests: list[str] = []
         self.items = make_items()
         self.runs: dict[str, dict[str, Any]] = {}
         self.ratings: dict[str, list[dict[str, Any]]] = {}
@@ -531,6 +533,9 @@ class FakeApi:
             return httpx.Response(200, json=self.judgments(run["rows"], q))
         if rest == "/facts":
             return httpx.Response(200, json=self.facts(run["rows"], q))
+        if rest in ("/item-scores", "/order-outcomes"):
+            self.aggregate_requests.append(f"{rest}?{request.url.query.decode()}")
+            return httpx.Response(200, json=self.aggregates(rest, run["rows"], self.ratings[run_id], q))
         if rest == "/judgments.csv":
             buffer = io.StringIO()
             judgments_frame(run["rows"]).to_csv(buffer, index=False)
@@ -601,6 +606,44 @@ class FakeApi:
             out = [r for r in out if r["source"] == wanted or r["source"].startswith((wanted + " ", wanted + "."))]
         offset, limit = int(q.get("offset", 0)), int(q.get("limit", 100))
         return {"total": len(out), "offset": offset, "limit": limit, "items": out[offset : offset + limit]}
+
+    @staticmethod
+    def aggregates(
+        rest: str, rows: list[dict[str, Any]], ratings: list[dict[str, Any]], q: dict[str, str]
+    ) -> dict[str, Any]:
+        """``/item-scores`` and ``/order-outcomes`` as the API answers them: the rows grouped as the database groups
+        them (per key and rubric scale, per key and order), merged by the API's own code."""
+        kind = "score" if rest == "/item-scores" else "preference"
+        rated = {r["item_id"] for r in ratings if r.get("kind", "score") == kind}
+        chosen = [r for r in rows if r["status"] == "done" and (q.get("rated") != "true" or r["item_id"] in rated)]
+        for name, column in (("item_id", "item_id"), ("system", "system_a"), ("aspect", "aspect"), ("judge", "judge")):
+            if name in q:
+                chosen = [r for r in chosen if r[column] == q[name]]
+        groups: dict[tuple[Any, ...], list[float]] = {}
+        extra: dict[str, Any] = {}
+        if kind == "score":
+            for r in chosen:
+                if r["mode"] == "single" and r["score"] is not None:
+                    key = (r["item_id"], r["system_a"], r["aspect"], r["judge"], r["rubric_id"], 1.0, 100.0)
+                    g = groups.setdefault(key, [r["id"], 0.0, 0])
+                    g[0], g[1], g[2] = min(g[0], r["id"]), g[1] + r["score"], g[2] + 1
+            out = item_aggregates.merge_item_scores([(*k, *v) for k, v in groups.items()], {})
+        else:
+            coded = item_aggregates.CODED
+            for r in chosen:
+                if r["mode"] == "pairwise" and r["outcome"] is not None and r["order"] is not None:
+                    key = (r["item_id"], r["system_a"], r["system_b"], r["aspect"], r["judge"], r["order"])
+                    g = groups.setdefault(key, [0.0, 0, 0.0, 0])
+                    if r["outcome"] in coded:
+                        g[0], g[1] = g[0] + coded[r["outcome"]], g[1] + 1
+                    if r["preference"] is not None:
+                        g[2], g[3] = g[2] + r["preference"], g[3] + 1
+            merged = item_aggregates.merge_order_outcomes([(*k, *v) for k, v in groups.items()])
+            out = [r for r in merged.rows if r["flipped"]] if q.get("flipped") == "true" else merged.rows
+            extra = {"n_keys": len(merged.rows), "n_both": merged.n_both, "n_flipped": merged.n_flipped,
+                     "by_pair": merged.by_pair}  # fmt: skip
+        offset, limit = int(q.get("offset", 0)), int(q.get("limit", 1000))
+        return {"total": len(out), "offset": offset, "limit": limit, "items": out[offset : offset + limit], **extra}
 
     @staticmethod
     def judgments(rows: list[dict[str, Any]], q: dict[str, str]) -> dict[str, Any]:

@@ -1,0 +1,80 @@
+"""A run's item-level aggregates for the dashboard (issue 39): ``GET /v1/runs/{id}/item-scores`` (single-mode scores
+averaged over samples per item, system, aspect and judge) and ``GET /v1/runs/{id}/order-outcomes`` (each pairwise
+key's outcome in both presentation orders, whether it flips, and the flip counts per pair and aspect). Grouped in the
+database (judge_api/repository/item_aggregates.py) and paged with the filters applied by the API, so a page never
+downloads the whole run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from sqlalchemy.orm import Session
+
+from judge_api.auth import Principal
+from judge_api.deps import MAX_OFFSET, get_session, require, run_or_404
+from judge_api.repository import item_aggregates
+
+router = APIRouter(tags=["runs"])
+
+MAX_AGGREGATE_PAGE = 5000
+"""The largest page of aggregates (a larger ``limit`` is a 422 naming it)."""
+
+_LIMIT = Query(1000, ge=1, le=MAX_AGGREGATE_PAGE, description=f"page size (at most {MAX_AGGREGATE_PAGE})")
+_OFFSET = Query(0, ge=0, le=MAX_OFFSET, description="rows skipped")
+
+
+@router.get("/v1/runs/{run_id}/item-scores")
+def item_scores(
+    run_id: str,
+    offset: int = _OFFSET,
+    limit: int = _LIMIT,
+    rated: bool = Query(False, description="only the items with a human score rating"),
+    item_id: str | None = None,
+    system: str | None = None,
+    aspect: str | None = None,
+    judge: str | None = None,
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    """Done single-mode scores averaged over samples: ``{total, offset, limit, items}``, one item per (item_id,
+    system, aspect, judge) in that order, with ``score`` (the mean), ``scale_min`` / ``scale_max`` and
+    ``n_samples``."""
+    run_or_404(session, run_id, principal)
+    filters = {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
+    rows = item_aggregates.item_scores(session, run_id, filters, rated)
+    return {"total": len(rows), "offset": offset, "limit": limit, "items": rows[offset : offset + limit]}
+
+
+@router.get("/v1/runs/{run_id}/order-outcomes")
+def order_outcomes(
+    run_id: str,
+    offset: int = _OFFSET,
+    limit: int = _LIMIT,
+    flipped: bool = Query(False, description="only the keys whose verdict flips with the presentation order"),
+    rated: bool = Query(False, description="only the items with a human preference rating"),
+    item_id: str | None = None,
+    system: str | None = None,
+    aspect: str | None = None,
+    judge: str | None = None,
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    """Pairwise keys (item_id, system_a, system_b, aspect, judge, sorted) with ``outcome_ab`` / ``outcome_ba`` (over
+    samples: the sign of the mean of win 1, tie 0, loss -1), ``preference_ab`` / ``preference_ba`` (means) and
+    ``flipped``; ``by_pair``: per (system_a, system_b, aspect) the keys judged in both orders (``n``) and the flips;
+    ``n_both`` / ``n_flipped`` their sums. ``system`` filters on system_a."""
+    run_or_404(session, run_id, principal)
+    filters = {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
+    result = item_aggregates.order_outcomes(session, run_id, filters, rated)
+    rows = [r for r in result.rows if r["flipped"]] if flipped else result.rows
+    return {
+        "total": len(rows),
+        "offset": offset,
+        "limit": limit,
+        "items": rows[offset : offset + limit],
+        "n_keys": len(result.rows),
+        "n_both": result.n_both,
+        "n_flipped": result.n_flipped,
+        "by_pair": result.by_pair,
+    }
