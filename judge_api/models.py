@@ -136,6 +136,13 @@ class Judgment(Base):
         Index("ix_judgments_run_updated", "run_id", "updated_at"),
         # keyset pages of a run's judgments by id: the JSON cursor and the streaming exports (issue 39)
         Index("ix_judgments_run_id_id", "run_id", "id"),
+        # a run's pairwise keys with both orders' outcomes, grouped in key order without reading the rows (the
+        # dashboard's order flips: repository.item_aggregates, issue 39)
+        Index(
+            "ix_judgments_order_outcomes",
+            *("run_id", "mode", "status", "item_key", "system_a", "system_b", "aspect", "judge", "order"),
+            *("outcome", "preference"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

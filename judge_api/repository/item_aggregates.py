@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, case, func, select
@@ -129,9 +129,15 @@ def item_scores(
 
 
 # -- order outcomes ----------------------------------------------------------------------------------------------
-def order_groups(session: Session, run_id: str, filters: Mapping[str, str | None], rated: bool) -> Sequence[Any]:
-    """(item, a, b, aspect, judge, order, coded sum, coded count, preference sum, preference count) per key and order
-    of the done pairwise judgments with an outcome."""
+def _outcome(total: float | None, count: int) -> str | None:
+    if not count or total is None:
+        return None
+    return "win" if total > 0 else "loss" if total < 0 else "tie"
+
+
+def _per_key(run_id: str, filters: Mapping[str, str | None], rated: bool) -> Any:
+    """One row per pairwise key: per order the coded outcomes' sum and count and the preferences' sum and count,
+    grouped along ``ix_judgments_order_outcomes`` (in key order, without reading the rows)."""
     coded = case((Judgment.outcome == "win", 1.0), (Judgment.outcome == "tie", 0.0), (Judgment.outcome == "loss", -1.0))
     conditions = _filters(run_id, filters, Judgment.system_a)
     conditions += [
@@ -143,25 +149,58 @@ def order_groups(session: Session, run_id: str, filters: Mapping[str, str | None
     ]
     if rated:
         conditions.append(Judgment.item_pk.in_(_rated_items(run_id, "preference")))
-    keys = (Judgment.item_key, Judgment.system_a, Judgment.system_b, Judgment.aspect, Judgment.judge, Judgment.order)
-    query = select(
-        *keys, func.sum(coded), func.count(coded), func.sum(Judgment.preference), func.count(Judgment.preference)
-    )
-    return session.execute(query.where(*conditions).group_by(*keys)).all()
+    columns = []
+    for order in ("ab", "ba"):
+        mine = Judgment.order == order
+        columns += [
+            func.sum(case((mine, coded))).label(f"coded_{order}"),
+            func.count(case((mine, coded))).label(f"n_{order}"),
+            func.sum(case((mine, Judgment.preference))).label(f"pref_{order}"),
+            func.count(case((mine, Judgment.preference))).label(f"npref_{order}"),
+        ]
+    keys = (Judgment.item_key, Judgment.system_a, Judgment.system_b, Judgment.aspect, Judgment.judge)
+    return select(*keys, *columns).where(*conditions).group_by(*keys).subquery("per_key")
 
 
-def _outcome(total: float | None, count: int) -> str | None:
-    if not count or total is None:
-        return None
-    return "win" if total > 0 else "loss" if total < 0 else "tie"
+def _sign(value: Any) -> Any:
+    return case((value > 0, 1), (value < 0, -1), else_=0)
+
+
+def _flipped(per_key: Any) -> ColumnElement[bool]:
+    c = per_key.c
+    return and_(c.n_ab > 0, c.n_ba > 0, _sign(c.coded_ab) != _sign(c.coded_ba))
+
+
+def _key_order(session: Session, per_key: Any) -> list[Any]:
+    """Key order as Python sorts strings (code points): SQLite's binary collation; PostgreSQL's "C"."""
+    columns = [per_key.c.item_key, per_key.c.system_a, per_key.c.system_b, per_key.c.aspect, per_key.c.judge]
+    if session.get_bind().dialect.name == "postgresql":
+        return [c.collate("C") for c in columns]
+    return columns
+
+
+def _order_row(row: Any) -> dict[str, Any]:
+    out: dict[str, Any] = dict(zip(ORDER_KEYS, row[:5], strict=True))
+    outcomes = {}
+    for order in ("ab", "ba"):
+        outcomes[order] = _outcome(getattr(row, f"coded_{order}"), int(getattr(row, f"n_{order}")))
+        out[f"outcome_{order}"] = outcomes[order]
+        n_pref = int(getattr(row, f"npref_{order}"))
+        out[f"preference_{order}"] = float(getattr(row, f"pref_{order}")) / n_pref if n_pref else None
+    out = {k: out[k] for k in (*ORDER_KEYS, "outcome_ab", "outcome_ba", "preference_ab", "preference_ba")}
+    out["flipped"] = outcomes["ab"] is not None and outcomes["ba"] is not None and outcomes["ab"] != outcomes["ba"]
+    return out
 
 
 @dataclass
-class OrderOutcomes:
-    """The keys (sorted), and per (system_a, system_b, aspect) how many were judged in both orders and flipped."""
+class OrderPage:
+    """One page of keys, how many match, and per (system_a, system_b, aspect) the keys judged in both orders and
+    their flips (over every key the filters keep, not only the page's)."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    by_pair: list[dict[str, Any]] = field(default_factory=list)
+    total: int
+    rows: list[dict[str, Any]]
+    n_keys: int
+    by_pair: list[dict[str, Any]]
 
     @property
     def n_both(self) -> int:
@@ -172,40 +211,43 @@ class OrderOutcomes:
         return sum(int(p["flips"]) for p in self.by_pair)
 
 
-def merge_order_outcomes(groups: Iterable[Sequence[Any]]) -> OrderOutcomes:
-    keyed: dict[tuple[str, ...], dict[str, Any]] = {}
-    for item, a, b, aspect, judge, order, coded_sum, coded_n, pref_sum, pref_n in groups:
-        row = keyed.setdefault((item, a, b, aspect, judge), {})
-        row[f"outcome_{order}"] = _outcome(coded_sum, int(coded_n))
-        row[f"preference_{order}"] = float(pref_sum) / int(pref_n) if pref_n else None
-    pairs: dict[tuple[str, str, str], list[int]] = {}
-    out = OrderOutcomes()
-    for key in sorted(keyed):
-        row = keyed[key]
-        ab, ba = row.get("outcome_ab"), row.get("outcome_ba")
-        flipped = ab is not None and ba is not None and ab != ba
-        out.rows.append(
-            {
-                **dict(zip(ORDER_KEYS, key, strict=True)),
-                "outcome_ab": ab,
-                "outcome_ba": ba,
-                "preference_ab": row.get("preference_ab"),
-                "preference_ba": row.get("preference_ba"),
-                "flipped": flipped,
-            }
+def order_outcomes_page(
+    session: Session,
+    run_id: str,
+    filters: Mapping[str, str | None],
+    *,
+    rated: bool = False,
+    flipped: bool = False,
+    offset: int = 0,
+    limit: int = 1000,
+) -> OrderPage:
+    """``order_outcomes`` grouped and paged by the database: the flip counts per pair and aspect, and one page of the
+    keys (only the flipped ones with ``flipped``) in key order."""
+    per_key = _per_key(run_id, filters, rated)
+    c = per_key.c
+    flip = _flipped(per_key)
+    both = and_(c.n_ab > 0, c.n_ba > 0)
+    counts = session.execute(  # one pass over the keys: every key, those judged in both orders, the flips
+        select(
+            c.system_a,
+            c.system_b,
+            c.aspect,
+            func.count(),
+            func.sum(case((both, 1), else_=0)),
+            func.sum(case((flip, 1), else_=0)),
         )
-        if ab is not None and ba is not None:
-            counts = pairs.setdefault((key[1], key[2], key[3]), [0, 0])
-            counts[0] += 1
-            counts[1] += int(flipped)
-    out.by_pair = [
-        {"system_a": a, "system_b": b, "aspect": aspect, "n": n, "flips": flips}
-        for (a, b, aspect), (n, flips) in sorted(pairs.items())
+        .select_from(per_key)
+        .group_by(c.system_a, c.system_b, c.aspect)
+    ).all()
+    by_pair = [
+        {"system_a": a, "system_b": b, "aspect": aspect, "n": int(n or 0), "flips": int(flips or 0)}
+        for a, b, aspect, _, n, flips in sorted(counts, key=lambda r: (r[0], r[1], r[2]))
+        if n
     ]
-    return out
-
-
-def order_outcomes(
-    session: Session, run_id: str, filters: Mapping[str, str | None], rated: bool = False
-) -> OrderOutcomes:
-    return merge_order_outcomes(order_groups(session, run_id, filters, rated))
+    n_keys = sum(int(r[3]) for r in counts)
+    page = select(per_key).order_by(*_key_order(session, per_key)).offset(offset).limit(limit)
+    if flipped:
+        page = page.where(flip)
+    rows = [_order_row(r) for r in session.execute(page).all()]
+    total = sum(int(p["flips"]) for p in by_pair) if flipped else n_keys
+    return OrderPage(total, rows, n_keys, by_pair)

@@ -66,14 +66,15 @@ def order_outcomes(
     ``n_both`` / ``n_flipped`` their sums. ``system`` filters on system_a."""
     run_or_404(session, run_id, principal)
     filters = {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
-    result = item_aggregates.order_outcomes(session, run_id, filters, rated)
-    rows = [r for r in result.rows if r["flipped"]] if flipped else result.rows
+    result = item_aggregates.order_outcomes_page(
+        session, run_id, filters, rated=rated, flipped=flipped, offset=offset, limit=limit
+    )
     return {
-        "total": len(rows),
+        "total": result.total,
         "offset": offset,
         "limit": limit,
-        "items": rows[offset : offset + limit],
-        "n_keys": len(result.rows),
+        "items": result.rows,
+        "n_keys": result.n_keys,
         "n_both": result.n_both,
         "n_flipped": result.n_flipped,
         "by_pair": result.by_pair,

@@ -628,20 +628,20 @@ class FakeApi:
                     g = groups.setdefault(key, [r["id"], 0.0, 0])
                     g[0], g[1], g[2] = min(g[0], r["id"]), g[1] + r["score"], g[2] + 1
             out = item_aggregates.merge_item_scores([(*k, *v) for k, v in groups.items()], {})
-        else:
-            coded = item_aggregates.CODED
-            for r in chosen:
-                if r["mode"] == "pairwise" and r["outcome"] is not None and r["order"] is not None:
-                    key = (r["item_id"], r["system_a"], r["system_b"], r["aspect"], r["judge"], r["order"])
-                    g = groups.setdefault(key, [0.0, 0, 0.0, 0])
-                    if r["outcome"] in coded:
-                        g[0], g[1] = g[0] + coded[r["outcome"]], g[1] + 1
-                    if r["preference"] is not None:
-                        g[2], g[3] = g[2] + r["preference"], g[3] + 1
-            merged = item_aggregates.merge_order_outcomes([(*k, *v) for k, v in groups.items()])
-            out = [r for r in merged.rows if r["flipped"]] if q.get("flipped") == "true" else merged.rows
-            extra = {"n_keys": len(merged.rows), "n_both": merged.n_both, "n_flipped": merged.n_flipped,
-                     "by_pair": merged.by_pair}  # fmt: skip
+        else:  # the dashboard's own frame path (tests/api/test_item_aggregates.py holds the API's SQL to it)
+            from dashboard import analysis
+
+            orders = analysis.order_outcomes(judgments_frame(chosen)) if chosen else pd.DataFrame()
+            records = orders.astype(object).where(orders.notna(), None).to_dict("records") if len(orders) else []
+            both = [r for r in records if r["outcome_ab"] is not None and r["outcome_ba"] is not None]
+            pairs: dict[tuple[str, str, str], list[int]] = {}
+            for r in both:
+                counts = pairs.setdefault((r["system_a"], r["system_b"], r["aspect"]), [0, 0])
+                counts[0], counts[1] = counts[0] + 1, counts[1] + int(r["flipped"])
+            out = [r for r in records if r["flipped"]] if q.get("flipped") == "true" else records
+            extra = {"n_keys": len(records), "n_both": len(both), "n_flipped": sum(int(r["flipped"]) for r in both),
+                     "by_pair": [{"system_a": a, "system_b": b, "aspect": aspect, "n": n, "flips": f}
+                                 for (a, b, aspect), (n, f) in sorted(pairs.items())]}  # fmt: skip
         offset, limit = int(q.get("offset", 0)), int(q.get("limit", 1000))
         return {"total": len(out), "offset": offset, "limit": limit, "items": out[offset : offset + limit], **extra}
 
