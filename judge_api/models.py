@@ -143,6 +143,11 @@ class Judgment(Base):
             *("run_id", "mode", "status", "item_key", "system_a", "system_b", "aspect", "judge", "order"),
             *("outcome", "preference"),
         ),
+        # a run's counts and totals by status, read by every run poll, without reading the rows (issue 39)
+        Index(
+            "ix_judgments_run_counts",
+            *("run_id", "status", "cost_usd", "input_tokens", "output_tokens", "provider_calls", "cached", "id"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

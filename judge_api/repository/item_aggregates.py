@@ -8,7 +8,7 @@
 
 The database groups the judgments (one row per key and rubric scale, or per key and order); Python merges those
 rows, which number the keys, not the judgments. ``rated`` keeps the items with a human rating of the kind the page
-compares with (an index seek through the run's items instead of a scan of the run)."""
+compares with (index seeks by item instead of a scan of the run)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, func, select
+from sqlalchemy import ColumnElement, Select, and_, case, func, select, tuple_
 from sqlalchemy.orm import Session
 
-from judge_api.models import HumanRating, Judgment, RunItem
+from judge_api.models import HumanRating, Judgment
 
 ITEM_SCORE_KEYS = ("item_id", "system", "aspect", "judge")
 ORDER_KEYS = ("item_id", "system_a", "system_b", "aspect", "judge")
@@ -28,13 +28,9 @@ CODED = {"win": 1.0, "tie": 0.0, "loss": -1.0}
 
 
 def _rated_items(run_id: str, kind: str) -> Select[Any]:
-    """The run's items with a human rating of ``kind`` (``score`` or ``preference``)."""
-    return (
-        select(RunItem.id)
-        .join(HumanRating, and_(HumanRating.run_id == RunItem.run_id, HumanRating.item_key == RunItem.item_key))
-        .where(RunItem.run_id == run_id, HumanRating.kind == kind)
-        .distinct()
-    )
+    """The keys of the run's items with a human rating of ``kind`` (``score`` or ``preference``): the judgments'
+    ``item_key`` IN these seeks along ``ix_judgments_order_outcomes`` (run, mode, status, item_key, ...)."""
+    return select(HumanRating.item_key).where(HumanRating.run_id == run_id, HumanRating.kind == kind).distinct()
 
 
 def _filters(run_id: str, filters: Mapping[str, str | None], system_column: Any) -> list[ColumnElement[bool]]:
@@ -56,8 +52,12 @@ def item_score_groups(session: Session, run_id: str, filters: Mapping[str, str |
     """(item, system, aspect, judge, rubric, own scale min / max, first id, sum, count) per group of done scores."""
     conditions = _filters(run_id, filters, Judgment.system_a)
     conditions += [Judgment.mode == "single", Judgment.status == "done", Judgment.score.is_not(None)]
-    if rated:
-        conditions.append(Judgment.item_pk.in_(_rated_items(run_id, "score")))
+    if rated:  # the rated items along the index, then the rated (item, system, aspect) keys among them
+        rated_keys = select(HumanRating.item_key, HumanRating.system, HumanRating.aspect).where(
+            HumanRating.run_id == run_id, HumanRating.kind == "score"
+        )
+        conditions.append(Judgment.item_key.in_(_rated_items(run_id, "score")))
+        conditions.append(tuple_(Judgment.item_key, Judgment.system_a, Judgment.aspect).in_(rated_keys))
     keys = (
         Judgment.item_key,
         Judgment.system_a,
@@ -135,7 +135,7 @@ def _outcome(total: float | None, count: int) -> str | None:
     return "win" if total > 0 else "loss" if total < 0 else "tie"
 
 
-def _per_key(run_id: str, filters: Mapping[str, str | None], rated: bool) -> Any:
+def _per_key(run_id: str, filters: Mapping[str, str | None], rated: bool) -> Select[Any]:
     """One row per pairwise key: per order the coded outcomes' sum and count and the preferences' sum and count,
     grouped along ``ix_judgments_order_outcomes`` (in key order, without reading the rows)."""
     coded = case((Judgment.outcome == "win", 1.0), (Judgment.outcome == "tie", 0.0), (Judgment.outcome == "loss", -1.0))
@@ -148,7 +148,7 @@ def _per_key(run_id: str, filters: Mapping[str, str | None], rated: bool) -> Any
         Judgment.system_b.is_not(None),
     ]
     if rated:
-        conditions.append(Judgment.item_pk.in_(_rated_items(run_id, "preference")))
+        conditions.append(Judgment.item_key.in_(_rated_items(run_id, "preference")))
     columns = []
     for order in ("ab", "ba"):
         mine = Judgment.order == order
@@ -158,25 +158,27 @@ def _per_key(run_id: str, filters: Mapping[str, str | None], rated: bool) -> Any
             func.sum(case((mine, Judgment.preference))).label(f"pref_{order}"),
             func.count(case((mine, Judgment.preference))).label(f"npref_{order}"),
         ]
-    keys = (Judgment.item_key, Judgment.system_a, Judgment.system_b, Judgment.aspect, Judgment.judge)
-    return select(*keys, *columns).where(*conditions).group_by(*keys).subquery("per_key")
+    return select(*ORDER_COLUMNS, *columns).where(*conditions).group_by(*ORDER_COLUMNS)
+
+
+ORDER_COLUMNS = (Judgment.item_key, Judgment.system_a, Judgment.system_b, Judgment.aspect, Judgment.judge)
 
 
 def _sign(value: Any) -> Any:
     return case((value > 0, 1), (value < 0, -1), else_=0)
 
 
-def _flipped(per_key: Any) -> ColumnElement[bool]:
-    c = per_key.c
+def _flipped(c: Any) -> ColumnElement[bool]:
+    """Both orders have an outcome and they differ (on the per-key columns, or their aggregate expressions)."""
     return and_(c.n_ab > 0, c.n_ba > 0, _sign(c.coded_ab) != _sign(c.coded_ba))
 
 
-def _key_order(session: Session, per_key: Any) -> list[Any]:
-    """Key order as Python sorts strings (code points): SQLite's binary collation; PostgreSQL's "C"."""
-    columns = [per_key.c.item_key, per_key.c.system_a, per_key.c.system_b, per_key.c.aspect, per_key.c.judge]
+def _key_order(session: Session) -> list[Any]:
+    """Key order as Python sorts strings (code points): SQLite's binary collation (the index's order, so a page
+    stops early); PostgreSQL's "C"."""
     if session.get_bind().dialect.name == "postgresql":
-        return [c.collate("C") for c in columns]
-    return columns
+        return [c.collate("C") for c in ORDER_COLUMNS]
+    return list(ORDER_COLUMNS)
 
 
 def _order_row(row: Any) -> dict[str, Any]:
@@ -223,9 +225,10 @@ def order_outcomes_page(
 ) -> OrderPage:
     """``order_outcomes`` grouped and paged by the database: the flip counts per pair and aspect, and one page of the
     keys (only the flipped ones with ``flipped``) in key order."""
-    per_key = _per_key(run_id, filters, rated)
+    grouped = _per_key(run_id, filters, rated)
+    per_key = grouped.subquery("per_key")
     c = per_key.c
-    flip = _flipped(per_key)
+    flip = _flipped(c)
     both = and_(c.n_ab > 0, c.n_ba > 0)
     counts = session.execute(  # one pass over the keys: every key, those judged in both orders, the flips
         select(
@@ -245,9 +248,9 @@ def order_outcomes_page(
         if n
     ]
     n_keys = sum(int(r[3]) for r in counts)
-    page = select(per_key).order_by(*_key_order(session, per_key)).offset(offset).limit(limit)
-    if flipped:
-        page = page.where(flip)
+    page = grouped.order_by(*_key_order(session)).offset(offset).limit(limit)
+    if flipped:  # HAVING on the aggregates: the groups come in index order, so page one reads a few keys
+        page = page.having(_flipped(grouped.selected_columns))
     rows = [_order_row(r) for r in session.execute(page).all()]
     total = sum(int(p["flips"]) for p in by_pair) if flipped else n_keys
     return OrderPage(total, rows, n_keys, by_pair)

@@ -6,6 +6,9 @@ downloads the whole run."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
@@ -13,9 +16,36 @@ from sqlalchemy.orm import Session
 
 from judge_api.auth import Principal
 from judge_api.deps import MAX_OFFSET, get_session, require, run_or_404
-from judge_api.repository import item_aggregates
+from judge_api.repository import item_aggregates, report_cache
 
 router = APIRouter(tags=["runs"])
+
+_CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_CACHE_ENTRIES = 16
+_CACHE_ROWS = 100_000
+"""Aggregates computed in this process, keyed by the query and the run's state (its judgments' count and last write,
+its ratings: ``report_cache.run_state``), so the next page of the same aggregate is sliced, not grouped again; a
+write of any kind changes the state. Only answers of at most ``_CACHE_ROWS`` rows are kept."""
+_CACHE_LOCK = threading.Lock()
+
+
+def _cached(
+    key: tuple[Any, ...], session: Session, run_id: str, compute: Callable[[], Any], size: Callable[[Any], int]
+) -> Any:
+    """``compute()`` or the kept answer for ``key`` on the run's current state."""
+    full = (*key, report_cache.run_state(session, run_id))
+    with _CACHE_LOCK:
+        if full in _CACHE:
+            _CACHE.move_to_end(full)
+            return _CACHE[full]
+    value = compute()
+    if size(value) <= _CACHE_ROWS:
+        with _CACHE_LOCK:
+            _CACHE[full] = value
+            while len(_CACHE) > _CACHE_ENTRIES:
+                _CACHE.popitem(last=False)
+    return value
+
 
 MAX_AGGREGATE_PAGE = 5000
 """The largest page of aggregates (a larger ``limit`` is a 422 naming it)."""
@@ -42,7 +72,8 @@ def item_scores(
     ``n_samples``."""
     run_or_404(session, run_id, principal)
     filters = {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
-    rows = item_aggregates.item_scores(session, run_id, filters, rated)
+    key = ("item-scores", run_id, tuple(sorted(filters.items())), rated)
+    rows = _cached(key, session, run_id, lambda: item_aggregates.item_scores(session, run_id, filters, rated), len)
     return {"total": len(rows), "offset": offset, "limit": limit, "items": rows[offset : offset + limit]}
 
 
@@ -66,8 +97,15 @@ def order_outcomes(
     ``n_both`` / ``n_flipped`` their sums. ``system`` filters on system_a."""
     run_or_404(session, run_id, principal)
     filters = {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
-    result = item_aggregates.order_outcomes_page(
-        session, run_id, filters, rated=rated, flipped=flipped, offset=offset, limit=limit
+    key = ("order-outcomes", run_id, tuple(sorted(filters.items())), rated, flipped, offset, limit)
+    result = _cached(
+        key,
+        session,
+        run_id,
+        lambda: item_aggregates.order_outcomes_page(
+            session, run_id, filters, rated=rated, flipped=flipped, offset=offset, limit=limit
+        ),
+        lambda page: len(page.rows),
     )
     return {
         "total": result.total,
