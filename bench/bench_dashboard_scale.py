@@ -9,9 +9,12 @@ something to draw.
 For each code tree (``--code name=path``, e.g. ``main=/work/main new=/work/wt/h39c``: side by side in one window),
 each page and each round, the benchmark starts that tree's API (uvicorn) and dashboard (``streamlit run``) on the
 file, so every page is opened with the dashboard's caches empty, warms the API's report cache (the report is issue
-39's other work; its cold time is printed apart), opens ``/<page>?run=<id>`` in a fresh Chromium page and times
+39's other work; its cold time is printed apart), draws the Monitors page once (the dashboard process imports its
+modules, as a running dashboard has), opens ``/<page>?run=<id>`` in a fresh Chromium page and times
 until the page's heading and its element (chart, table or empty-state) are visible and Streamlit's running
-indicator is gone. It prints min / median per page and tree, and the load average around each measurement.
+indicator is gone. The file is migrated to each tree's own head before its turn (down to an older tree's head with
+the newest tree's migrations: an index an older tree does not know is dropped, so it is measured as it runs). It
+prints min / median per page and tree, and the load average around each measurement.
 
 Usage::
 
@@ -142,23 +145,37 @@ def tree_head(tree: Path) -> str:
     return versions[-1]
 
 
-def stamp(db: Path, revision: str) -> None:
-    """Mark the file as migrated to ``revision`` so an older tree's API starts on it (its startup migrates, and
-    refuses a revision it does not know). The newer trees' migrations only add indexes, which an older tree does
-    not read; the file is migrated to the newest tree's head first."""
-    from sqlalchemy import create_engine, text
+def migrate_to(db: Path, revision: str, newest: Path) -> None:
+    """Bring the file to ``revision`` with the newest tree's migrations (down to an older tree's head: the indexes
+    that tree does not know are dropped, so it is measured as it would run; back up for a newer tree)."""
+    code = """
+import sys
+from alembic import command
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine
+from judge_api.migrate import alembic_config
 
-    engine = create_engine(f"sqlite:///{db}")
-    with engine.begin() as connection:
-        connection.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": revision})
-    engine.dispose()
+url, want = sys.argv[1], sys.argv[2]
+with create_engine(url).connect() as connection:
+    current = MigrationContext.configure(connection).get_current_revision() or ""
+if current > want:
+    command.downgrade(alembic_config(url), want)
+elif current < want:
+    command.upgrade(alembic_config(url), want)
+"""
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", code, f"sqlite:///{db}", revision],
+        env=dict(os.environ, PYTHONPATH=str(newest)),
+        check=True,
+    )
+    print(f"  database at migration {revision} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
 @contextmanager
 def stack(tree: Path, db: Path, home: Path) -> Iterator[tuple[str, str]]:
     """That tree's API and dashboard on the file: (api url, dashboard url)."""
     home.mkdir(parents=True, exist_ok=True)
-    stamp(db, tree_head(tree))
     env = dict(
         os.environ,
         DATABASE_URL=f"sqlite:///{db}",
@@ -218,6 +235,14 @@ def open_page(browser: Any, url: str, title: str, selector: str) -> float:
         page.close()
 
 
+def warm_up(browser: Any, dash: str) -> None:
+    """Open the Monitors page once (no monitor: its empty state) so the dashboard process has imported its modules
+    and drawn a page, as a running dashboard has; then wait out the 2 s caches of the run list and the run. The
+    timed page starts with the run's data caches empty."""
+    open_page(browser, f"{dash}/monitors", "Monitors", "[data-testid=stMain] [data-testid=stAlert]")
+    time.sleep(2.5)
+
+
 def warm_report(api_url: str, run_id: str) -> float:
     t0 = time.perf_counter()
     response = httpx.get(f"{api_url}/v1/runs/{run_id}/report", timeout=900)
@@ -237,15 +262,6 @@ def main(argv: list[str] | None = None) -> int:
     trees = [(c.split("=", 1)[0], Path(c.split("=", 1)[1]).resolve()) for c in args.code] or [("this", ROOT)]
     run_id = ensure_run(args.db.resolve(), args.judgments, args.rated)
     newest = max(trees, key=lambda t: tree_head(t[1]))[1]
-    migrated = subprocess.run(  # the newest tree's migrations (indexes) on the file, once
-        [sys.executable, "-c", f"from judge_api.migrate import upgrade; upgrade('sqlite:///{args.db.resolve()}')"],
-        env=dict(os.environ, PYTHONPATH=str(newest)),
-        capture_output=True,
-    )
-    if migrated.returncode:  # an earlier bench stamped an older head on a file that has the newer indexes
-        if b"already exists" not in migrated.stderr:
-            raise SystemExit(migrated.stderr.decode()[-2000:])
-        stamp(args.db.resolve(), tree_head(newest))
     from playwright.sync_api import sync_playwright
 
     print(f"run {run_id} in {args.db}; {os.cpu_count()} cores; load {load()}", flush=True)
@@ -254,10 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         for round_ in range(args.rounds):
-            for page in args.pages:
-                for name, tree in trees:  # side by side: the trees alternate page by page
+            for name, tree in trees:  # side by side: the trees take turns, round by round
+                migrate_to(args.db.resolve(), tree_head(tree), newest)
+                for page in args.pages:
                     with stack(tree, args.db.resolve(), Path(tmp) / f"{name}-{page}-{round_}") as (api_url, dash):
                         report_s = warm_report(api_url, run_id)
+                        warm_up(browser, dash)
                         before = load()
                         title, selector = PAGES[page]
                         path = "" if page == "runs" else page

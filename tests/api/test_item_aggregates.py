@@ -167,3 +167,38 @@ def test_another_projects_run_is_a_404(secured: Api, route: str) -> None:
     own = secured.client.get(f"/v1/runs/{run_id}/{route}", headers=secured.as_key("alpha-read"))
     assert own.status_code == 200 and own.json()["total"] > 0
     assert secured.client.get(f"/v1/runs/{run_id}/{route}").status_code == 401
+
+
+def test_postgres_gives_the_same_aggregates_in_the_same_order(api_factory: Any, pg_url: str) -> None:
+    """On PostgreSQL too, with ids whose order depends on the collation: the keys come in Python's (code point)
+    order, as the frame sorted them."""
+    pg = api_factory(database_url=pg_url)
+    body = run_body(4, rubrics=["rsum-single", "rsum-pairwise"], mode=["single", "pairwise"])
+    body["aspects"] = ["consistency", "overall"]
+    body["items"] = [
+        {**it, "id": name, "candidates": {"a": "A: Rex.", "b": "B: Max", "c": "C: ?"}}
+        for it, name in zip(body["items"], ["item-b", "Item-a", "item-A", "item_c"], strict=True)
+    ]
+    run_id = str(pg.submit(None, body)["id"])
+    _judge_half(run_id)
+    frame = _frame(pg, run_id)
+    rows, _ = _all(pg, f"/v1/runs/{run_id}/order-outcomes", limit=3)
+    old = analysis.order_outcomes(frame)
+    assert _records(pd.DataFrame(rows, columns=analysis.ORDER_COLUMNS)) == _records(old)
+    assert [r["item_id"] for r in rows] == sorted(r["item_id"] for r in rows)
+    scores, _ = _all(pg, f"/v1/runs/{run_id}/item-scores")
+    assert _records(pd.DataFrame(scores, columns=analysis.JUDGE_ITEM_COLUMNS)) == _records(
+        analysis.judge_item_scores(frame)
+    )
+
+
+def test_a_rating_written_changes_the_kept_answer(api: Api, run: str) -> None:
+    """The API keeps an aggregate per state of the run: a new rating is in the next answer."""
+    before = api.client.get(f"/v1/runs/{run}/item-scores", params={"rated": "true"}).json()
+    assert "item-7" not in {r["item_id"] for r in before["items"]}
+    rating = {"item_id": "item-7", "system": "a", "aspect": "consistency", "rater": "cy", "kind": "score",
+              "value": 3.0, "scale_min": 1.0, "scale_max": 10.0}  # fmt: skip
+    assert api.client.post(f"/v1/runs/{run}/human-ratings", json={"ratings": [rating]}).status_code == 201
+    after = api.client.get(f"/v1/runs/{run}/item-scores", params={"rated": "true"}).json()
+    assert after["total"] > before["total"]
+    assert {r["item_id"] for r in after["items"]} - {r["item_id"] for r in before["items"]} == {"item-7"}
