@@ -22,7 +22,7 @@ router = APIRouter(tags=["runs"])
 
 _CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _CACHE_ENTRIES = 16
-_CACHE_ROWS = 100_000
+_CACHE_ROWS = 10_000
 """Aggregates computed in this process, keyed by the query and the run's state (its judgments' count and last write,
 its ratings: ``report_cache.run_state``), so the next page of the same aggregate is sliced, not grouped again; a
 write of any kind changes the state. Only answers of at most ``_CACHE_ROWS`` rows are kept."""
