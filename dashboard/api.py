@@ -193,6 +193,80 @@ def order_outcomes(conn: Conn, run_id: str, version: str) -> pd.DataFrame:
     return analysis.order_outcomes(judgments_frame(conn, run_id, version))
 
 
+AGGREGATE_PAGE = 5000  # the API's largest page of item-level aggregates
+
+
+def _every_page(conn: Conn, path: str, what: str, **params: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every row of a paged aggregate route, and its first page (which carries the route's summary fields)."""
+    rows: list[dict[str, Any]] = []
+    first: dict[str, Any] = {}
+    offset = 0
+    while True:
+        page = _dict(_get(conn, path, offset=offset, limit=AGGREGATE_PAGE, **params), what)
+        first = first or page
+        items = list(page.get("items") or [])
+        rows.extend(items)
+        offset += AGGREGATE_PAGE
+        if not items or offset >= int(page.get("total") or 0):
+            return rows, first
+
+
+@st.cache_data(ttl=600, max_entries=8, show_spinner=False)
+def rated_item_scores(conn: Conn, run_id: str, version: str, ratings_rev: int = 0) -> pd.DataFrame:
+    """Item scores (``judge_item_scores``' rows) of the items people rated, grouped by the API
+    (``/item-scores?rated=true``): the judge-vs-human pages join them with the ratings, without the whole run."""
+    del version, ratings_rev
+    rows, _ = _every_page(conn, f"/v1/runs/{seg(run_id)}/item-scores", "the item scores", rated="true")
+    frame = pd.DataFrame(rows, columns=analysis.JUDGE_ITEM_COLUMNS)
+    for column in ("score", "scale_min", "scale_max"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+    frame["n_samples"] = frame["n_samples"].astype("int64")
+    return frame
+
+
+def _orders_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=analysis.ORDER_COLUMNS)
+    for column in ("preference_ab", "preference_ba"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+    frame["flipped"] = frame["flipped"].astype(bool)
+    return frame
+
+
+@st.cache_data(ttl=600, max_entries=8, show_spinner=False)
+def rated_order_outcomes(conn: Conn, run_id: str, version: str, ratings_rev: int = 0) -> pd.DataFrame:
+    """``order_outcomes``' rows of the items with a human preference vote (``/order-outcomes?rated=true``)."""
+    del version, ratings_rev
+    rows, _ = _every_page(conn, f"/v1/runs/{seg(run_id)}/order-outcomes", "the order outcomes", rated="true")
+    return _orders_frame(rows)
+
+
+class OrderFlips(NamedTuple):
+    """One page of the keys whose verdict flips with the presentation order, and the run's flip counts."""
+
+    total: int
+    page: pd.DataFrame
+    n_both: int
+    n_flipped: int
+    by_pair: list[dict[str, Any]]
+
+
+@st.cache_data(ttl=600, max_entries=32, show_spinner=False)
+def order_flips(conn: Conn, run_id: str, version: str, offset: int = 0, limit: int = 50) -> OrderFlips:
+    """``/order-outcomes?flipped=true``, one page: the Order flips tab's table, metric and chart."""
+    del version
+    page = _dict(
+        _get(conn, f"/v1/runs/{seg(run_id)}/order-outcomes", flipped="true", offset=offset, limit=limit),
+        "the order outcomes",
+    )
+    return OrderFlips(
+        int(page.get("total") or 0),
+        _orders_frame(list(page.get("items") or [])),
+        int(page.get("n_both") or 0),
+        int(page.get("n_flipped") or 0),
+        list(page.get("by_pair") or []),
+    )
+
+
 @st.cache_data(ttl=10, max_entries=64, show_spinner=False)
 def judgments_page(
     conn: Conn, run_id: str, offset: int, limit: int, filters: tuple[tuple[str, Any], ...] = ()

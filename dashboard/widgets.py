@@ -128,6 +128,15 @@ def csv_button(df: pd.DataFrame, name: str, key: str) -> None:
     )
 
 
+def number_config(df: pd.DataFrame) -> dict[str, Any]:
+    """How ``table`` shows float columns: two decimals, p-values in three significant digits."""
+    return {
+        c: st.column_config.NumberColumn(format="%.3g" if c.endswith("_p") else "%.2f")
+        for c in df.columns
+        if pd.api.types.is_float_dtype(df[c])
+    }
+
+
 def table(
     df: pd.DataFrame,
     name: str,
@@ -142,11 +151,7 @@ def table(
         st.caption("No rows.")
         return
     offset = pager(len(df), key, page_size)
-    config = {
-        c: st.column_config.NumberColumn(format="%.3g" if c.endswith("_p") else "%.2f")
-        for c in df.columns
-        if pd.api.types.is_float_dtype(df[c])
-    }
+    config = number_config(df)
     config.update(column_config or {})
     dataframe(df.iloc[offset : offset + page_size], key=f"{key}_df", column_config=config, height=height)
     csv_button(df, name, key)

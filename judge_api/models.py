@@ -141,6 +141,18 @@ class Judgment(Base):
         Index("ix_judgments_run_updated", "run_id", "updated_at"),
         # keyset pages of a run's judgments by id: the JSON cursor and the streaming exports (issue 39)
         Index("ix_judgments_run_id_id", "run_id", "id"),
+        # a run's pairwise keys with both orders' outcomes, grouped in key order without reading the rows (the
+        # dashboard's order flips: repository.item_aggregates, issue 39)
+        Index(
+            "ix_judgments_order_outcomes",
+            *("run_id", "mode", "status", "item_key", "system_a", "system_b", "aspect", "judge", "order"),
+            *("outcome", "preference"),
+        ),
+        # a run's counts and totals by status, read by every run poll, without reading the rows (issue 39)
+        Index(
+            "ix_judgments_run_counts",
+            *("run_id", "status", "cost_usd", "input_tokens", "output_tokens", "provider_calls", "cached", "id"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -397,13 +409,13 @@ class MonitorResponse(Base):
 
 class MonitorHourly(Base):
     """Hourly sums of every finished verdict of a monitor, kept by triggers on ``judgments`` in the transaction that
-    writes the verdict (migration 0023: a judgment that becomes ``done`` adds, one that leaves it or changes takes its
+    writes the verdict (migration 0024: a judgment that becomes ``done`` adds, one that leaves it or changes takes its
     old verdict back out; deleting a judgment, as retention does, leaves its verdict here). The series reads these
     alone, one indexed query (``repository.monitors.series_sums``)."""
 
     __tablename__ = "monitor_hourly"
     # the series groups by (hour, version, rubric, aspect, judge) by default: in the key's order, SQLite's GROUP BY
-    # streams along the key instead of sorting (migration 0023; on SQLite the rows live in the key: no rowid)
+    # streams along the key instead of sorting (migration 0024; on SQLite the rows live in the key: no rowid)
     __table_args__ = (
         PrimaryKeyConstraint(
             "monitor_id", "hour_start", "version", "rubric_id", "aspect", "judge", "system", "segment"

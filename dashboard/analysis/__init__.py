@@ -52,6 +52,7 @@ from dashboard.analysis.disagreements import (
     OUTCOME_VALUE,
     first_with_content,
     flip_summary,
+    flip_summary_from_counts,
     order_outcomes,
     preference_disagreements,
 )
@@ -147,6 +148,7 @@ __all__ = [
     "first_with_content",
     "flags_frame",
     "flip_summary",
+    "flip_summary_from_counts",
     "frame",
     "gap_frame",
     "gap_sentence",

@@ -91,15 +91,18 @@ def preference_disagreements(orders: pd.DataFrame, ratings: pd.DataFrame) -> pd.
     return df[columns].reset_index(drop=True)
 
 
-def first_with_content(run: Mapping[str, Any], ratings: pd.DataFrame | None, orders: pd.DataFrame | None) -> int:
+def first_with_content(run: Mapping[str, Any], ratings: pd.DataFrame | None, orders: pd.DataFrame | int | None) -> int:
     """The tab to open on: the first with rows to review (judge vs human, order flips, unparseable / failed), so a
-    run whose only problems are unparseable replies does not open on an empty tab."""
+    run whose only problems are unparseable replies does not open on an empty tab. ``orders``: the order outcomes'
+    frame, or how many keys were judged in both orders (``/order-outcomes``' ``n_both``)."""
     counts = run.get("counts") or {}
+    if isinstance(orders, pd.DataFrame):
+        both = bool(not orders.empty and (orders["outcome_ab"].notna() & orders["outcome_ba"].notna()).any())
+    else:
+        both = bool(orders)
     has = [
         ratings is not None and not ratings.empty,
-        orders is not None
-        and not orders.empty
-        and bool((orders["outcome_ab"].notna() & orders["outcome_ba"].notna()).any()),
+        both,
         int(counts.get("unparseable") or 0) + int(counts.get("failed") or 0) > 0,
     ]
     return has.index(True) if any(has) else 0
@@ -113,5 +116,19 @@ def flip_summary(orders: pd.DataFrame) -> pd.DataFrame:
         return frame([], columns)
     both = both.assign(pair=[pair_label(a, b) for a, b in zip(both["system_a"], both["system_b"], strict=True)])
     out = both.groupby(["pair", "aspect"]).agg(n=("flipped", "size"), flips=("flipped", "sum")).reset_index()
+    out["flip_rate"] = out["flips"] / out["n"]
+    return out[columns]
+
+
+def flip_summary_from_counts(by_pair: list[dict[str, Any]]) -> pd.DataFrame:
+    """``flip_summary`` from the API's per (system_a, system_b, aspect) counts (``/order-outcomes``' ``by_pair``):
+    the same rows without the keys."""
+    columns = ["pair", "aspect", "n", "flips", "flip_rate"]
+    counts = pd.DataFrame(by_pair, columns=["system_a", "system_b", "aspect", "n", "flips"])
+    counts = counts[counts["n"] > 0]
+    if counts.empty:
+        return frame([], columns)
+    counts = counts.assign(pair=[pair_label(a, b) for a, b in zip(counts["system_a"], counts["system_b"], strict=True)])
+    out = counts.groupby(["pair", "aspect"]).agg(n=("n", "sum"), flips=("flips", "sum")).reset_index()
     out["flip_rate"] = out["flips"] / out["n"]
     return out[columns]

@@ -62,7 +62,9 @@ def inter_judge(report: dict) -> None:
 
 def item_level(run: dict, ratings: pd.DataFrame, report: dict) -> None:
     conn, run_id = state.conn(), str(run["id"])
-    judge_items = widgets.guard(api.judge_item_scores, conn, run_id, api.run_version(run), what="the judgments")
+    judge_items = widgets.guard(
+        api.rated_item_scores, conn, run_id, api.run_version(run), state.ratings_rev(), what="the judgments"
+    )
     if judge_items is None:
         return
     scatter = analysis.scatter_frame(judge_items, analysis.human_item_scores(ratings))

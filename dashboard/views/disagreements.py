@@ -38,7 +38,7 @@ def open_in_explorer(item_ids: list[str], key: str) -> None:
         st.switch_page("views/explorer.py")
 
 
-def human_tab(run: dict[str, Any], orders: pd.DataFrame | None) -> None:
+def human_tab(run: dict[str, Any]) -> None:
     conn, run_id = state.conn(), str(run["id"])
     ratings = widgets.guard(api.ratings, conn, run_id, state.ratings_rev(), what="the human ratings")
     if ratings is None:
@@ -48,7 +48,8 @@ def human_tab(run: dict[str, Any], orders: pd.DataFrame | None) -> None:
             "No human ratings yet — rate items on the **Annotate** page to find where the judge and people disagree."
         )
         return
-    judge_items = widgets.guard(api.judge_item_scores, conn, run_id, api.run_version(run), what="the judgments")
+    version, rev = api.run_version(run), state.ratings_rev()
+    judge_items = widgets.guard(api.rated_item_scores, conn, run_id, version, rev, what="the judgments")
     if judge_items is None:
         return
     scores = analysis.scatter_frame(judge_items, analysis.human_item_scores(ratings))
@@ -65,17 +66,17 @@ def human_tab(run: dict[str, Any], orders: pd.DataFrame | None) -> None:
         page_size=PAGE,
         column_config={"gap": st.column_config.ProgressColumn("gap", min_value=0.0, max_value=1.0)},
     )
+    orders = widgets.guard(api.rated_order_outcomes, conn, run_id, version, rev, what="the pairwise judgments")
     prefs = analysis.preference_disagreements(orders if orders is not None else pd.DataFrame(), ratings)
     st.markdown("**Preferences** — judge verdict (orders combined) vs human votes; severity 2 = opposite winners")
     widgets.table(prefs, "preference_disagreements", "dis_prefs", page_size=PAGE)
     open_in_explorer([*scores["item_id"].head(200).astype(str), *prefs["item_id"].head(200).astype(str)], "dis_h")
 
 
-def flips_tab(run: dict[str, Any], orders: pd.DataFrame | None) -> None:
-    if orders is None:
+def flips_tab(run: dict[str, Any], flips: api.OrderFlips | None) -> None:
+    if flips is None:
         return
-    both = orders[orders["outcome_ab"].notna() & orders["outcome_ba"].notna()]
-    if both.empty:
+    if not flips.n_both:
         widgets.no_verdicts(
             state.require_report(run),  # only read here: the other tabs do not need it
             "pairwise",
@@ -83,16 +84,29 @@ def flips_tab(run: dict[str, Any], orders: pd.DataFrame | None) -> None:
             "`--mode pairwise --orders both` to check order consistency.",
         )
         return
-    flipped = both[both["flipped"]].reset_index(drop=True)
     st.metric(
         "Pairs whose verdict flips with the order",
-        f"{len(flipped):,} of {len(both):,}",
-        f"{100 * len(flipped) / len(both):.1f}%",
+        f"{flips.n_flipped:,} of {flips.n_both:,}",
+        f"{100 * flips.n_flipped / flips.n_both:.1f}%",
         delta_color="off",
     )
-    widgets.chart(charts.flip_chart(analysis.flip_summary(orders)), key="dis_flip_chart")
-    widgets.table(flipped, "order_flips", "dis_flips", page_size=PAGE)
-    open_in_explorer(flipped["item_id"].head(200).astype(str).tolist(), "dis_f")
+    widgets.chart(charts.flip_chart(analysis.flip_summary_from_counts(flips.by_pair)), key="dis_flip_chart")
+    if not flips.total:
+        st.caption("No rows.")
+        return
+    offset = widgets.pager(flips.total, "dis_flips", PAGE)  # the flipped keys, one page at a time from the API
+    page = (
+        flips
+        if offset == 0
+        else widgets.guard(
+            api.order_flips, state.conn(), str(run["id"]), api.run_version(run), offset, PAGE, what="the order flips"
+        )
+    )
+    if page is None:
+        return
+    widgets.dataframe(page.page, key="dis_flips_df", column_config=widgets.number_config(page.page))
+    widgets.csv_button(page.page, f"{run['id']}-order-flips-{offset // PAGE + 1}", "dis_flips")
+    open_in_explorer(page.page["item_id"].astype(str).tolist(), "dis_f")
 
 
 def failed_tab(run_id: str) -> None:
@@ -134,16 +148,17 @@ def failed_tab(run_id: str) -> None:
 def render() -> None:
     st.title("Disagreements")
     run = state.require_run()
-    orders = widgets.guard(
-        api.order_outcomes, state.conn(), str(run["id"]), api.run_version(run), what="the pairwise judgments"
+    flips = widgets.guard(
+        api.order_flips, state.conn(), str(run["id"]), api.run_version(run), 0, PAGE, what="the pairwise judgments"
     )
     ratings = widgets.guard(api.ratings, state.conn(), str(run["id"]), state.ratings_rev(), what="the human ratings")
     labels = ["Judge vs human", "Order flips", "Unparseable / failed"]
-    human, flips, failed = st.tabs(labels, default=labels[analysis.first_with_content(run, ratings, orders)])
+    both = flips.n_both if flips is not None else None
+    human, flip, failed = st.tabs(labels, default=labels[analysis.first_with_content(run, ratings, both)])
     with human:
-        human_tab(run, orders)
-    with flips:
-        flips_tab(run, orders)
+        human_tab(run)
+    with flip:
+        flips_tab(run, flips)
     with failed:
         failed_tab(str(run["id"]))
 

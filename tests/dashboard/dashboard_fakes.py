@@ -29,6 +29,7 @@ import pytest
 
 from dashboard import api
 from dialogue_judge.client import ApiClient
+from judge_api.repository import item_aggregates
 
 JUDGE = "openai-compatible:sim@http://127.0.0.1:9/v1"
 QUALITY = {"rsum": [85, 78, 90, 70, 88, 82], "memgpt": [60, 72, 55, 65, 58, 75], "vanilla": [40, 35, 52, 45, 30, 48]}
@@ -388,6 +389,7 @@ class FakeApi:
         self.state = state
         self.posts: list[tuple[str, Any]] = []
         self.requests: list[str] = []
+        self.aggregate_requests: list[str] = []
         self.items = make_items()
         self.runs: dict[str, dict[str, Any]] = {}
         self.ratings: dict[str, list[dict[str, Any]]] = {}
@@ -531,6 +533,9 @@ class FakeApi:
             return httpx.Response(200, json=self.judgments(run["rows"], q))
         if rest == "/facts":
             return httpx.Response(200, json=self.facts(run["rows"], q))
+        if rest in ("/item-scores", "/order-outcomes"):
+            self.aggregate_requests.append(f"{rest}?{request.url.query.decode()}")
+            return httpx.Response(200, json=self.aggregates(rest, run["rows"], self.ratings[run_id], q))
         if rest == "/judgments.csv":
             buffer = io.StringIO()
             judgments_frame(run["rows"]).to_csv(buffer, index=False)
@@ -601,6 +606,44 @@ class FakeApi:
             out = [r for r in out if r["source"] == wanted or r["source"].startswith((wanted + " ", wanted + "."))]
         offset, limit = int(q.get("offset", 0)), int(q.get("limit", 100))
         return {"total": len(out), "offset": offset, "limit": limit, "items": out[offset : offset + limit]}
+
+    @staticmethod
+    def aggregates(
+        rest: str, rows: list[dict[str, Any]], ratings: list[dict[str, Any]], q: dict[str, str]
+    ) -> dict[str, Any]:
+        """``/item-scores`` and ``/order-outcomes`` as the API answers them: the rows grouped as the database groups
+        them (per key and rubric scale, per key and order), merged by the API's own code."""
+        kind = "score" if rest == "/item-scores" else "preference"
+        rated = {r["item_id"] for r in ratings if r.get("kind", "score") == kind}
+        chosen = [r for r in rows if r["status"] == "done" and (q.get("rated") != "true" or r["item_id"] in rated)]
+        for name, column in (("item_id", "item_id"), ("system", "system_a"), ("aspect", "aspect"), ("judge", "judge")):
+            if name in q:
+                chosen = [r for r in chosen if r[column] == q[name]]
+        groups: dict[tuple[Any, ...], list[float]] = {}
+        extra: dict[str, Any] = {}
+        if kind == "score":
+            for r in chosen:
+                if r["mode"] == "single" and r["score"] is not None:
+                    key = (r["item_id"], r["system_a"], r["aspect"], r["judge"], r["rubric_id"], 1.0, 100.0)
+                    g = groups.setdefault(key, [r["id"], 0.0, 0])
+                    g[0], g[1], g[2] = min(g[0], r["id"]), g[1] + r["score"], g[2] + 1
+            out = item_aggregates.merge_item_scores([(*k, *v) for k, v in groups.items()], {})
+        else:  # the dashboard's own frame path (tests/api/test_item_aggregates.py holds the API's SQL to it)
+            from dashboard import analysis
+
+            orders = analysis.order_outcomes(judgments_frame(chosen)) if chosen else pd.DataFrame()
+            records = orders.astype(object).where(orders.notna(), None).to_dict("records") if len(orders) else []
+            both = [r for r in records if r["outcome_ab"] is not None and r["outcome_ba"] is not None]
+            pairs: dict[tuple[str, str, str], list[int]] = {}
+            for r in both:
+                counts = pairs.setdefault((r["system_a"], r["system_b"], r["aspect"]), [0, 0])
+                counts[0], counts[1] = counts[0] + 1, counts[1] + int(r["flipped"])
+            out = [r for r in records if r["flipped"]] if q.get("flipped") == "true" else records
+            extra = {"n_keys": len(records), "n_both": len(both), "n_flipped": sum(int(r["flipped"]) for r in both),
+                     "by_pair": [{"system_a": a, "system_b": b, "aspect": aspect, "n": n, "flips": f}
+                                 for (a, b, aspect), (n, f) in sorted(pairs.items())]}  # fmt: skip
+        offset, limit = int(q.get("offset", 0)), int(q.get("limit", 1000))
+        return {"total": len(out), "offset": offset, "limit": limit, "items": out[offset : offset + limit], **extra}
 
     @staticmethod
     def judgments(rows: list[dict[str, Any]], q: dict[str, str]) -> dict[str, Any]:

@@ -351,7 +351,9 @@ def test_a_run_with_100000_judgments_stays_paged_and_cached(monkeypatch: pytest.
     at = open_page("disagreements", at)
     at = open_page("agreement", at)
     assert not at.error, texts(at, "error")
-    assert sum(r.endswith("/judgments.csv") for r in fake.requests) == 1  # one download, then the cache
+    assert not any(r.endswith("/judgments.csv") for r in fake.requests)  # aggregates from the API, never the run
+    assert any(r.startswith("/order-outcomes?") and "flipped=true" in r for r in fake.aggregate_requests)
+    assert any(r.startswith("/item-scores?") and "rated=true" in r for r in fake.aggregate_requests)
     assert time.monotonic() - start < 60
 
 
