@@ -22,7 +22,8 @@ import re
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -422,6 +423,37 @@ PROCESS_BATCH = 256
 received_event = threading.Event()
 """Set by the receiver after a commit that stored spans: this process's processor wakes at once."""
 
+YIELD_TO_EXPORTS_S = 0.25
+"""How long a processor step waits at most for this process's exports in flight to be answered first."""
+
+_exports = threading.Condition()
+_exports_in_flight = 0
+
+
+@contextmanager
+def export_in_flight() -> Iterator[None]:
+    """An export being received by this process: its processor waits for it before taking its next step."""
+    global _exports_in_flight
+    with _exports:
+        _exports_in_flight += 1
+    try:
+        yield
+    finally:
+        with _exports:
+            _exports_in_flight -= 1
+            _exports.notify_all()
+
+
+def yield_to_exports(limit_s: float = YIELD_TO_EXPORTS_S) -> None:
+    """Wait (``limit_s`` at most) until no export is in flight in this process. In the API process the processor
+    shares the interpreter (and SQLite's one writer) with the receiver: a step taken while an export is read slows
+    its answer by the step's length. The exporter waits for the answer; the spans' processing can wait a little."""
+    deadline = time.monotonic() + limit_s
+    with _exports:
+        while _exports_in_flight and (left := deadline - time.monotonic()) > 0:
+            _exports.wait(left)
+
+
 BLOCKED_RETRY_S = 30.0
 """A monitor whose step failed (its config no longer plans, a fault of ours) is tried again by this process after
 this long, not at every look: its spans stay ``received``/``waiting`` (nothing lost) without spinning a processor on
@@ -586,6 +618,7 @@ def process_received(
             for monitor_id in monitor_ids:
                 if monitor_id in _blocked:  # failed in this call
                     continue
+                yield_to_exports()
                 done = _step(session, monitor_id, batch, now or utcnow(), settings)
                 if done is not None:
                     total += done

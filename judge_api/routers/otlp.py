@@ -34,7 +34,7 @@ from judge_api.db import session_factory
 from judge_api.deps import authorize
 from judge_api.errors import DATABASE_OUTAGES
 from judge_api.otlp.decode import Encoding, OtlpError, decode, encoding_of, inflate
-from judge_api.otlp.intake import Outcome, receive, received_event
+from judge_api.otlp.intake import Outcome, export_in_flight, receive, received_event
 
 router = APIRouter(tags=["otlp"])
 log = logging.getLogger(__name__)
@@ -160,16 +160,17 @@ async def export_traces(request: Request) -> Response:
             # end the key's transaction before the body streams in: a slow upload must not hold a pooled connection
             # (a few slow exporters would starve every other request of the pool)
             await run_in_threadpool(session.commit)
-            body = await read_limited(request, settings.otlp_max_bytes)
-            outcome = await run_in_threadpool(
-                _receive,
-                body,
-                request.headers.get("content-encoding"),
-                encoding,
-                principal.project_id,
-                session,
-                settings,
-            )
+            with export_in_flight():
+                body = await read_limited(request, settings.otlp_max_bytes)
+                outcome = await run_in_threadpool(
+                    _receive,
+                    body,
+                    request.headers.get("content-encoding"),
+                    encoding,
+                    principal.project_id,
+                    session,
+                    settings,
+                )
         except OtlpError as exc:
             return error_response(exc.status, exc.message, encoding)
         except HTTPException as exc:
