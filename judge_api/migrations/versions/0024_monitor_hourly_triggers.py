@@ -206,7 +206,7 @@ def upgrade() -> None:
             "EXECUTE FUNCTION monitor_hourly_on_update()"
         )
     else:
-        raise NotImplementedError(f"database {dialect!r} is not supported")
+        raise RuntimeError(f"DATABASE_URL names a {dialect} database; dialogue-judge runs on SQLite or PostgreSQL")
 
 
 def downgrade() -> None:
