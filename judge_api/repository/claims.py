@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import Connection, Engine, Table, and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -274,6 +274,7 @@ def write_verdicts(
             written = sum(connection.execute(_verdict_update(cols), rows).rowcount for cols, rows in by_columns.items())
             if written == len(params):
                 insert_entries(connection, engine, [row for rows in owned for row in rows])
+                _bump_if_overtaken(connection, [judgment_id for judgment_id, _, _ in verdicts], now)
                 connection.commit()
                 return [True] * len(params)
             connection.rollback()  # a claim was lost: write row by row to learn which
@@ -302,8 +303,26 @@ def write_verdicts(
                 for row in rows
             ],
         )
+        _bump_if_overtaken(
+            connection, [judgment_id for (judgment_id, _, _), ok in zip(verdicts, results, strict=True) if ok], now
+        )
         connection.commit()
         return results
+
+
+def _bump_if_overtaken(connection: Connection, judgment_ids: Sequence[int], stamp: datetime) -> None:
+    """Bump the ``data_version`` of the runs of these just-written judgments whose last write is later than their
+    ``stamp`` (review r39). The report cache's state is ``data_version`` + ``max(updated_at)``: a verdict stamped
+    before the run's last write (the writer takes its stamp before waiting for the database's lock, and keeps it on
+    every retry of a group) changes neither, and the kept report would be served without it for good. The common
+    case (the stamp is the run's latest) reads one index seek per run and takes no lock on the run's row."""
+    if not judgment_ids:
+        return
+    table = _judgments()
+    later = table.alias("later")
+    runs = select(table.c.run_id).where(table.c.id.in_(sorted(set(judgment_ids)))).distinct().scalar_subquery()
+    overtaken = exists(select(later.c.id).where(later.c.run_id == Run.id, later.c.updated_at > stamp))
+    connection.execute(update(Run).where(Run.id.in_(runs), overtaken).values(data_version=Run.data_version + 1))
 
 
 def _existing_rows(connection: Connection, judgment_ids: Sequence[int]) -> list[int]:

@@ -1,0 +1,50 @@
+"""Review r39: a verdict whose ``updated_at`` is older than the run's last write (the writer's stamp is taken
+before its lock wait and kept on every retry of a group: workers/writer.py) must still be in the next report.
+
+The report cache's state is ``data_version`` + ``max(updated_at)``; a verdict committed with a stamp below the
+maximum changes neither, so without a bump the kept report was served stale for good."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from judge_api.db import get_engine, session_scope
+from judge_api.models import Run, utcnow
+from judge_api.repository import claims
+from tests.api.conftest import ApiFactory
+from tests.api.test_report_cache import NO_WINDOW, _judge, _judgment_ids, _report, _run
+
+
+def _verdict(system_b: str | None) -> dict[str, Any]:
+    if system_b is None:
+        return {"status": "done", "score": 7.0}
+    return {"status": "done", "preference": 2.0, "outcome": "win"}
+
+
+def _data_version(run_id: str) -> int:
+    with session_scope() as session:
+        return int(session.scalar(select(Run.data_version).where(Run.id == run_id)) or 0)
+
+
+def test_a_verdict_stamped_before_the_last_write_is_in_the_next_report(api_factory: ApiFactory, db_url: str) -> None:
+    api = api_factory(database_url=db_url, **NO_WINDOW)
+    run_id = _run(api, n_items=4)
+    rows = _judgment_ids(run_id)
+    late, early = rows[:2], rows[2:5]
+    engine = get_engine()
+    token, claimed = claims.claim_many(engine, [jid for jid, _ in early], 600.0)
+    assert sorted(claimed) == sorted(jid for jid, _ in early)
+    stamp = utcnow() - timedelta(seconds=5)  # the group's stamp, taken before another writer committed
+    version = _data_version(run_id)
+    _judge(late)  # another writer's group, stamped now
+    assert _data_version(run_id) == version  # in stamp order: no write to the run's row on the hot path
+    before = _report(api, run_id, n_boot=20)
+    assert _report(api, run_id, n_boot=20)["cached"] is True
+    written = claims.write_verdicts(engine, [(jid, token, _verdict(b)) for jid, b in early], stamp=stamp)
+    assert written == [True] * len(early)
+    after = _report(api, run_id, n_boot=20)
+    assert after["counts"]["by_status"]["done"] == before["counts"]["by_status"]["done"] + len(early)
+    assert after["cached"] is False
