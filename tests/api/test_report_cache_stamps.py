@@ -48,3 +48,18 @@ def test_a_verdict_stamped_before_the_last_write_is_in_the_next_report(api_facto
     after = _report(api, run_id, n_boot=20)
     assert after["counts"]["by_status"]["done"] == before["counts"]["by_status"]["done"] + len(early)
     assert after["cached"] is False
+
+
+def test_an_unknown_filter_of_the_aggregate_pages_is_a_422_naming_it(api_factory: ApiFactory) -> None:
+    api = api_factory(**NO_WINDOW)
+    run_id = _run(api, n_items=2)
+    _judge(_judgment_ids(run_id))
+    for path in ("item-scores", "order-outcomes"):
+        response = api.client.get(f"/v1/runs/{run_id}/{path}", params={"sytem": "a"})
+        assert response.status_code == 422, response.text
+        assert [e["loc"] for e in response.json()["detail"]] == [["query", "sytem"]]
+        ok = api.client.get(f"/v1/runs/{run_id}/{path}", params={"system": "a", "rated": "false", "limit": 10})
+        assert ok.status_code == 200, ok.text
+    flipped = api.client.get(f"/v1/runs/{run_id}/item-scores", params={"flipped": "true"})
+    assert flipped.status_code == 422 and flipped.json()["detail"][0]["loc"] == ["query", "flipped"]
+    assert api.client.get("/v1/runs/nope/item-scores", params={"sytem": "a"}).status_code == 404
