@@ -460,12 +460,15 @@ _TASK_QUERY = _task_query()
 
 def complete_judgment(session: Session, judgment_id: int, token: str, values: dict[str, Any]) -> bool:
     """Write the verdict if this worker still holds the claim. Exactly one writer ever succeeds."""
-    values = {**values, "updated_at": utcnow(), "claim_token": None}
+    stamp = utcnow()
+    values = {**values, "updated_at": stamp, "claim_token": None}
     result = session.execute(
         update(Judgment)
         .where(Judgment.id == judgment_id, Judgment.claim_token == token, Judgment.status == "running")
         .values(**values)
     )
+    if result.rowcount == 1:  # type: ignore[attr-defined]
+        _bump_if_overtaken(session.connection(), [judgment_id], stamp)
     session.commit()
     return result.rowcount == 1  # type: ignore[attr-defined]
 
@@ -529,6 +532,7 @@ def complete_pending_many(sessions: sessionmaker[Session], writes: Sequence[dict
     statement = update(table).where(table.c.id == bindparam("jid"), table.c.status == "pending").values(values)
     with sessions() as session:
         result = session.execute(statement, params)
+        _bump_if_overtaken(session.connection(), [int(write["jid"]) for write in writes], now)
         session.commit()
     return int(result.rowcount) if result.rowcount is not None and result.rowcount >= 0 else len(params)  # type: ignore[attr-defined]
 

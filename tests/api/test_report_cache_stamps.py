@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
-from judge_api.db import get_engine, session_scope
+from judge_api.db import get_engine, session_factory, session_scope
 from judge_api.models import Run, utcnow
 from judge_api.repository import claims
 from tests.api.conftest import ApiFactory
@@ -63,3 +64,21 @@ def test_an_unknown_filter_of_the_aggregate_pages_is_a_422_naming_it(api_factory
     flipped = api.client.get(f"/v1/runs/{run_id}/item-scores", params={"flipped": "true"})
     assert flipped.status_code == 422 and flipped.json()["detail"][0]["loc"] == ["query", "flipped"]
     assert api.client.get("/v1/runs/nope/item-scores", params={"sytem": "a"}).status_code == 404
+
+
+def test_a_cache_hit_written_with_an_older_stamp_is_in_the_next_report(
+    api_factory: ApiFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = api_factory(**NO_WINDOW)
+    run_id = _run(api, n_items=4)
+    rows = _judgment_ids(run_id)
+    late, early = rows[:2], rows[2:5]
+    _judge(late)
+    before = _report(api, run_id, n_boot=20)
+    assert _report(api, run_id, n_boot=20)["cached"] is True
+    old = utcnow() - timedelta(seconds=5)  # the worker's clock read before its lock wait
+    monkeypatch.setattr(claims, "utcnow", lambda: old)
+    writes = [{"jid": jid, **_verdict(b)} for jid, b in early]
+    assert claims.complete_pending_many(session_factory(), writes) == len(early)
+    after = _report(api, run_id, n_boot=20)
+    assert after["counts"]["by_status"]["done"] == before["counts"]["by_status"]["done"] + len(early)
