@@ -311,8 +311,8 @@ def write_verdicts(
 
 
 def _bump_if_overtaken(connection: Connection, judgment_ids: Sequence[int], stamp: datetime) -> None:
-    """Bump the ``data_version`` of the runs of these just-written judgments whose last write is later than their
-    ``stamp`` (review r39). The report cache's state is ``data_version`` + ``max(updated_at)``: a verdict stamped
+    """Bump the ``data_version`` of the runs of these just-written judgments where another row was written at or after
+    their ``stamp`` (review r39). The report cache's state is ``data_version`` + ``max(updated_at)``: a verdict stamped
     before the run's last write (the writer takes its stamp before waiting for the database's lock, and keeps it on
     every retry of a group) changes neither, and the kept report would be served without it for good. The common
     case (the stamp is the run's latest) reads one index seek per run and takes no lock on the run's row."""
@@ -320,8 +320,12 @@ def _bump_if_overtaken(connection: Connection, judgment_ids: Sequence[int], stam
         return
     table = _judgments()
     later = table.alias("later")
-    runs = select(table.c.run_id).where(table.c.id.in_(sorted(set(judgment_ids)))).distinct().scalar_subquery()
-    overtaken = exists(select(later.c.id).where(later.c.run_id == Run.id, later.c.updated_at > stamp))
+    own = sorted(set(judgment_ids))
+    runs = select(table.c.run_id).where(table.c.id.in_(own)).distinct().scalar_subquery()
+    # another write with the same stamp (two clocks read in the same microsecond) leaves the maximum as it was too
+    overtaken = exists(
+        select(later.c.id).where(later.c.run_id == Run.id, later.c.updated_at >= stamp, later.c.id.not_in(own))
+    )
     connection.execute(update(Run).where(Run.id.in_(runs), overtaken).values(data_version=Run.data_version + 1))
 
 

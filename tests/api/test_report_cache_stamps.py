@@ -10,10 +10,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from judge_api.db import get_engine, session_factory, session_scope
-from judge_api.models import Run, utcnow
+from judge_api.models import Judgment, Run, utcnow
 from judge_api.repository import claims
 from tests.api.conftest import ApiFactory
 from tests.api.test_report_cache import NO_WINDOW, _judge, _judgment_ids, _report, _run
@@ -80,5 +80,21 @@ def test_a_cache_hit_written_with_an_older_stamp_is_in_the_next_report(
     monkeypatch.setattr(claims, "utcnow", lambda: old)
     writes = [{"jid": jid, **_verdict(b)} for jid, b in early]
     assert claims.complete_pending_many(session_factory(), writes) == len(early)
+    after = _report(api, run_id, n_boot=20)
+    assert after["counts"]["by_status"]["done"] == before["counts"]["by_status"]["done"] + len(early)
+
+
+def test_a_verdict_with_the_same_stamp_as_the_last_write_is_in_the_next_report(api_factory: ApiFactory) -> None:
+    api = api_factory(**NO_WINDOW)
+    run_id = _run(api, n_items=4)
+    rows = _judgment_ids(run_id)
+    late, early = rows[:2], rows[2:5]
+    engine = get_engine()
+    token, _ = claims.claim_many(engine, [jid for jid, _ in early], 600.0)
+    _judge(late)
+    with session_scope() as session:  # two writers' clocks read in the same microsecond
+        stamp = session.scalar(select(func.max(Judgment.updated_at)).where(Judgment.run_id == run_id))
+    before = _report(api, run_id, n_boot=20)
+    assert claims.write_verdicts(engine, [(jid, token, _verdict(b)) for jid, b in early], stamp=stamp) == [True] * 3
     after = _report(api, run_id, n_boot=20)
     assert after["counts"]["by_status"]["done"] == before["counts"]["by_status"]["done"] + len(early)
