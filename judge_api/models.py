@@ -106,7 +106,9 @@ class Run(Base):
     """``realtime`` (a call per judgment) or ``batch`` (provider batch APIs at the batch price: workers.batches)."""
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     """``POST /v1/runs/{id}/cancel``: pending judgments cancelled, open provider batches asked to cancel."""
-    data_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    data_version: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), default=0, server_default="0"
+    )  # 64-bit (SQLite's INTEGER is): bumped by every write of a run that may live for years
     """Bumped in the same transaction as every insert or deletion of the run's judgments and every write of its
     human ratings and label queue (database triggers, migration 0023): with the last ``updated_at`` of its judgments,
     the state the report cache compares (repository.report_cache, issue 39)."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import Connection, Engine, Table, and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -274,6 +274,7 @@ def write_verdicts(
             written = sum(connection.execute(_verdict_update(cols), rows).rowcount for cols, rows in by_columns.items())
             if written == len(params):
                 insert_entries(connection, engine, [row for rows in owned for row in rows])
+                _bump_if_overtaken(connection, [judgment_id for judgment_id, _, _ in verdicts], now)
                 connection.commit()
                 return [True] * len(params)
             connection.rollback()  # a claim was lost: write row by row to learn which
@@ -302,8 +303,30 @@ def write_verdicts(
                 for row in rows
             ],
         )
+        _bump_if_overtaken(
+            connection, [judgment_id for (judgment_id, _, _), ok in zip(verdicts, results, strict=True) if ok], now
+        )
         connection.commit()
         return results
+
+
+def _bump_if_overtaken(connection: Connection, judgment_ids: Sequence[int], stamp: datetime) -> None:
+    """Bump the ``data_version`` of the runs of these just-written judgments where another row was written at or after
+    their ``stamp`` (review r39). The report cache's state is ``data_version`` + ``max(updated_at)``: a verdict stamped
+    before the run's last write (the writer takes its stamp before waiting for the database's lock, and keeps it on
+    every retry of a group) changes neither, and the kept report would be served without it for good. The common
+    case (the stamp is the run's latest) reads one index seek per run and takes no lock on the run's row."""
+    if not judgment_ids:
+        return
+    table = _judgments()
+    later = table.alias("later")
+    own = sorted(set(judgment_ids))
+    runs = select(table.c.run_id).where(table.c.id.in_(own)).distinct().scalar_subquery()
+    # another write with the same stamp (two clocks read in the same microsecond) leaves the maximum as it was too
+    overtaken = exists(
+        select(later.c.id).where(later.c.run_id == Run.id, later.c.updated_at >= stamp, later.c.id.not_in(own))
+    )
+    connection.execute(update(Run).where(Run.id.in_(runs), overtaken).values(data_version=Run.data_version + 1))
 
 
 def _existing_rows(connection: Connection, judgment_ids: Sequence[int]) -> list[int]:
@@ -441,12 +464,15 @@ _TASK_QUERY = _task_query()
 
 def complete_judgment(session: Session, judgment_id: int, token: str, values: dict[str, Any]) -> bool:
     """Write the verdict if this worker still holds the claim. Exactly one writer ever succeeds."""
-    values = {**values, "updated_at": utcnow(), "claim_token": None}
+    stamp = utcnow()
+    values = {**values, "updated_at": stamp, "claim_token": None}
     result = session.execute(
         update(Judgment)
         .where(Judgment.id == judgment_id, Judgment.claim_token == token, Judgment.status == "running")
         .values(**values)
     )
+    if result.rowcount == 1:  # type: ignore[attr-defined]
+        _bump_if_overtaken(session.connection(), [judgment_id], stamp)
     session.commit()
     return result.rowcount == 1  # type: ignore[attr-defined]
 
@@ -510,6 +536,7 @@ def complete_pending_many(sessions: sessionmaker[Session], writes: Sequence[dict
     statement = update(table).where(table.c.id == bindparam("jid"), table.c.status == "pending").values(values)
     with sessions() as session:
         result = session.execute(statement, params)
+        _bump_if_overtaken(session.connection(), [int(write["jid"]) for write in writes], now)
         session.commit()
     return int(result.rowcount) if result.rowcount is not None and result.rowcount >= 0 else len(params)  # type: ignore[attr-defined]
 

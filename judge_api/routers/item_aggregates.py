@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from sqlalchemy.orm import Session
 
 from judge_api.auth import Principal
@@ -47,6 +47,29 @@ def _cached(
     return value
 
 
+_FILTERS = frozenset({"offset", "limit", "rated", "item_id", "system", "aspect", "judge"})
+ITEM_SCORE_PARAMS = _FILTERS
+ORDER_OUTCOME_PARAMS = _FILTERS | {"flipped"}
+
+
+def _refuse_unknown(request: Request, known: frozenset[str]) -> None:
+    """A 422 naming a query parameter the route does not know (a misspelt filter would otherwise be ignored and the
+    page answer for the whole run: review r39)."""
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise HTTPException(
+            422,
+            [
+                {
+                    "loc": ["query", name],
+                    "msg": f"unknown query parameter; the known ones are {', '.join(sorted(known))}",
+                    "type": "value_error",
+                }
+                for name in unknown
+            ],
+        )
+
+
 MAX_AGGREGATE_PAGE = 5000
 """The largest page of aggregates (a larger ``limit`` is a 422 naming it)."""
 
@@ -56,6 +79,7 @@ _OFFSET = Query(0, ge=0, le=MAX_OFFSET, description="rows skipped")
 
 @router.get("/v1/runs/{run_id}/item-scores")
 def item_scores(
+    request: Request,
     run_id: str,
     offset: int = _OFFSET,
     limit: int = _LIMIT,
@@ -71,6 +95,7 @@ def item_scores(
     system, aspect, judge) in that order, with ``score`` (the mean), ``scale_min`` / ``scale_max`` and
     ``n_samples``."""
     run_or_404(session, run_id, principal)
+    _refuse_unknown(request, ITEM_SCORE_PARAMS)
     filters = {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
     key = ("item-scores", run_id, tuple(sorted(filters.items())), rated)
     rows = _cached(key, session, run_id, lambda: item_aggregates.item_scores(session, run_id, filters, rated), len)
@@ -79,6 +104,7 @@ def item_scores(
 
 @router.get("/v1/runs/{run_id}/order-outcomes")
 def order_outcomes(
+    request: Request,
     run_id: str,
     offset: int = _OFFSET,
     limit: int = _LIMIT,
@@ -96,6 +122,7 @@ def order_outcomes(
     ``flipped``; ``by_pair``: per (system_a, system_b, aspect) the keys judged in both orders (``n``) and the flips;
     ``n_both`` / ``n_flipped`` their sums. ``system`` filters on system_a."""
     run_or_404(session, run_id, principal)
+    _refuse_unknown(request, ORDER_OUTCOME_PARAMS)
     filters = {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
     key = ("order-outcomes", run_id, tuple(sorted(filters.items())), rated, flipped, offset, limit)
     result = _cached(
