@@ -48,9 +48,13 @@ def params_key(project_id: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _state_of(data_version: Any, last_write: Any) -> str:
-    stamp = last_write.isoformat() if isinstance(last_write, datetime) else str(last_write)
-    return json.dumps([int(data_version or 0), stamp])
+def _state_of(data_version: Any, last_write: Any, finished_at: Any = None) -> str:
+    """The state's string. ``finished_at`` is in it because the last ``updated_at`` alone can miss a verdict whose
+    transaction committed after a later-stamped one (commits land out of stamp order): a report computed in between
+    would match the state for good. A run is found finished only once every judgment is settled, so the first report
+    after that is computed on every verdict."""
+    stamps = [m.isoformat() if isinstance(m, datetime) else str(m) for m in (last_write, finished_at)]
+    return json.dumps([int(data_version or 0), *stamps])
 
 
 def _last_write(run_id: Any) -> Any:
@@ -63,7 +67,8 @@ def run_state(session: Session, run_id: str) -> str:
     transaction as every insert or deletion of its judgments and every write of its ratings and label queue:
     migration 0023's triggers) and the last ``updated_at`` of its judgments (stamped by every claim, verdict, retry
     and cancel). One primary-key read and one index seek, whatever the run's size."""
-    row = session.execute(select(Run.data_version, _last_write(Run.id)).where(Run.id == run_id)).one_or_none()
+    query = select(Run.data_version, _last_write(Run.id), Run.finished_at).where(Run.id == run_id)
+    row = session.execute(query).one_or_none()
     return _state_of(*row) if row is not None else _state_of(0, None)
 
 
@@ -78,15 +83,15 @@ def cached_report(
         .subquery()
     )
     row = session.execute(
-        select(Run.data_version, _last_write(Run.id), entry.c.body, entry.c.computed_at, entry.c.state)
+        select(Run.data_version, _last_write(Run.id), Run.finished_at, entry.c.body, entry.c.computed_at, entry.c.state)
         .select_from(Run)
         .outerjoin(entry, true())
         .where(Run.id == run_id)
     ).one_or_none()
     if row is None:
         return None, _state_of(0, None)
-    state = _state_of(row[0], row[1])
-    body, computed_at, entry_state = row[2], row[3], row[4]
+    state = _state_of(row[0], row[1], row[2])
+    body, computed_at, entry_state = row[3], row[4], row[5]
     if body is None:
         return None, state
     hit = CachedReport(body, _naive(computed_at), entry_state)

@@ -78,11 +78,13 @@ def report(
             kept["run"] = _summary(session, run)
             body = json.dumps(kept, allow_nan=False)
     else:
-        if state is None and settings.report_cache:
+        was_running = run.finished_at is None
+        summary = _summary(session, run)  # stamps finished_at when the run has just finished: part of the state
+        if settings.report_cache and (state is None or (was_running and run.finished_at is not None)):
             state = repository.run_state(session, run_id)  # before the frames: a write meanwhile is seen next time
         computed_at = utcnow()
         result = _build(session, run_id, run.config, params)
-        body = json.dumps({"run": _summary(session, run), **result}, allow_nan=False)
+        body = json.dumps({"run": summary, **result}, allow_nan=False)
         cached = False
         if state is not None:
             repository.store_report(session, run_id, run.project_id, key, state, body, computed_at)

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select, update
 
 from judge_api.db import get_engine, session_scope
-from judge_api.models import Judgment, utcnow
+from judge_api.models import Judgment, Run, utcnow
 from judge_api.repository import report_cache
 from judge_api.repository.claims import _bump_if_overtaken
 
@@ -41,3 +41,16 @@ def test_a_verdict_committed_after_a_later_stamped_one_changes_the_state(store_r
         after = report_cache.run_state(session, run_id)
     assert between != before
     assert after != between
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_a_report_kept_while_the_run_ran_is_not_the_finished_runs(store_run: StoreRun) -> None:
+    """What narrows the open case above for good once the run ends: a run is found finished only when every
+    judgment is settled (committed), and ``finished_at`` is part of the state, so a report kept from before is
+    computed again on every verdict, whatever the order their commits landed in."""
+    run_id = store_run([item("i0", {"a": "x", "b": "y"})])
+    with session_scope() as session:
+        running = report_cache.run_state(session, run_id)
+        session.execute(update(Run).where(Run.id == run_id).values(finished_at=utcnow()))
+    with session_scope() as session:
+        assert report_cache.run_state(session, run_id) != running
