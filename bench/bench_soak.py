@@ -38,17 +38,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench_throughput import (  # noqa: E402
-    PRODUCTION_ENV,
-    PrivateRedis,
-    bench_items,
-    database,
-    service_processes,
-    wait_workers_ready,
-)
+from bench_throughput import bench_items, provider_bound_service, service_processes  # noqa: E402
 
 from dialogue_judge.testing import LiveService  # noqa: E402
-from judge_simulator.process import SimulatorProcess  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -127,57 +119,43 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.workers} workers x {args.concurrency} threads, {args.database}; {os.cpu_count()} CPUs, load "
         + ", ".join(f"{x:.1f}" for x in os.getloadavg())
     )
-    redis_server = PrivateRedis(workdir)
     samples: list[tuple[float, dict[str, float]]] = []
     submitted = reads = 0
-    try:
-        with (
-            database(args.database, workdir) as database_url,
-            SimulatorProcess({"latency": {"kind": "fixed", "seconds": args.latency}}) as sim,
-        ):
-            env = {**PRODUCTION_ENV, "DJ_RATE_LIMITS": f"openai-compatible:*={args.rpm}/0"}
-            service = LiveService(
-                redis_server.url, database_url, workdir / "svc", env_overrides=env, worker_concurrency=args.concurrency
-            )
-            try:
-                service.start_api()
-                for _ in range(args.workers):
-                    service.start_worker()
-                wait_workers_ready(service, args.workers)
-                judge = f"openai-compatible:sim-judge@{sim.base_url}"
-                client = httpx.Client(base_url=service.api_url, timeout=120)
-                run_ids: list[str] = []
-                backlog = 2 * args.rpm  # two minutes of the provider's work
-                started = time.monotonic()
-                next_read = next_sample = 0.0
-                while (elapsed := time.monotonic() - started) < args.minutes * 60:
-                    if queued(database_url) < backlog:
-                        body = {
-                            "items": bench_items(args.run_items, ["alpha", "beta"], f"soak{submitted}"),
-                            "rubrics": ["rsum-single"],
-                            "judges": [judge],
-                            "mode": ["single"],
-                            "aspects": ["consistency"],
-                            "name": f"soak-{submitted}",
-                        }
-                        answer = client.post("/v1/runs", json=body)
-                        answer.raise_for_status()
-                        run_ids.append(str(answer.json()["id"]))
-                        submitted += 1
-                    if elapsed >= next_read and run_ids:
-                        reads += read_like_the_dashboard(client, run_ids)
-                        next_read = elapsed + args.read_every
-                    if elapsed >= next_sample:
-                        samples.append((elapsed, rss_mb(service)))
-                        next_sample = elapsed + args.sample_every
-                    time.sleep(1.0)
-                samples.append((time.monotonic() - started, rss_mb(service)))
-                calls = int(sim.stats()["total_calls"])
-                client.close()
-            finally:
-                service.stop()
-    finally:
-        redis_server.stop()
+    with provider_bound_service(workdir, args.database, args.latency, args.rpm, args.workers, args.concurrency) as (
+        service,
+        sim,
+        database_url,
+    ):
+        judge = f"openai-compatible:sim-judge@{sim.base_url}"
+        client = httpx.Client(base_url=service.api_url, timeout=120)
+        run_ids: list[str] = []
+        backlog = 2 * args.rpm  # two minutes of the provider's work
+        started = time.monotonic()
+        next_read = next_sample = 0.0
+        while (elapsed := time.monotonic() - started) < args.minutes * 60:
+            if queued(database_url) < backlog:
+                body = {
+                    "items": bench_items(args.run_items, ["alpha", "beta"], f"soak{submitted}"),
+                    "rubrics": ["rsum-single"],
+                    "judges": [judge],
+                    "mode": ["single"],
+                    "aspects": ["consistency"],
+                    "name": f"soak-{submitted}",
+                }
+                answer = client.post("/v1/runs", json=body)
+                answer.raise_for_status()
+                run_ids.append(str(answer.json()["id"]))
+                submitted += 1
+            if elapsed >= next_read and run_ids:
+                reads += read_like_the_dashboard(client, run_ids)
+                next_read = elapsed + args.read_every
+            if elapsed >= next_sample:
+                samples.append((elapsed, rss_mb(service)))
+                next_sample = elapsed + args.sample_every
+            time.sleep(1.0)
+        samples.append((time.monotonic() - started, rss_mb(service)))
+        calls = int(sim.stats()["total_calls"])
+        client.close()
     figures = summarise(samples, args.warmup * 60)
     rate = calls / (args.minutes * 60)
     print(

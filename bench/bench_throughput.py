@@ -157,6 +157,34 @@ def database(kind: str, workdir: Path) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextmanager
+def provider_bound_service(
+    workdir: Path, database_kind: str, latency: float, rpm: int, workers: int, concurrency: int
+) -> Iterator[tuple[LiveService, SimulatorProcess, str]]:
+    """A private Redis, a fresh database, the simulator answering in ``latency`` s, the API and ``workers`` workers of
+    ``concurrency`` threads with the judges limited to ``rpm`` calls a minute; stopped on exit."""
+    redis_server = PrivateRedis(workdir)
+    try:
+        with (
+            database(database_kind, workdir) as database_url,
+            SimulatorProcess({"latency": {"kind": "fixed", "seconds": latency}}) as sim,
+        ):
+            env = {**PRODUCTION_ENV, "DJ_RATE_LIMITS": f"openai-compatible:*={rpm}/0"}
+            service = LiveService(
+                redis_server.url, database_url, workdir / "svc", env_overrides=env, worker_concurrency=concurrency
+            )
+            try:
+                service.start_api()
+                for _ in range(workers):
+                    service.start_worker()
+                wait_workers_ready(service, workers)
+                yield service, sim, database_url
+            finally:
+                service.stop()
+    finally:
+        redis_server.stop()
+
+
 # -- measurement -----------------------------------------------------------------------------------------------
 
 
