@@ -77,6 +77,13 @@ _LIMIT = Query(1000, ge=1, le=MAX_AGGREGATE_PAGE, description=f"page size (at mo
 _OFFSET = Query(0, ge=0, le=MAX_OFFSET, description="rows skipped")
 
 
+def aggregate_filters(
+    item_id: str | None = None, system: str | None = None, aspect: str | None = None, judge: str | None = None
+) -> dict[str, str | None]:
+    """The filters both aggregate routes take (None: not filtered)."""
+    return {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
+
+
 @router.get("/v1/runs/{run_id}/item-scores")
 def item_scores(
     request: Request,
@@ -84,10 +91,7 @@ def item_scores(
     offset: int = _OFFSET,
     limit: int = _LIMIT,
     rated: bool = Query(False, description="only the items with a human score rating"),
-    item_id: str | None = None,
-    system: str | None = None,
-    aspect: str | None = None,
-    judge: str | None = None,
+    filters: dict[str, str | None] = Depends(aggregate_filters),
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
@@ -96,7 +100,6 @@ def item_scores(
     ``n_samples``."""
     run_or_404(session, run_id, principal)
     _refuse_unknown(request, ITEM_SCORE_PARAMS)
-    filters = {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
     key = ("item-scores", run_id, tuple(sorted(filters.items())), rated)
     rows = _cached(key, session, run_id, lambda: item_aggregates.item_scores(session, run_id, filters, rated), len)
     return {"total": len(rows), "offset": offset, "limit": limit, "items": rows[offset : offset + limit]}
@@ -110,10 +113,7 @@ def order_outcomes(
     limit: int = _LIMIT,
     flipped: bool = Query(False, description="only the keys whose verdict flips with the presentation order"),
     rated: bool = Query(False, description="only the items with a human preference rating"),
-    item_id: str | None = None,
-    system: str | None = None,
-    aspect: str | None = None,
-    judge: str | None = None,
+    filters: dict[str, str | None] = Depends(aggregate_filters),
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
@@ -123,7 +123,6 @@ def order_outcomes(
     ``n_both`` / ``n_flipped`` their sums. ``system`` filters on system_a."""
     run_or_404(session, run_id, principal)
     _refuse_unknown(request, ORDER_OUTCOME_PARAMS)
-    filters = {"item_id": item_id, "system": system, "aspect": aspect, "judge": judge}
     key = ("order-outcomes", run_id, tuple(sorted(filters.items())), rated, flipped, offset, limit)
     result = _cached(
         key,
