@@ -36,7 +36,7 @@ from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
 from judge_api.stats import frames as F
-from judge_api.stats.bootstrap import percentile_ci, resample_counts, rng_for
+from judge_api.stats.bootstrap import percentile_ci, resample_counts, resampled_sums, rng_for
 from judge_api.stats.preferences import combine_orders, wilson_interval
 
 LOG10 = float(np.log(10.0))
@@ -150,12 +150,12 @@ def bradley_terry_table(
     order = sorted(range(n_parts), key=lambda c: min(systems[i] for i in np.flatnonzero(labels == c)))
     component = {c: k + 1 for k, c in enumerate(order)}
     rng = rng_for(seed, "bradley_terry", *key)
-    # the resampled win matrices, one dense product per block of replicates: the contributions are halves and the
-    # counts integers, so every sum is exact in any order (the same figures as the sparse product, issue 39)
+    # the resampled win matrices: the items' contributions summed with multinomial counts over their distinct rows
+    # (few: an item's outcomes fall into few patterns; issue 39), else one dense product per block of replicates;
+    # the contributions are halves and the counts integers, so every sum is exact in any order
     # (the sparse product when a dense copy would be large: many systems)
     if contrib.shape[0] * s * s <= DENSE_LIMIT:
-        dense = contrib.toarray()
-        blocks = [(counts @ dense).reshape(-1, s, s) for counts in resample_counts(contrib.shape[0], n_boot, rng)]
+        blocks = [sums.reshape(-1, s, s) for sums in resampled_sums(contrib.toarray(), n_boot, rng)]
     else:
         contrib_t = contrib.T.tocsr()
         blocks = [

@@ -52,3 +52,42 @@ def test_resample_counts_rows_sum_to_n_and_chunking_keeps_the_total(monkeypatch:
     counts = np.concatenate(blocks)
     assert counts.shape == (7, 20)
     assert np.all(counts.sum(axis=1) == 20)
+
+
+def _index_sums(x: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """The replicates of ``x.sum(axis=0)`` by index resampling (the draw the multinomial shortcut replaces)."""
+    return np.concatenate([counts @ x for counts in B.resample_counts(x.shape[0], n_boot, rng)])
+
+
+def test_resampled_sums_of_few_patterns_have_the_index_resamplings_distribution() -> None:
+    # 400 units repeating 5 distinct rows: the multinomial over the rows is the same law as index resampling
+    patterns = np.array([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    x = patterns[np.random.default_rng(1).choice(5, size=400, p=[0.4, 0.2, 0.2, 0.1, 0.1])]
+    new = np.concatenate(list(B.resampled_sums(x, 20_000, np.random.default_rng(2))))
+    old = _index_sums(x, 20_000, np.random.default_rng(3))
+    assert new.shape == old.shape == (20_000, 2)
+    np.testing.assert_allclose(new.mean(axis=0), x.sum(axis=0), rtol=0.005)
+    np.testing.assert_allclose(new.mean(axis=0), old.mean(axis=0), rtol=0.005)
+    np.testing.assert_allclose(np.cov(new.T), np.cov(old.T), rtol=0.06, atol=0.5)
+    # the theoretical covariance of a resampled sum: n times the units' population covariance
+    np.testing.assert_allclose(np.cov(new.T), len(x) * np.cov(x.T, bias=True), rtol=0.06, atol=0.5)
+
+
+def test_resampled_sums_keep_n_units_and_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(B, "MAX_BLOCK", 6)
+    x = np.column_stack([np.ones(40), np.tile([0.0, 1.0], 20)])  # two patterns: the multinomial path
+    blocks = list(B.resampled_sums(x, 7, np.random.default_rng(0)))
+    assert len(blocks) > 1
+    sums = np.concatenate(blocks)
+    assert sums.shape == (7, 2)
+    assert np.all(sums[:, 0] == 40.0)  # every replicate draws n units
+    assert np.all((sums[:, 1] >= 0) & (sums[:, 1] <= 40))
+
+
+def test_resampled_sums_of_distinct_units_are_the_index_draw() -> None:
+    # many distinct rows: exactly the index resampling of the same generator, draw for draw
+    x = np.random.default_rng(4).normal(size=(50, 3))
+    got = np.concatenate(list(B.resampled_sums(x, 30, np.random.default_rng(5))))
+    np.testing.assert_array_equal(got, _index_sums(x, 30, np.random.default_rng(5)))
+    assert list(B.resampled_sums(np.empty((0, 3)), 30, np.random.default_rng(5))) == []
+    assert list(B.resampled_sums(x, 0, np.random.default_rng(5))) == []
