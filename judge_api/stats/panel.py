@@ -99,7 +99,8 @@ def _single_panel(
     if sub.empty:
         return pd.DataFrame()
     lo, hi = sub[F.SCALE_MIN].to_numpy("float64"), sub[F.SCALE_MAX].to_numpy("float64")
-    same_scale = len({(a, b) for a, b in zip(lo, hi, strict=True)}) == 1 and np.isfinite(lo[0]) and np.isfinite(hi[0])
+    # one finite scale for every score (a Python set of (lo, hi) tuples per item score before: issue 39)
+    same_scale = bool(np.isfinite(lo).all() and np.isfinite(hi).all() and (lo == lo[0]).all() and (hi == hi[0]).all())
     values = sub[F.SCORE].to_numpy("float64") if same_scale else to_unit(sub[F.SCORE], lo, hi)
     frame = pd.DataFrame(
         {
