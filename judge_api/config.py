@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     # answered from a report this many seconds old without reading its state (0: never; the answer's computed_at)
     report_cache: bool = Field(default=True, alias="DJ_REPORT_CACHE")
     report_fresh_s: float = Field(default=3.0, ge=0, le=300, alias="DJ_REPORT_FRESH_SECONDS")
+    # a running run's report computed this soon after its last judgment write is computed again once that much time
+    # has passed without another write: a verdict stamped earlier may commit later (repository.report_cache)
+    report_settle_s: float = Field(default=30.0, ge=0, le=3600, alias="DJ_REPORT_SETTLE_SECONDS")
     # monitors: each is evaluated by every sweep and its rules are /metrics series (GET /v1/limits says them)
     max_monitors_per_project: int = Field(default=100, ge=1, alias="DJ_MAX_MONITORS")
     max_rules_per_monitor: int = Field(default=20, ge=0, le=50, alias="DJ_MAX_RULES_PER_MONITOR")

@@ -14,6 +14,16 @@ its project: the route checks the caller may read the run before it looks here, 
 as well, so one project's entry is never another's). A run still running may be served an entry up to
 ``fresh_s`` seconds old without reading its state (the caller passes ``DJ_REPORT_FRESH_SECONDS``); the answer says
 when it was computed.
+
+Commits out of stamp order (review r39): on PostgreSQL a verdict stamped at ``t1`` may commit after one stamped at
+``t2 > t1``. A report computed between the two commits matches the state after both (the last ``updated_at`` is
+``t2`` either way) and would miss the first verdict until the run's next write. So while a run is running, an entry
+computed less than ``settle_s`` (``DJ_REPORT_SETTLE_SECONDS``, 30 s) after the run's last judgment write is
+provisional: it is served until ``settle_s`` has passed since that write, then computed once more; that entry is
+computed after every transaction stamped before the write has committed (a verdict's transaction commits within
+milliseconds of its stamp; a transaction held open longer than ``settle_s``, or clocks of workers and API more than
+``settle_s`` apart, would still be missed). A finished run needs none of this: ``finished_at`` is part of its state,
+and a run is found finished only when every judgment is settled.
 """
 
 from __future__ import annotations
@@ -73,10 +83,12 @@ def run_state(session: Session, run_id: str) -> str:
 
 
 def cached_report(
-    session: Session, run_id: str, key: str, *, fresh_s: float = 0.0
+    session: Session, run_id: str, key: str, *, fresh_s: float = 0.0, settle_s: float = 0.0
 ) -> tuple[CachedReport | None, str | None]:
     """The entry for this run and query when it was computed on the run's current state (or, ``fresh_s`` > 0, is
-    younger than that), and the run's state. One round trip: the run's row, its last write and the entry."""
+    younger than that), and the run's state. One round trip: the run's row, its last write and the entry. With
+    ``settle_s`` > 0, a running run's entry computed less than ``settle_s`` after the run's last judgment write is
+    not served once ``settle_s`` has passed since that write (the module docstring: commits out of stamp order)."""
     entry = (
         select(ReportCacheEntry.body, ReportCacheEntry.computed_at, ReportCacheEntry.state)
         .where(ReportCacheEntry.run_id == run_id, ReportCacheEntry.params_key == key)
@@ -97,7 +109,16 @@ def cached_report(
     hit = CachedReport(body, _naive(computed_at), entry_state)
     if fresh_s > 0 and utcnow() - hit.computed_at <= timedelta(seconds=fresh_s):
         return hit, state
-    return (hit, state) if entry_state == state else (None, state)
+    if entry_state != state:
+        return None, state
+    last_write, finished_at = row[1], row[2]
+    if settle_s > 0 and finished_at is None and last_write is not None:
+        if isinstance(last_write, str):  # SQLite's max() of a datetime column is its text
+            last_write = datetime.fromisoformat(last_write)
+        settled = _naive(last_write) + timedelta(seconds=settle_s)
+        if hit.computed_at < settled <= utcnow():
+            return None, state  # computed while an earlier-stamped verdict may still have been committing
+    return hit, state
 
 
 def _naive(moment: datetime) -> datetime:

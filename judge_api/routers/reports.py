@@ -68,7 +68,13 @@ def report(
     state: str | None = None
     if settings.report_cache:
         running = run.finished_at is None  # still judging (a monitor's run always is)
-        hit, state = repository.cached_report(session, run_id, key, fresh_s=settings.report_fresh_s if running else 0.0)
+        hit, state = repository.cached_report(
+            session,
+            run_id,
+            key,
+            fresh_s=settings.report_fresh_s if running else 0.0,
+            settle_s=settings.report_settle_s,
+        )
     if hit is not None:
         body, computed_at, cached = hit.body, hit.computed_at, True
         kept = json.loads(hit.body)
