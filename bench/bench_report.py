@@ -23,6 +23,7 @@ Usage::
     python bench/bench_report.py --json bench.json     # also write the figures as JSON
     python bench/bench_report.py --sizes 100000 1000000 --baseline /tmp/main   # side by side with main's code
     python bench/bench_report.py --sizes 10000000 --repeat 1 --no-trace --max-rss-gb 12   # 10M rows
+    python bench/bench_report.py --sizes 1000000 --encoded   # the frame as the repository gives it (categoricals)
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from judge_api.stats import frames as F  # noqa: E402
 from judge_api.stats.report import build_report  # noqa: E402
 from judge_api.stats.synthetic import synthetic_judgments  # noqa: E402
 
@@ -97,10 +99,13 @@ def _reset_peak() -> bool:
     return _status_kb("VmHWM") is not None
 
 
-def measure(n_rows: int, n_boot: int, seed: int, trace: bool, repeat: int = 1) -> dict[str, Any]:
-    """Build one synthetic frame and measure ``build_report`` on it (runs in the child process)."""
+def measure(n_rows: int, n_boot: int, seed: int, trace: bool, repeat: int = 1, encoded: bool = False) -> dict[str, Any]:
+    """Build one synthetic frame and measure ``build_report`` on it (runs in the child process). ``encoded``: the
+    frame's string columns as sorted categoricals, as ``repository.judgments_frame`` gives it to the report."""
     t0 = time.perf_counter()
     frame = synthetic_judgments(n_rows, seed=seed)
+    if encoded:
+        frame = F.encode_strings(F.validate_judgments(frame))
     gen_s = time.perf_counter() - t0
     gen_peak = _peak_rss_bytes()
     gc.collect()
@@ -129,6 +134,7 @@ def measure(n_rows: int, n_boot: int, seed: int, trace: bool, repeat: int = 1) -
         "single_rows": int((frame["mode"] == "single").sum()),
         "pairwise_rows": int((frame["mode"] == "pairwise").sum()),
         "n_boot": n_boot,
+        "encoded": encoded,
         "generate_s": gen_s,
         "report_s": report_s,
         "report_s_all": times,
@@ -145,7 +151,7 @@ def measure(n_rows: int, n_boot: int, seed: int, trace: bool, repeat: int = 1) -
 
 
 def _child(args: argparse.Namespace) -> None:
-    print(json.dumps(measure(args.child, args.n_boot, args.seed, not args.no_trace, args.repeat)))
+    print(json.dumps(measure(args.child, args.n_boot, args.seed, not args.no_trace, args.repeat, args.encoded)))
 
 
 def _run_child(n_rows: int, args: argparse.Namespace, root: Path = ROOT) -> dict[str, Any]:
@@ -153,6 +159,7 @@ def _run_child(n_rows: int, args: argparse.Namespace, root: Path = ROOT) -> dict
     script = root / "bench" / "bench_report.py"
     cmd = [sys.executable, str(script), "--child", str(n_rows), "--n-boot", str(args.n_boot)]
     cmd += ["--seed", str(args.seed), "--repeat", str(args.repeat)] + (["--no-trace"] if args.no_trace else [])
+    cmd += ["--encoded"] if args.encoded else []
     env = {**os.environ, "PYTHONPATH": str(root)}
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root, env=env) as child:
         over = _watch(child, args.max_rss_gb)
@@ -207,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="stop a child whose resident set passes this many GB and print that it did (10M rows on a shared machine)",
     )
+    parser.add_argument(
+        "--encoded",
+        action="store_true",
+        help="give build_report the frame with its string columns as sorted categoricals, as the repository reads it "
+        "for GET /report (the baseline's script must know the flag: copy this script there)",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
@@ -216,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"build_report benchmark: python {platform.python_version()}, {os.cpu_count()} CPU(s), "
         f"n_boot={args.n_boot}, seed={args.seed}, best of {args.repeat} run(s), "
+        f"frame {'encoded (as the repository reads it)' if args.encoded else 'of Arrow strings'}, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     header = (

@@ -25,7 +25,7 @@ from judge_api.reference_tokens import tokenisation_section
 from judge_api.stats import frames as F
 from judge_api.stats.bootstrap import REPORT_N_BOOT
 from judge_api.stats.calibrated import Design
-from judge_api.stats.report import build_report, calibrated_report
+from judge_api.stats.report import REPORT_VERSION, build_report, calibrated_report
 
 router = APIRouter(tags=["reports"])
 
@@ -63,7 +63,7 @@ def report(
     panel = panel_settings(run.config, panel_judge, panel_aggregate, panel_quorum)
     params = {"n_boot": n_boot, "seed": seed, "ci": ci, "human_prefix": human_prefix, "panel": panel}
     settings = get_settings()
-    key = repository.params_key(run.project_id, params)
+    key = repository.params_key(run.project_id, {**params, "report_version": REPORT_VERSION})
     hit: repository.CachedReport | None = None
     state: str | None = None
     if settings.report_cache:

@@ -90,7 +90,7 @@ def resampled_sums(rows: ArrayLike, n_boot: int, rng: np.random.Generator) -> It
     n = x.shape[0]
     if n <= 0 or n_boot <= 0:
         return
-    uniq, multiplicity = np.unique(x, axis=0, return_counts=True)
+    uniq, multiplicity = _distinct_rows(x)
     if uniq.shape[0] * 4 > n:
         for counts in resample_counts(n, n_boot, rng):
             yield counts @ x
@@ -102,6 +102,17 @@ def resampled_sums(rows: ArrayLike, n_boot: int, rng: np.random.Generator) -> It
         size = min(chunk, n_boot - done)
         yield rng.multinomial(n, p, size=size).astype("float64") @ uniq
         done += size
+
+
+def _distinct_rows(x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """``np.unique(x, axis=0, return_counts=True)`` (the distinct rows in lexicographic order and how often each
+    occurs) by a lexsort and a comparison of neighbours: the same rows and counts, without the structured-dtype sort
+    that was most of the resample's cost (review r39e). NaN rows never merge, -0.0 and 0.0 do, as there."""
+    if x.shape[1] == 0:
+        return x[:1], np.array([x.shape[0]], dtype=np.int64)
+    ordered = x[np.lexsort(x.T[::-1])]
+    starts = np.flatnonzero(np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)])
+    return ordered[starts], np.diff(np.r_[starts, x.shape[0]]).astype(np.int64)
 
 
 def bootstrap_means(values: ArrayLike, n_boot: int, rng: np.random.Generator) -> NDArray[np.float64]:

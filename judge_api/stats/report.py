@@ -67,6 +67,11 @@ from judge_api.stats.scores import (
     single_rows,
 )
 
+REPORT_VERSION = 2
+"""The version of the report's figures: part of the report cache's key, so a report kept by code that computed a
+figure differently is not served by code that computes it otherwise (bump it with any such change; 2: the
+Bradley-Terry resample over outcome patterns, issue 39)."""
+
 SECTIONS = (
     "meta",
     "counts",

@@ -10,6 +10,7 @@ import json
 import random
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, delete, select, text
 
 from judge_api.db import get_engine, session_scope
@@ -222,3 +223,21 @@ def test_out_of_range_arguments_are_422_naming_them(api: Api) -> None:
         assert response.status_code == 422, (params, response.text)
         assert field in json.dumps(response.json()), (params, response.text)
     assert _cache_rows(api) == []
+
+
+def test_a_report_kept_by_code_of_another_report_version_is_not_served(
+    api_factory: ApiFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review r39e: the key holds the version of the report's figures (``stats.report.REPORT_VERSION``), so a report
+    kept by code that computed a figure otherwise (another bootstrap draw) is computed again by code of another
+    version, and reused by code of the same version."""
+    from judge_api.routers import reports
+
+    api = api_factory()
+    run_id = _run(api, n_items=4)
+    _judge(_judgment_ids(run_id))
+    assert _report(api, run_id, n_boot=20)["cached"] is False
+    assert _report(api, run_id, n_boot=20)["cached"] is True
+    monkeypatch.setattr(reports, "REPORT_VERSION", reports.REPORT_VERSION + 1)
+    assert _report(api, run_id, n_boot=20)["cached"] is False
+    assert _report(api, run_id, n_boot=20)["cached"] is True
