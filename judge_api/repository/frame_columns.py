@@ -2,11 +2,12 @@
 
 PostgreSQL sends the rows as CSV (``COPY (SELECT ...) TO STDOUT``), which pyarrow parses in C straight into typed
 columns, block by block as the bytes arrive; SQLite's driver can only give tuples, so they are fetched in chunks and
-each chunk is turned into Arrow columns (``pyarrow.array`` over each column's values) before the next is fetched.
-Either way the result is one :class:`pyarrow.Table` with the frame's stored columns, which :func:`to_pandas` turns
-into exactly the frame :func:`repository.frames.judgments_frame` always gave (the same dtypes, the same values):
-``tests/repository/test_frames_and_ratings.py`` compares the two on SQLite and PostgreSQL.
-"""
+each chunk is turned into Arrow columns (one struct array over the tuples) before the next is fetched. The string
+columns are dictionary-encoded as they are read. Either way the result is one :class:`pyarrow.Table` with the
+frame's stored columns, which :func:`to_pandas` turns into exactly the frame :func:`repository.frames.judgments_frame`
+always gave (the same values and dtypes), its strings as categoricals with sorted categories (:func:`categorical`,
+what ``stats.frames.encode_strings`` makes of them): ``tests/repository/test_frames_and_ratings.py`` and
+``test_frame_encoded.py`` compare them on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

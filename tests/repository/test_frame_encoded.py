@@ -25,6 +25,7 @@ from tests.stats.test_stats_report_golden import _diff
 from .conftest import StoreRun, item
 
 STRINGS = frames._STRING_COLUMNS
+OUTCOMES = {2: "win", 1: "tie", -1: "tie", -2: "loss"}
 
 
 def decoded(frame: pd.DataFrame) -> pd.DataFrame:
@@ -94,8 +95,8 @@ def test_the_stored_frame_is_the_str_frame_encoded_and_reports_the_same(store_ru
             if mode == "single":
                 values: dict[str, Any] = {"status": "done", "score": float(rng.integers(1, 101))}
             else:
-                pref = float(rng.choice([-2, -1, 1, 2]))
-                values = {"status": "done", "preference": pref, "outcome": {2: "win", -2: "loss"}.get(pref, "tie")}
+                raw = int(rng.choice([-2, -1, 1, 2]))
+                values = {"status": "done", "preference": float(raw), "outcome": OUTCOMES[raw]}
             session.execute(update(Judgment).where(Judgment.id == jid).values(**values))
         pairwise = [jid for jid, mode in rows if mode == "pairwise"]
         session.execute(update(Judgment).where(Judgment.id == pairwise[0]).values(outcome=None, preference=2.0))
