@@ -111,7 +111,8 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     """The run's judgments as the statistics library's frame (docs/data-contract.md).
 
     Read as columns (``repository.frame_columns``: PostgreSQL's COPY parsed by pyarrow, SQLite's tuples turned
-    into Arrow columns chunk by chunk), never as a Python object per value (issue 39)."""
+    into Arrow columns chunk by chunk), never as a Python object per value (issue 39). The string columns are
+    categoricals with sorted categories, marked ``stats.frames.ENCODED``: the report keeps them encoded."""
     connection = session.connection()
     table = cast(Table, Judgment.__table__)
     if connection.dialect.name == "postgresql":
@@ -153,8 +154,12 @@ def _rows_frame(session: Session, run_id: str) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
-def _finish(frame: pd.DataFrame) -> pd.DataFrame:
-    """The stored columns made the contract's: booleans, each judgment's scale (its own, else its rubric's)."""
+def _finish(frame: pd.DataFrame, encoded: bool = True) -> pd.DataFrame:
+    """The stored columns made the contract's: booleans, each judgment's scale (its own, else its rubric's), the
+    strings as categoricals with sorted categories (as ``frame_columns.to_pandas`` makes them; ``encoded=False``:
+    pandas' ``str``, the frame before issue 39's encoding, for the tests)."""
+    from judge_api.stats.frames import ENCODED, encode_strings  # lazily: the statistics library loads scipy
+
     if len(frame):
         frame["cached"] = frame["cached"].astype(bool)  # SQLite's driver gives 0/1 (the ORM's type converted them)
     scales = {rubric_id: _rubric_scale(rubric_id) for rubric_id in frame["rubric_id"].unique()}
@@ -165,6 +170,9 @@ def _finish(frame: pd.DataFrame) -> pd.DataFrame:
     frame["scale_max"] = own_max.fillna(frame["rubric_id"].map({r: s[1] for r, s in scales.items()}).astype(float))
     frame["score"] = frame["score"].astype(float)
     frame["preference"] = frame["preference"].astype(float)
+    if encoded:
+        frame = encode_strings(frame, _STRING_COLUMNS)
+        frame.attrs[ENCODED] = True
     return frame
 
 

@@ -201,6 +201,8 @@ def _optional_str(series: pd.Series, encoded: bool = False) -> pd.Series:
         empty = (out == "").fillna(False).to_numpy(dtype=bool)
         if empty.any():
             out = out.mask(empty)
+    elif isinstance(out.dtype, pd.CategoricalDtype) and "" in out.cat.categories:  # kept encoded: "" -> missing
+        out = out.cat.remove_categories([""])
     return out
 
 
@@ -217,6 +219,11 @@ def empty_ratings() -> pd.DataFrame:
 VALIDATED = "judge_api.stats.validated"
 """``DataFrame.attrs`` marker set on validated frames so that nested calls do not re-validate."""
 
+ENCODED = "judge_api.stats.encoded"
+"""``DataFrame.attrs`` marker of a frame whose string columns are categoricals of strings with sorted categories, as
+``encode_strings`` makes them (``repository.judgments_frame``'s, built so from the database's columns):
+``validate_judgments`` keeps them encoded, as with ``encoded=True`` (issue 39)."""
+
 
 def _is_validated(df: pd.DataFrame, columns: tuple[str, ...]) -> bool:
     return bool(df.attrs.get(VALIDATED)) and tuple(df.columns) == columns
@@ -232,6 +239,7 @@ def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFra
     if _is_validated(df, JUDGMENT_COLUMNS):
         return df
     _check_required(df, JUDGMENT_REQUIRED, "judgments")
+    encoded = encoded or bool(df.attrs.get(ENCODED))
     n = len(df)
     out = pd.DataFrame(index=pd.RangeIndex(n))
     for col in _STR_COLUMNS:
@@ -291,6 +299,7 @@ def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFra
     outcome = out[OUTCOME]
     need_outcome = pairwise & outcome.isna().to_numpy() & ~np.isnan(pref)
     if need_outcome.any():
+        outcome = _as_str(outcome)  # a categorical lacks the derived values (encode_strings encodes it again)
         derived = np.where(pref >= 2, WIN, np.where(pref <= -2, LOSS, TIE))
         out[OUTCOME] = outcome.mask(need_outcome, pd.Series(derived, index=out.index))
     need_pref = pairwise & np.isnan(pref) & out[OUTCOME].notna().to_numpy()
