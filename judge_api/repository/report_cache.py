@@ -19,7 +19,8 @@ Commits out of stamp order (review r39): on PostgreSQL a verdict stamped at ``t1
 ``t2 > t1``. A report computed between the two commits matches the state after both (the last ``updated_at`` is
 ``t2`` either way) and would miss the first verdict until the run's next write. So while a run is running, an entry
 computed less than ``settle_s`` (``DJ_REPORT_SETTLE_SECONDS``, 30 s) after the run's last judgment write is
-provisional: it is served until ``settle_s`` has passed since that write, then computed once more; that entry is
+provisional: it is served until ``settle_s`` has passed since that write, then computed once more (in each API
+process one request computes it while the others are served the provisional entry); that entry is
 computed after every transaction stamped before the write has committed (a verdict's transaction commits within
 milliseconds of its stamp; a transaction held open longer than ``settle_s``, or clocks of workers and API more than
 ``settle_s`` apart, would still be missed). A finished run needs none of this: ``finished_at`` is part of its state,
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -50,6 +51,9 @@ class CachedReport:
     """The report's JSON object (without the ``run`` summary, which is read fresh)."""
     computed_at: datetime
     state: str
+    provisional: bool = False
+    """Computed less than ``settle_s`` after the running run's last write, and ``settle_s`` has passed since: to be
+    computed again (the caller may serve it while that computation is under way elsewhere)."""
 
 
 def params_key(project_id: str, params: dict[str, Any]) -> str:
@@ -72,14 +76,32 @@ def _last_write(run_id: Any) -> Any:
     return select(func.max(Judgment.updated_at)).where(Judgment.run_id == run_id).scalar_subquery()
 
 
-def run_state(session: Session, run_id: str) -> str:
+def run_state(session: Session, run_id: str, *, settle_s: float = 0.0) -> str:
     """What the run's report depends on, as a short string: the run's ``data_version`` (bumped in the same
     transaction as every insert or deletion of its judgments and every write of its ratings and label queue:
     migration 0023's triggers) and the last ``updated_at`` of its judgments (stamped by every claim, verdict, retry
-    and cancel). One primary-key read and one index seek, whatever the run's size."""
+    and cancel). One primary-key read and one index seek, whatever the run's size.
+
+    With ``settle_s`` > 0 the string also says whether the state is settled (the run finished, or ``settle_s`` has
+    passed since its last write): an answer kept on an unsettled state is not the settled state's, so a cache keyed
+    by this string computes it once more after the window (the module docstring: commits out of stamp order)."""
     query = select(Run.data_version, _last_write(Run.id), Run.finished_at).where(Run.id == run_id)
     row = session.execute(query).one_or_none()
-    return _state_of(*row) if row is not None else _state_of(0, None)
+    state = _state_of(*row) if row is not None else _state_of(0, None)
+    if settle_s <= 0 or row is None:
+        return state
+    settles = _settles_at(row[1], row[2], settle_s)
+    return f"{state}|{'settled' if settles is None or settles <= utcnow() else 'unsettled'}"
+
+
+def _settles_at(last_write: Any, finished_at: Any, settle_s: float) -> datetime | None:
+    """When a running run's state is settled (``settle_s`` after its last judgment write); None when it is now
+    (finished, or no judgment written)."""
+    if settle_s <= 0 or finished_at is not None or last_write is None:
+        return None
+    if isinstance(last_write, str):  # SQLite's max() of a datetime column may come back as its text
+        last_write = datetime.fromisoformat(last_write)
+    return _naive(last_write) + timedelta(seconds=settle_s)
 
 
 def cached_report(
@@ -87,8 +109,9 @@ def cached_report(
 ) -> tuple[CachedReport | None, str | None]:
     """The entry for this run and query when it was computed on the run's current state (or, ``fresh_s`` > 0, is
     younger than that), and the run's state. One round trip: the run's row, its last write and the entry. With
-    ``settle_s`` > 0, a running run's entry computed less than ``settle_s`` after the run's last judgment write is
-    not served once ``settle_s`` has passed since that write (the module docstring: commits out of stamp order)."""
+    ``settle_s`` > 0, a running run's entry computed less than ``settle_s`` after the run's last judgment write comes
+    back ``provisional`` once ``settle_s`` has passed since that write, whatever ``fresh_s`` allows (the module
+    docstring: commits out of stamp order)."""
     entry = (
         select(ReportCacheEntry.body, ReportCacheEntry.computed_at, ReportCacheEntry.state)
         .where(ReportCacheEntry.run_id == run_id, ReportCacheEntry.params_key == key)
@@ -107,18 +130,14 @@ def cached_report(
     if body is None:
         return None, state
     hit = CachedReport(body, _naive(computed_at), entry_state)
-    if fresh_s > 0 and utcnow() - hit.computed_at <= timedelta(seconds=fresh_s):
+    now = utcnow()
+    settles = _settles_at(row[1], row[2], settle_s)
+    if settles is not None and hit.computed_at < settles <= now:
+        # computed while an earlier-stamped verdict may still have been committing: computed once more
+        return (replace(hit, provisional=True), state) if entry_state == state else (None, state)
+    if fresh_s > 0 and now - hit.computed_at <= timedelta(seconds=fresh_s):
         return hit, state
-    if entry_state != state:
-        return None, state
-    last_write, finished_at = row[1], row[2]
-    if settle_s > 0 and finished_at is None and last_write is not None:
-        if isinstance(last_write, str):  # SQLite's max() of a datetime column is its text
-            last_write = datetime.fromisoformat(last_write)
-        settled = _naive(last_write) + timedelta(seconds=settle_s)
-        if hit.computed_at < settled <= utcnow():
-            return None, state  # computed while an earlier-stamped verdict may still have been committing
-    return hit, state
+    return (hit, state) if entry_state == state else (None, state)
 
 
 def _naive(moment: datetime) -> datetime:

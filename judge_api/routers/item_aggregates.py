@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from sqlalchemy.orm import Session
 
 from judge_api.auth import Principal
+from judge_api.config import get_settings
 from judge_api.deps import MAX_OFFSET, get_session, require, run_or_404
 from judge_api.repository import item_aggregates, report_cache
 
@@ -24,8 +25,9 @@ _CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _CACHE_ENTRIES = 16
 _CACHE_ROWS = 10_000
 """Aggregates computed in this process, keyed by the query and the run's state (its judgments' count and last write,
-its ratings: ``report_cache.run_state``), so the next page of the same aggregate is sliced, not grouped again; a
-write of any kind changes the state. Only answers of at most ``_CACHE_ROWS`` rows are kept."""
+its ratings, and whether it is settled: ``report_cache.run_state``), so the next page of the same aggregate is
+sliced, not grouped again; a write of any kind changes the state. Only answers of at most ``_CACHE_ROWS`` rows are
+kept."""
 _CACHE_LOCK = threading.Lock()
 
 
@@ -33,7 +35,9 @@ def _cached(
     key: tuple[Any, ...], session: Session, run_id: str, compute: Callable[[], Any], size: Callable[[Any], int]
 ) -> Any:
     """``compute()`` or the kept answer for ``key`` on the run's current state."""
-    full = (*key, report_cache.run_state(session, run_id))
+    # a running run's answer kept within the settle window is computed once more after it (review r39f: a verdict
+    # stamped earlier may commit later; report_cache's module docstring)
+    full = (*key, report_cache.run_state(session, run_id, settle_s=get_settings().report_settle_s))
     with _CACHE_LOCK:
         if full in _CACHE:
             _CACHE.move_to_end(full)

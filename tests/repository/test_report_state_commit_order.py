@@ -1,8 +1,8 @@
 """Review r39: on PostgreSQL two writers commit in the other order than their stamps. The report state
 (``data_version`` + ``max(updated_at)``) read between the two commits is the state after both, so a report computed
 in between matches it. While the run runs, such an entry is provisional: computed less than ``settle_s`` after the
-run's last write, it is served until ``settle_s`` has passed since that write and then computed again
-(``report_cache.cached_report``, ``DJ_REPORT_SETTLE_SECONDS``)."""
+run's last write, it is served until ``settle_s`` has passed since that write and then comes back ``provisional``:
+computed again (``report_cache.cached_report``, ``DJ_REPORT_SETTLE_SECONDS``)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _keep(run_id: str, state: str, computed_at: datetime, body: str = "{}") -> N
 def _served(run_id: str) -> bool:
     with session_scope() as session:
         hit, _ = report_cache.cached_report(session, run_id, "k", settle_s=SETTLE_S)
-    return hit is not None
+    return hit is not None and not hit.provisional  # a provisional entry is to be computed again
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
@@ -77,7 +77,7 @@ def test_the_settle_window_leaves_finished_runs_and_old_entries_alone(store_run:
     assert not _served(run_id)  # running, computed right after the last write: provisional
     with session_scope() as session:
         hit, _ = report_cache.cached_report(session, run_id, "k", settle_s=0.0)
-    assert hit is not None  # without a window (DJ_REPORT_SETTLE_SECONDS=0) it is served as before
+    assert hit is not None and not hit.provisional  # without a window (DJ_REPORT_SETTLE_SECONDS=0): as before
     _keep(run_id, state, utcnow())  # computed after the window
     assert _served(run_id)
     with session_scope() as session:
