@@ -265,6 +265,20 @@ def warm_report(api_url: str, run_ids: list[str], n_boot: int | None = None) -> 
     return time.perf_counter() - t0
 
 
+def warm_compare(api_url: str, run_id: str, baseline: str) -> float:
+    """The API's comparison of the two runs computed once (kept in the API process: the page then reads it as a
+    page opened again would); the seconds it took, nan for a tree without the routes (the page computes it)."""
+    t0 = time.perf_counter()
+    for route, params in (("score-deltas", {"n_boot": 1000}), ("worse-items", {"limit": 500})):
+        response = httpx.get(
+            f"{api_url}/v1/runs/{run_id}/{route}", params={"baseline": baseline, **params}, timeout=900
+        )
+        if response.status_code == 404:
+            return float("nan")
+        response.raise_for_status()
+    return time.perf_counter() - t0
+
+
 def run_ids(db: Path) -> list[str]:
     """The file's runs, newest first."""
     from sqlalchemy import create_engine, text
@@ -284,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--code", action="append", default=[], help="name=path of a code tree (repeatable)")
     parser.add_argument("--pages", nargs="*", default=list(PAGES), choices=list(PAGES))
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--warm-compare",
+        action="store_true",
+        help="have the API compute the Compare page's comparison before the page is opened (its time is printed "
+        "apart, as the report's is); without it the page is timed with the API's comparison cold",
+    )
     parser.add_argument(
         "--compare-judgments",
         type=int,
@@ -312,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
                         report_s = warm_report(api_url, [run_id])
                         if page == "compare":  # the page reads both runs' reports without a bootstrap
                             report_s += warm_report(api_url, runs[:2], n_boot=0)
+                            if args.warm_compare:
+                                compare_s = warm_compare(api_url, runs[0], runs[1])
+                                print(f"  {name}: the API compared the runs in {compare_s:.2f} s", flush=True)
                         warm_up(browser, dash)
                         before = load()
                         title, selector = PAGES[page]

@@ -488,7 +488,7 @@ def create_run_jsonl(
         result = client.create_run_jsonl(body, params, idempotency_key)
     finally:
         client.close()
-    list_runs.clear()
+    _runs_page.clear()
     return _dict(result, "the new run")
 
 
@@ -498,8 +498,8 @@ def retry_run(conn: Conn, run_id: str, unparseable: bool = False) -> dict[str, A
         result = client.post(f"/v1/runs/{seg(run_id)}/retry", {"unparseable": True} if unparseable else {})
     finally:
         client.close()
-    list_runs.clear()
-    get_run.clear()
+    _runs_page.clear()
+    _get_run.clear()
     return _dict(result, "the retry")
 
 

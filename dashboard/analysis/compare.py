@@ -12,7 +12,18 @@ import pandas as pd
 from dashboard.analysis.frames import frame
 
 _INCOMPLETE = ("partial", "failed")
-DELTA_COLUMNS = ["system", "aspect", "n_items", "baseline", "candidate", "delta", "ci_low", "ci_high", "n_worse", "n_better"]
+DELTA_COLUMNS = [
+    "system",
+    "aspect",
+    "n_items",
+    "baseline",
+    "candidate",
+    "delta",
+    "ci_low",
+    "ci_high",
+    "n_worse",
+    "n_better",
+]
 WORSE_COLUMNS = ["item_id", "system", "aspect", "baseline", "candidate", "delta"]
 
 

@@ -888,7 +888,9 @@ READ_CASES = [
         params={"limit": 5001},
     ),
     Case("order outcomes unknown run", "GET", "/v1/runs/nope/order-outcomes", 404, None, "run 'nope' not found"),
-    Case("score deltas without a baseline", "GET", f"/v1/runs/{RUN}/score-deltas", 422, ["query", "baseline"], "required"),
+    Case(
+        "score deltas without a baseline", "GET", f"/v1/runs/{RUN}/score-deltas", 422, ["query", "baseline"], "required"
+    ),
     Case(
         "score deltas unknown baseline",
         "GET",
@@ -925,8 +927,15 @@ READ_CASES = [
         "greater than 0.5",
         params={"baseline": "nope", "ci": 0.2},
     ),
-    Case("worse items unknown run", "GET", "/v1/runs/nope/worse-items", 404, None, "run 'nope' not found",
-         params={"baseline": "other"}),  # fmt: skip
+    Case(
+        "worse items unknown run",
+        "GET",
+        "/v1/runs/nope/worse-items",
+        404,
+        None,
+        "run 'nope' not found",
+        params={"baseline": "other"},
+    ),  # fmt: skip
     Case(
         "worse items page over the limit",
         "GET",
