@@ -277,4 +277,4 @@ def judge_score_sums(session: Session, run_id: str) -> list[tuple[str, str, str,
         )
         .group_by(Judgment.item_key, Judgment.system_a, Judgment.aspect, Judgment.judge)
     )
-    return [(str(a), str(b), str(c), str(d), float(s), int(n)) for a, b, c, d, s, n in session.execute(query)]
+    return [(str(a), str(b), str(c), str(d), float(s or 0.0), int(n)) for a, b, c, d, s, n in session.execute(query)]

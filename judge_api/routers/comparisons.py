@@ -79,7 +79,7 @@ def _pair(
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON rows: NaN and missing values as null."""
-    return frame.astype(object).where(frame.notna(), None).to_dict("records")  # type: ignore[no-any-return]
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
 
 
 BASELINE = Query(..., min_length=1, max_length=32, description="the baseline run's id")

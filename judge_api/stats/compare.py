@@ -11,6 +11,8 @@ order."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -33,7 +35,7 @@ _GATHER_CELLS = 1 << 22
 """Bootstrap rows are averaged this many index cells at a time (32 MB of gathered scores), not all at once."""
 
 
-def sums_frame(rows: list[tuple[object, ...]] | list[list[object]]) -> pd.DataFrame:
+def sums_frame(rows: Sequence[Sequence[object]]) -> pd.DataFrame:
     """The (item, system, aspect, judge, total, n) rows as a frame with stable types."""
     frame = pd.DataFrame(rows, columns=SUM_COLUMNS)
     for column in ("item_id", "system", "aspect", "judge"):

@@ -935,7 +935,7 @@ READ_CASES = [
         None,
         "run 'nope' not found",
         params={"baseline": "other"},
-    ),  # fmt: skip
+    ),
     Case(
         "worse items page over the limit",
         "GET",

@@ -173,7 +173,7 @@ def test_runs_without_shared_scores_give_no_rows(api: Api) -> None:
 
 def test_bad_input_is_a_422_naming_the_field(api: Api, runs: tuple[str, str]) -> None:
     base, cand = runs
-    for route, params, name, message in [
+    cases: list[tuple[str, dict[str, Any], str, str]] = [
         ("score-deltas", {}, "baseline", "required"),
         ("score-deltas", {"baseline": cand}, "baseline", "another run"),
         ("score-deltas", {"baseline": base, "n_boot": 5001}, "n_boot", "less than or equal to 5000"),
@@ -182,7 +182,8 @@ def test_bad_input_is_a_422_naming_the_field(api: Api, runs: tuple[str, str]) ->
         ("score-deltas", {"baseline": base, "seed": -1}, "seed", "greater than or equal to 0"),
         ("worse-items", {"baseline": base, "limit": 5001}, "limit", "less than or equal to 5000"),
         ("worse-items", {"baseline": base, "offset": -1}, "offset", "greater than or equal to 0"),
-    ]:
+    ]
+    for route, params, name, message in cases:
         response = api.client.get(f"/v1/runs/{cand}/{route}", params=params)
         assert response.status_code == 422, (route, params, response.text)
         detail = response.json()["detail"]
