@@ -275,6 +275,8 @@ def judge_score_sums(session: Session, run_id: str) -> list[tuple[str, str, str,
             Judgment.status == "done",
             Judgment.score.is_not(None),
         )
-        .group_by(Judgment.item_key, Judgment.system_a, Judgment.aspect, Judgment.judge)
+        # system_b (null in single mode) keeps the GROUP BY in the order of ix_judgments_order_outcomes, which covers
+        # score (migration 0027): an index scan without a sort or a read of the rows
+        .group_by(Judgment.item_key, Judgment.system_a, Judgment.system_b, Judgment.aspect, Judgment.judge)
     )
     return [(str(a), str(b), str(c), str(d), float(s or 0.0), int(n)) for a, b, c, d, s, n in session.execute(query)]
