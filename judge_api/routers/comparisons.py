@@ -34,19 +34,31 @@ MAX_WORSE_PAGE = 5000
 _CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _CACHE_ENTRIES = 12
 _CACHE_LOCK = threading.Lock()
+_COMPUTING: dict[tuple[Any, ...], threading.Lock] = {}
+"""One lock per key being computed: a second request for the same comparison (a page drawn again while the first
+draw's request is still running) waits for the first answer instead of computing it beside it on the same cores."""
 
 
 def _cached(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
-    """``compute()`` or the answer kept for ``key`` (which holds the runs' states)."""
+    """``compute()`` or the answer kept for ``key`` (which holds the runs' states); computed once at a time."""
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-    value = compute()
-    with _CACHE_LOCK:
-        _CACHE[key] = value
-        while len(_CACHE) > _CACHE_ENTRIES:
-            _CACHE.popitem(last=False)
+        gate = _COMPUTING.setdefault(key, threading.Lock())
+    with gate:
+        with _CACHE_LOCK:
+            if key in _CACHE:
+                return _CACHE[key]
+        try:
+            value = compute()
+            with _CACHE_LOCK:
+                _CACHE[key] = value
+                while len(_CACHE) > _CACHE_ENTRIES:
+                    _CACHE.popitem(last=False)
+        finally:
+            with _CACHE_LOCK:
+                _COMPUTING.pop(key, None)
     return value
 
 

@@ -206,3 +206,30 @@ def test_another_projects_run_is_a_404(secured: Api) -> None:
         theirs_path = f"/v1/runs/{theirs}/{route}"
         assert secured.client.get(theirs_path, params={"baseline": mine}, headers=as_alpha).status_code == 404
         assert secured.client.get(path, params={"baseline": other_mine}).status_code == 401
+
+
+def test_the_same_comparison_asked_twice_at_once_is_computed_once() -> None:
+    """A page drawn again while its first request still runs waits for that answer (not a second computation
+    beside it on the same cores)."""
+    import threading
+    import time
+
+    from judge_api.routers import comparisons
+
+    calls: list[int] = []
+
+    def slow() -> str:
+        calls.append(1)
+        time.sleep(0.3)
+        return "answer"
+
+    key = ("test", "run_x", "run_y", time.monotonic())
+    out: list[str] = []
+    threads = [threading.Thread(target=lambda: out.append(comparisons._cached(key, slow))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert out == ["answer"] * 3 and len(calls) == 1
+    assert comparisons._cached(key, slow) == "answer" and len(calls) == 1
+    assert key not in comparisons._COMPUTING
