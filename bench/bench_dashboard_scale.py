@@ -58,6 +58,7 @@ PAGES: dict[str, tuple[str, str]] = {
     "contradictions": ("Contradictions", "[data-testid=stMain] [data-testid=stAlert]"),
     "memory-audit": ("Memory audit", "[data-testid=stMain] [data-testid=stAlert]"),
     "annotate": ("Annotate", "[data-testid=stForm], [data-testid=stMain] [data-testid=stAlert]"),
+    "compare": ("Compare runs", ".vega-embed"),
 }
 TIMEOUT_S = 240.0
 
@@ -72,8 +73,10 @@ def free_port() -> int:
     return int(pick())
 
 
-def ensure_run(db: Path, n_judgments: int, n_rated: int) -> str:
-    """The seeded run's id (seeding the file when it is missing), with human ratings on ``n_rated`` items."""
+def ensure_run(db: Path, n_judgments: int, n_rated: int, n_compare: int = 0) -> str:
+    """The seeded run's id (seeding the file when it is missing), with human ratings on ``n_rated`` items; with
+    ``n_compare``, a second run of that many judgments on the same items is seeded first when the file holds one
+    run (the page's run is then the newest run; the Compare page compares it with the other)."""
     url = f"sqlite:///{db}"
     from sqlalchemy import create_engine, text
 
@@ -84,6 +87,15 @@ def ensure_run(db: Path, n_judgments: int, n_rated: int) -> str:
         run_id, stored = seed_run(url, n_judgments)
         print(f"seeded {stored:,} judgments in {time.perf_counter() - t0:.0f} s (load {load()})", flush=True)
     engine = create_engine(url)
+    if n_compare:
+        with engine.connect() as connection:
+            n_runs = int(connection.execute(text("SELECT count(*) FROM runs")).scalar_one())
+        if n_runs < 2:  # the Compare page's baseline: the same items judged again (other verdicts)
+            from bench_report_api import seed_run
+
+            t0 = time.perf_counter()
+            _, stored = seed_run(url, n_compare, seed=1)
+            print(f"seeded a second run of {stored:,} judgments in {time.perf_counter() - t0:.0f} s (load {load()})")
     with engine.begin() as connection:
         run_id = str(connection.execute(text("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1")).scalar_one())
         rated = connection.execute(text("SELECT count(*) FROM human_ratings WHERE run_id = :r"), {"r": run_id})
@@ -243,11 +255,39 @@ def warm_up(browser: Any, dash: str) -> None:
     time.sleep(2.5)
 
 
-def warm_report(api_url: str, run_id: str) -> float:
+def warm_report(api_url: str, run_ids: list[str], n_boot: int | None = None) -> float:
+    """Each run's report computed once by the API (kept in its database); the seconds it took."""
     t0 = time.perf_counter()
-    response = httpx.get(f"{api_url}/v1/runs/{run_id}/report", timeout=900)
-    response.raise_for_status()
+    for run_id in run_ids:
+        params = {} if n_boot is None else {"n_boot": n_boot}
+        response = httpx.get(f"{api_url}/v1/runs/{run_id}/report", params=params, timeout=900)
+        response.raise_for_status()
     return time.perf_counter() - t0
+
+
+def warm_compare(api_url: str, run_id: str, baseline: str) -> float:
+    """The API's comparison of the two runs computed once (kept in the API process: the page then reads it as a
+    page opened again would); the seconds it took, nan for a tree without the routes (the page computes it)."""
+    t0 = time.perf_counter()
+    for route, params in (("score-deltas", {"n_boot": 1000}), ("worse-items", {"limit": 500})):
+        response = httpx.get(
+            f"{api_url}/v1/runs/{run_id}/{route}", params={"baseline": baseline, **params}, timeout=900
+        )
+        if response.status_code == 404:
+            return float("nan")
+        response.raise_for_status()
+    return time.perf_counter() - t0
+
+
+def run_ids(db: Path) -> list[str]:
+    """The file's runs, newest first."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.connect() as connection:
+        ids = [str(r[0]) for r in connection.execute(text("SELECT id FROM runs ORDER BY created_at DESC"))]
+    engine.dispose()
+    return ids
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,9 +298,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--code", action="append", default=[], help="name=path of a code tree (repeatable)")
     parser.add_argument("--pages", nargs="*", default=list(PAGES), choices=list(PAGES))
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--warm-compare",
+        action="store_true",
+        help="have the API compute the Compare page's comparison before the page is opened (its time is printed "
+        "apart, as the report's is); without it the page is timed with the API's comparison cold",
+    )
+    parser.add_argument(
+        "--compare-judgments",
+        type=int,
+        default=None,
+        help="judgments of the Compare page's second run, seeded once when the file holds one run (default: "
+        "--judgments; only when the compare page is measured)",
+    )
     args = parser.parse_args(argv)
     trees = [(c.split("=", 1)[0], Path(c.split("=", 1)[1]).resolve()) for c in args.code] or [("this", ROOT)]
-    run_id = ensure_run(args.db.resolve(), args.judgments, args.rated)
+    n_compare = (args.compare_judgments or args.judgments) if "compare" in args.pages else 0
+    run_id = ensure_run(args.db.resolve(), args.judgments, args.rated, n_compare)
+    runs = run_ids(args.db.resolve())
     newest = max(trees, key=lambda t: tree_head(t[1]))[1]
     from playwright.sync_api import sync_playwright
 
@@ -274,7 +329,12 @@ def main(argv: list[str] | None = None) -> int:
                 migrate_to(args.db.resolve(), tree_head(tree), newest)
                 for page in args.pages:
                     with stack(tree, args.db.resolve(), Path(tmp) / f"{name}-{page}-{round_}") as (api_url, dash):
-                        report_s = warm_report(api_url, run_id)
+                        report_s = warm_report(api_url, [run_id])
+                        if page == "compare":  # the page reads both runs' reports without a bootstrap
+                            report_s += warm_report(api_url, runs[:2], n_boot=0)
+                            if args.warm_compare:
+                                compare_s = warm_compare(api_url, runs[0], runs[1])
+                                print(f"  {name}: the API compared the runs in {compare_s:.2f} s", flush=True)
                         warm_up(browser, dash)
                         before = load()
                         title, selector = PAGES[page]

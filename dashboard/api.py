@@ -100,15 +100,38 @@ def _dict(value: Any, what: str) -> dict[str, Any]:
 
 
 # -- runs ------------------------------------------------------------------------------------------------
+FIRST_RUNS = 100
+"""The newest runs are read in one request per draw of a page (kept 2 s): the sidebar's list, the pages' run counts
+and pickers and the selected run's summary are sliced from it. Every ``/v1/runs`` answer counts each listed run's
+judgments (0.3-0.9 s for a 1M-judgment run), so each differently sized page asked apart cost that again."""
+
+
 @st.cache_data(ttl=2, show_spinner=False)
-def list_runs(conn: Conn, offset: int = 0, limit: int = 100) -> dict[str, Any]:
-    """One page of runs (newest first, as the API orders them): ``{total, offset, limit, items}``."""
+def _runs_page(conn: Conn, offset: int, limit: int) -> dict[str, Any]:
     return _dict(_get(conn, "/v1/runs", offset=offset, limit=limit), "/v1/runs")
 
 
+def list_runs(conn: Conn, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+    """One page of runs (newest first, as the API orders them): ``{total, offset, limit, items}``; a page within the
+    newest ``FIRST_RUNS`` is a slice of their one cached answer."""
+    if offset + limit > FIRST_RUNS:
+        return _runs_page(conn, offset, limit)
+    first = _runs_page(conn, 0, FIRST_RUNS)
+    items = list(first.get("items") or [])[offset : offset + limit]
+    return {**first, "offset": offset, "limit": limit, "items": items}
+
+
 @st.cache_data(ttl=2, show_spinner=False)
-def get_run(conn: Conn, run_id: str) -> dict[str, Any]:
+def _get_run(conn: Conn, run_id: str) -> dict[str, Any]:
     return _dict(_get(conn, f"/v1/runs/{seg(run_id)}"), "the run")
+
+
+def get_run(conn: Conn, run_id: str) -> dict[str, Any]:
+    """The run's summary: its entry in the newest runs' cached list (the same summary), else ``/v1/runs/{id}``."""
+    for run in _runs_page(conn, 0, FIRST_RUNS).get("items") or []:
+        if isinstance(run, dict) and str(run.get("id")) == str(run_id):
+            return run
+    return _get_run(conn, run_id)
 
 
 def run_version(run: Mapping[str, Any]) -> str:
@@ -191,6 +214,53 @@ def judge_item_scores(conn: Conn, run_id: str, version: str) -> pd.DataFrame:
 def order_outcomes(conn: Conn, run_id: str, version: str) -> pd.DataFrame:
     """Pairwise keys with both presentation orders' outcomes, built once per run version."""
     return analysis.order_outcomes(judgments_frame(conn, run_id, version))
+
+
+@st.cache_data(ttl=600, max_entries=8, show_spinner=False)
+def score_deltas(
+    conn: Conn, run_id: str, baseline: str, version: str, baseline_version: str, n_boot: int
+) -> pd.DataFrame:
+    """``/score-deltas``: per (system, aspect) the candidate (``run_id``) - baseline mean on the shared items with
+    its paired bootstrap CI, computed by the API from both runs' item means (neither run is downloaded)."""
+    del version, baseline_version
+    body = _dict(
+        _get(conn, f"/v1/runs/{seg(run_id)}/score-deltas", baseline=baseline, n_boot=n_boot), "the score deltas"
+    )
+    frame = pd.DataFrame(list(body.get("items") or []), columns=analysis.DELTA_COLUMNS)
+    for column in ("baseline", "candidate", "delta", "ci_low", "ci_high"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+    for column in ("n_items", "n_worse", "n_better"):
+        frame[column] = frame[column].astype("int64")
+    return frame
+
+
+class WorseItems(NamedTuple):
+    """One page of the (item, system, aspect) keys that scored lower in the candidate run, and how many there are."""
+
+    total: int
+    page: pd.DataFrame
+
+
+@st.cache_data(ttl=600, max_entries=32, show_spinner=False)
+def worse_items(
+    conn: Conn, run_id: str, baseline: str, version: str, baseline_version: str, offset: int = 0, limit: int = 50
+) -> WorseItems:
+    """``/worse-items``, one page: biggest drop first."""
+    del version, baseline_version
+    body = _dict(
+        _get(conn, f"/v1/runs/{seg(run_id)}/worse-items", baseline=baseline, offset=offset, limit=limit),
+        "the items that got worse",
+    )
+    frame = pd.DataFrame(list(body.get("items") or []), columns=analysis.WORSE_COLUMNS)
+    for column in ("baseline", "candidate", "delta"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+    return WorseItems(int(body.get("total") or 0), frame)
+
+
+def every_worse_item(conn: Conn, run_id: str, baseline: str) -> pd.DataFrame:
+    """Every worse (item, system, aspect), in pages of the API's largest size (the table's CSV download)."""
+    rows, _ = _every_page(conn, f"/v1/runs/{seg(run_id)}/worse-items", "the items that got worse", baseline=baseline)
+    return pd.DataFrame(rows, columns=analysis.WORSE_COLUMNS)
 
 
 AGGREGATE_PAGE = 5000  # the API's largest page of item-level aggregates
@@ -418,7 +488,7 @@ def create_run_jsonl(
         result = client.create_run_jsonl(body, params, idempotency_key)
     finally:
         client.close()
-    list_runs.clear()
+    _runs_page.clear()
     return _dict(result, "the new run")
 
 
@@ -428,8 +498,8 @@ def retry_run(conn: Conn, run_id: str, unparseable: bool = False) -> dict[str, A
         result = client.post(f"/v1/runs/{seg(run_id)}/retry", {"unparseable": True} if unparseable else {})
     finally:
         client.close()
-    list_runs.clear()
-    get_run.clear()
+    _runs_page.clear()
+    _get_run.clear()
     return _dict(result, "the retry")
 
 

@@ -18,7 +18,7 @@ import streamlit as st
 from dashboard import api, widgets
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
-RUN_LIST_LIMIT = 100
+RUN_LIST_LIMIT = api.FIRST_RUNS  # the sidebar lists the newest runs: one cached answer
 N_BOOT_CHOICES: tuple[int | None, ...] = (None, 0, 200, 500, 2000)  # None: the report's own default
 FINISHED = ("done", "budget_exhausted", "cancelled", "failed")
 

@@ -148,7 +148,7 @@ class Judgment(Base):
         Index(
             "ix_judgments_order_outcomes",
             *("run_id", "mode", "status", "item_key", "system_a", "system_b", "aspect", "judge", "order"),
-            *("outcome", "preference"),
+            *("outcome", "preference", "score"),  # score: the single scores' sums per key too (0027)
         ),
         # a run's counts and totals by status, read by every run poll, without reading the rows (issue 39)
         Index(

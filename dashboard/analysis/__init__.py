@@ -41,6 +41,8 @@ from dashboard.analysis.calibrated import (
     notes_frame,
 )
 from dashboard.analysis.compare import (
+    DELTA_COLUMNS,
+    WORSE_COLUMNS,
     comparable,
     compare_preferences,
     compare_scores,
@@ -111,6 +113,7 @@ from dashboard.analysis.preferences import (
 
 __all__ = [
     "CALIBRATED",
+    "DELTA_COLUMNS",
     "FACT_COLORS",
     "GAP_COLUMNS",
     "HUMAN_ONLY",
@@ -131,6 +134,7 @@ __all__ = [
     "REFERENCE",
     "SCORE_COLUMNS",
     "SOURCE_KINDS",
+    "WORSE_COLUMNS",
     "alpha_frame",
     "annotate_link",
     "aspect_order",

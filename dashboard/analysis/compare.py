@@ -12,6 +12,19 @@ import pandas as pd
 from dashboard.analysis.frames import frame
 
 _INCOMPLETE = ("partial", "failed")
+DELTA_COLUMNS = [
+    "system",
+    "aspect",
+    "n_items",
+    "baseline",
+    "candidate",
+    "delta",
+    "ci_low",
+    "ci_high",
+    "n_worse",
+    "n_better",
+]
+WORSE_COLUMNS = ["item_id", "system", "aspect", "baseline", "candidate", "delta"]
 
 
 def comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -49,19 +62,10 @@ def _item_means(items: pd.DataFrame) -> pd.DataFrame:
 def compare_scores(
     base: pd.DataFrame, cand: pd.DataFrame, n_boot: int = 1000, seed: int = 0, ci: float = 0.95
 ) -> pd.DataFrame:
-    """Per (system, aspect): candidate - baseline mean on the shared items, paired bootstrap CI over items."""
-    columns = [
-        "system",
-        "aspect",
-        "n_items",
-        "baseline",
-        "candidate",
-        "delta",
-        "ci_low",
-        "ci_high",
-        "n_worse",
-        "n_better",
-    ]
+    """Per (system, aspect): candidate - baseline mean on the shared items, paired bootstrap CI over items (from two
+    runs' ``judge_item_scores``; the page reads the API's ``/score-deltas``, which computes the same figures from the
+    database's per-key sums: ``judge_api.stats.compare``, held to this by tests/api/test_comparisons.py)."""
+    columns = DELTA_COLUMNS
     merged = _item_means(base).merge(_item_means(cand), on=["item_id", "system", "aspect"], suffixes=("_base", "_cand"))
     if merged.empty:
         return frame([], columns)
@@ -94,7 +98,7 @@ def compare_scores(
 
 def worse_items(base: pd.DataFrame, cand: pd.DataFrame) -> pd.DataFrame:
     """(item, system, aspect) whose score dropped from baseline to candidate, biggest drop first."""
-    columns = ["item_id", "system", "aspect", "baseline", "candidate", "delta"]
+    columns = WORSE_COLUMNS
     merged = _item_means(base).merge(_item_means(cand), on=["item_id", "system", "aspect"], suffixes=("_base", "_cand"))
     if merged.empty:
         return frame([], columns)

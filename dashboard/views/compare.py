@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import analysis, api, charts, state, widgets
@@ -72,15 +73,20 @@ def skipped_aspects(reports: list[tuple[str, dict[str, Any] | None]], deltas: An
     return sorted(judged - {str(a) for a in deltas["aspect"]})
 
 
+WORSE_PAGE = 50
+REVIEW_CHOICES = 500  # the worst keys whose items the review box offers
+
+
 def score_deltas(base: dict[str, Any], cand: dict[str, Any], reports: list[tuple[str, dict[str, Any] | None]]) -> None:
     conn = state.conn()
-    b = widgets.guard(api.judge_item_scores, conn, str(base["id"]), api.run_version(base), what="the baseline run")
-    c = widgets.guard(api.judge_item_scores, conn, str(cand["id"]), api.run_version(cand), what="the candidate run")
-    if b is None or c is None:
+    base_id, cand_id = str(base["id"]), str(cand["id"])
+    versions = (api.run_version(cand), api.run_version(base))
+    n_boot = max(state.n_boot() or 1000, 200)
+    deltas = widgets.guard(api.score_deltas, conn, cand_id, base_id, *versions, n_boot, what="the score deltas")
+    if deltas is None:
         return
     st.subheader("Score deltas per system × aspect")
     st.caption("Candidate − baseline mean on the items both runs scored; 95% paired bootstrap CI over items.")
-    deltas = analysis.compare_scores(b, c, n_boot=max(state.n_boot() or 1000, 200))
     if deltas.empty:
         widgets.empty(
             without_verdicts(reports, "single")
@@ -96,21 +102,50 @@ def score_deltas(base: dict[str, Any], cand: dict[str, Any], reports: list[tuple
         )
     widgets.chart(charts.delta_chart(deltas), key="cmp_delta")
     widgets.table(deltas, "score_deltas", "cmp_delta_t")
+    worse_items(cand_id, base_id, versions)
+
+
+def worse_items(cand_id: str, base_id: str, versions: tuple[str, str]) -> None:
+    """The keys that scored lower, one page at a time from the API (``/worse-items``), and the review box over the
+    worst ``REVIEW_CHOICES`` keys' items."""
+    conn = state.conn()
     st.subheader("Items that got worse")
-    worse = analysis.worse_items(b, c)
-    if worse.empty:
+    first = widgets.guard(
+        api.worse_items, conn, cand_id, base_id, *versions, 0, REVIEW_CHOICES, what="the items that got worse"
+    )
+    if first is None:
+        return
+    if not first.total:
         st.success("No (item, system, aspect) scored lower in the candidate run.")
         return
-    widgets.table(worse, "worse_items", "cmp_worse", page_size=50)
+    offset = widgets.pager(first.total, "cmp_worse", WORSE_PAGE)
+    if offset + WORSE_PAGE <= REVIEW_CHOICES:
+        page: pd.DataFrame | None = first.page.iloc[offset : offset + WORSE_PAGE]
+    else:
+        later = widgets.guard(
+            api.worse_items, conn, cand_id, base_id, *versions, offset, WORSE_PAGE, what="the items that got worse"
+        )
+        page = None if later is None else later.page
+    if page is None:
+        return
+    widgets.dataframe(page, key="cmp_worse_df", column_config=widgets.number_config(page))
+    st.download_button(
+        "Download CSV",
+        lambda: api.every_worse_item(conn, cand_id, base_id).to_csv(index=False).encode(),
+        file_name="worse_items.csv",
+        mime="text/csv",
+        key="cmp_worse_csv",
+        icon=":material/download:",
+    )
     left, right = st.columns([3, 1])
     item = left.selectbox(
         "Review item (candidate run)",
-        worse["item_id"].astype(str).head(500).unique().tolist(),
+        first.page["item_id"].astype(str).unique().tolist(),
         key="cmp_item",
     )
     right.write("")
     if right.button("Open in explorer", key="cmp_go") and item:
-        state.select_run(str(cand["id"]))
+        state.select_run(cand_id)
         st.session_state["ex_typed"] = item
         st.switch_page("views/explorer.py")
 

@@ -254,3 +254,29 @@ def order_outcomes_page(
     rows = [_order_row(r) for r in session.execute(page).all()]
     total = sum(int(p["flips"]) for p in by_pair) if flipped else n_keys
     return OrderPage(total, rows, n_keys, by_pair)
+
+
+# -- judge score sums (two runs compared) ------------------------------------------------------------------------
+def judge_score_sums(session: Session, run_id: str) -> list[tuple[str, str, str, str, float, int]]:
+    """(item, system, aspect, judge, sum, count) of the run's done single-mode scores, one row per key: what the
+    Compare runs page averages (``judge_api.stats.compare``) instead of the run's judgments."""
+    query = (
+        select(
+            Judgment.item_key,
+            Judgment.system_a,
+            Judgment.aspect,
+            Judgment.judge,
+            func.sum(Judgment.score),
+            func.count(Judgment.score),
+        )
+        .where(
+            Judgment.run_id == run_id,
+            Judgment.mode == "single",
+            Judgment.status == "done",
+            Judgment.score.is_not(None),
+        )
+        # system_b (null in single mode) keeps the GROUP BY in the order of ix_judgments_order_outcomes, which covers
+        # score (migration 0027): an index scan without a sort or a read of the rows
+        .group_by(Judgment.item_key, Judgment.system_a, Judgment.system_b, Judgment.aspect, Judgment.judge)
+    )
+    return [(str(a), str(b), str(c), str(d), float(s or 0.0), int(n)) for a, b, c, d, s, n in session.execute(query)]

@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from judge_api.routers import (
     alerts,
     bundles,
+    comparisons,
     deliveries,
     facts,
     health,
@@ -37,6 +38,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     runs.router,
     judgments.router,
     item_aggregates.router,
+    comparisons.router,
     reports.router,
     facts.router,
     ratings.router,

@@ -14,6 +14,7 @@ The frames are described in ``docs/data-contract.md``.  Modules (each documents 
 * ``report``       ``build_report``: every statistic of a run as one JSON-serialisable dict
 * ``render``       the report as Markdown / plain-text tables for the CLI (imports ``report``, never the reverse)
 * ``synthetic``    synthetic judgments frames with planted effects (tests, benchmarks, demos)
+* ``compare``      two runs of the same items: score deltas with a paired bootstrap over items, worse items
 """
 
 from judge_api.stats.agreement import (

@@ -889,6 +889,63 @@ READ_CASES = [
     ),
     Case("order outcomes unknown run", "GET", "/v1/runs/nope/order-outcomes", 404, None, "run 'nope' not found"),
     Case(
+        "score deltas without a baseline", "GET", f"/v1/runs/{RUN}/score-deltas", 422, ["query", "baseline"], "required"
+    ),
+    Case(
+        "score deltas unknown baseline",
+        "GET",
+        f"/v1/runs/{RUN}/score-deltas",
+        404,
+        None,
+        "run 'nope' not found",
+        params={"baseline": "nope"},
+    ),
+    Case(
+        "score deltas against itself",
+        "GET",
+        f"/v1/runs/{RUN}/score-deltas",
+        422,
+        ["query", "baseline"],
+        "another run",
+        params={"baseline": RUN},
+    ),
+    Case(
+        "score deltas n_boot over the limit",
+        "GET",
+        f"/v1/runs/{RUN}/score-deltas",
+        422,
+        ["query", "n_boot"],
+        "less than or equal to 5000",
+        params={"baseline": "nope", "n_boot": 5001},
+    ),
+    Case(
+        "score deltas ci out of range",
+        "GET",
+        f"/v1/runs/{RUN}/score-deltas",
+        422,
+        ["query", "ci"],
+        "greater than 0.5",
+        params={"baseline": "nope", "ci": 0.2},
+    ),
+    Case(
+        "worse items unknown run",
+        "GET",
+        "/v1/runs/nope/worse-items",
+        404,
+        None,
+        "run 'nope' not found",
+        params={"baseline": "other"},
+    ),
+    Case(
+        "worse items page over the limit",
+        "GET",
+        f"/v1/runs/{RUN}/worse-items",
+        422,
+        ["query", "limit"],
+        "less than or equal to 5000",
+        params={"baseline": "nope", "limit": 5001},
+    ),
+    Case(
         "order outcomes bad flipped",
         "GET",
         f"/v1/runs/{RUN}/order-outcomes",
@@ -1531,7 +1588,8 @@ def test_every_endpoint_has_a_bad_input_case() -> None:
 def check(api: Api, run_id: str, case: Case) -> str | None:
     """None if the case behaves, else what went wrong."""
     before = api.row_counts()
-    kwargs: dict[str, Any] = {"params": case.params, "headers": case.headers}
+    params = {k: v.replace(RUN, run_id) if isinstance(v, str) else v for k, v in case.params.items()}
+    kwargs: dict[str, Any] = {"params": params, "headers": case.headers}
     if case.json is not None:
         kwargs["json"] = json.loads(json.dumps(case.json).replace(RUN, run_id))
     if case.content is not None:

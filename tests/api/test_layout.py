@@ -39,6 +39,8 @@ ROUTE_MODULES = [
     ("GET", "/v1/runs/{run_id}/items", "judgments"),
     ("GET", "/v1/runs/{run_id}/item-scores", "item_aggregates"),
     ("GET", "/v1/runs/{run_id}/order-outcomes", "item_aggregates"),
+    ("GET", "/v1/runs/{run_id}/score-deltas", "comparisons"),
+    ("GET", "/v1/runs/{run_id}/worse-items", "comparisons"),
     ("GET", "/v1/runs/{run_id}/report", "reports"),
     ("GET", "/v1/runs/{run_id}/agreement", "reports"),
     ("GET", "/v1/runs/{run_id}/facts", "facts"),

@@ -30,6 +30,7 @@ import pytest
 from dashboard import api
 from dialogue_judge.client import ApiClient
 from judge_api.repository import item_aggregates
+from judge_api.stats import compare
 
 JUDGE = "openai-compatible:sim@http://127.0.0.1:9/v1"
 QUALITY = {"rsum": [85, 78, 90, 70, 88, 82], "memgpt": [60, 72, 55, 65, 58, 75], "vanilla": [40, 35, 52, 45, 30, 48]}
@@ -536,6 +537,11 @@ class FakeApi:
         if rest in ("/item-scores", "/order-outcomes"):
             self.aggregate_requests.append(f"{rest}?{request.url.query.decode()}")
             return httpx.Response(200, json=self.aggregates(rest, run["rows"], self.ratings[run_id], q))
+        if rest in ("/score-deltas", "/worse-items"):
+            self.aggregate_requests.append(f"{rest}?{request.url.query.decode()}")
+            if q.get("baseline") not in self.runs:
+                return httpx.Response(404, json={"detail": f"run {q.get('baseline')!r} not found"})
+            return httpx.Response(200, json=self.comparison(rest, self.runs[q["baseline"]]["rows"], run["rows"], q))
         if rest == "/judgments.csv":
             buffer = io.StringIO()
             judgments_frame(run["rows"]).to_csv(buffer, index=False)
@@ -644,6 +650,30 @@ class FakeApi:
                                  for (a, b, aspect), (n, f) in sorted(pairs.items())]}  # fmt: skip
         offset, limit = int(q.get("offset", 0)), int(q.get("limit", 1000))
         return {"total": len(out), "offset": offset, "limit": limit, "items": out[offset : offset + limit], **extra}
+
+    @staticmethod
+    def comparison(
+        rest: str, base_rows: list[dict[str, Any]], cand_rows: list[dict[str, Any]], q: dict[str, str]
+    ) -> dict[str, Any]:
+        """``/score-deltas`` and ``/worse-items`` as the API answers them: each run's scores summed per key as the
+        database sums them, compared by the API's own code (``judge_api.stats.compare``)."""
+
+        def means(rows: list[dict[str, Any]]) -> pd.DataFrame:
+            sums: dict[tuple[str, str, str, str], list[float]] = {}
+            for r in rows:
+                if r["mode"] == "single" and r["status"] == "done" and r["score"] is not None:
+                    total = sums.setdefault((r["item_id"], r["system_a"], r["aspect"], r["judge"]), [0.0, 0])
+                    total[0], total[1] = total[0] + r["score"], total[1] + 1
+            return compare.item_means(compare.sums_frame([(*k, *v) for k, v in sums.items()]))
+
+        base, cand = means(base_rows), means(cand_rows)
+        if rest == "/score-deltas":
+            out = compare.score_deltas(base, cand, n_boot=int(q.get("n_boot", 1000)), seed=int(q.get("seed", 0)))
+            return {"items": out.astype(object).where(out.notna(), None).to_dict("records")}
+        worse = compare.worse_items(base, cand)
+        offset, limit = int(q.get("offset", 0)), int(q.get("limit", 50))
+        page = worse.iloc[offset : offset + limit]
+        return {"total": len(worse), "offset": offset, "limit": limit, "items": page.to_dict("records")}
 
     @staticmethod
     def judgments(rows: list[dict[str, Any]], q: dict[str, str]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import streamlit as st
 from dashboard_fakes import RUN_A, FakeApi, install, judgments_frame
 from test_pages_apptest import open_page, texts
 
@@ -77,3 +78,37 @@ def test_order_flips_are_paged_by_the_api(monkeypatch: pytest.MonkeyPatch) -> No
     _same(shown, flipped.iloc[50:100])
     assert any("flipped=true" in r and "offset=50" in r for r in fake.aggregate_requests)
     assert not any(r.endswith("/judgments.csv") for r in fake.requests)
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_compare_shows_the_frames_figures_without_either_frame(fake_api: FakeApi) -> None:
+    """Compare runs reads ``/score-deltas`` and ``/worse-items``: the deltas, CIs (the same bootstrap: seed 0, the
+    page's 1,000 resamples), counts and worse items equal what it computed from both runs' frames before."""
+    at = open_page("compare")
+    assert not any(r.endswith("/judgments.csv") for r in fake_api.requests)
+    base, cand = str(at.selectbox(key="cmp_base").value), str(at.selectbox(key="cmp_cand").value)
+    assert base != cand and RUN_A in (base, cand)
+    assert any(r.startswith("/score-deltas?") and f"baseline={base}" in r for r in fake_api.aggregate_requests)
+    b, c = (analysis.judge_item_scores(judgments_frame(fake_api.runs[r]["rows"])) for r in (base, cand))
+    frames = [d.value for d in at.dataframe]
+    deltas = next(f for f in frames if "ci_low" in f.columns)
+    expected = analysis.compare_scores(b, c, n_boot=1000)
+    assert len(deltas) == len(expected) > 0 and deltas["ci_low"].notna().any()
+    _same(deltas, expected)
+    worse = next(f for f in frames if list(f.columns) == analysis.WORSE_COLUMNS)
+    _same(worse, analysis.worse_items(b, c).head(50))
+    options = at.selectbox(key="cmp_item").options
+    assert options == analysis.worse_items(b, c)["item_id"].astype(str).head(500).unique().tolist()
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+def test_a_page_reads_the_run_list_once(fake_api: FakeApi) -> None:
+    """Each ``/v1/runs`` counts every listed run's judgments (most of a second at 1M): the sidebar's list, the page's
+    run total and the selected run's summary come from one request per draw."""
+    at = open_page("runs")
+    fake_api.requests.clear()
+    st.cache_data.clear()
+    at = open_page("leaderboard", at)
+    assert fake_api.requests.count("GET /v1/runs") == 1, fake_api.requests
+    assert not any(r.startswith("GET /v1/runs/") and r.count("/") == 3 for r in fake_api.requests), fake_api.requests
+    assert at.title[0].value == "Leaderboard" and len(at.get("vega_lite_chart")) >= 1

@@ -1,0 +1,140 @@
+"""Two runs of the same items compared, for the dashboard's Compare runs page (issue 39):
+``GET /v1/runs/{id}/score-deltas?baseline=...`` (per system and aspect, the candidate - baseline mean on the shared
+items with a paired bootstrap CI over items) and ``GET /v1/runs/{id}/worse-items?baseline=...`` (the (item, system,
+aspect) keys that scored lower, biggest drop first, paged). ``{id}`` is the candidate run.
+
+Each run's scores are summed per (item, system, aspect, judge) by the database (judge_api/repository/item_aggregates.py)
+and averaged and bootstrapped by ``judge_api.stats.compare``: the page never downloads either run. The item means of
+a run and each comparison are kept in this process, keyed by the runs' states (``report_cache.run_state``), so the
+next page of worse items or the same comparison again is not computed again, and any write is seen."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+from fastapi import APIRouter, Depends, HTTPException, Query
+from sqlalchemy.orm import Session
+
+from judge_api.auth import Principal
+from judge_api.deps import MAX_OFFSET, get_session, require, run_or_404
+from judge_api.repository import item_aggregates, report_cache
+from judge_api.stats import compare
+from judge_api.stats.bootstrap import REPORT_N_BOOT
+
+router = APIRouter(tags=["runs"])
+
+MAX_COMPARE_N_BOOT = 5000
+MAX_WORSE_PAGE = 5000
+"""The largest page of worse items (a larger ``limit`` is a 422 naming it)."""
+
+_CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_CACHE_ENTRIES = 12
+_CACHE_LOCK = threading.Lock()
+_COMPUTING: dict[tuple[Any, ...], threading.Lock] = {}
+"""One lock per key being computed: a second request for the same comparison (a page drawn again while the first
+draw's request is still running) waits for the first answer instead of computing it beside it on the same cores."""
+
+
+def _cached(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+    """``compute()`` or the answer kept for ``key`` (which holds the runs' states); computed once at a time."""
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+        gate = _COMPUTING.setdefault(key, threading.Lock())
+    with gate:
+        with _CACHE_LOCK:
+            if key in _CACHE:
+                return _CACHE[key]
+        try:
+            value = compute()
+            with _CACHE_LOCK:
+                _CACHE[key] = value
+                while len(_CACHE) > _CACHE_ENTRIES:
+                    _CACHE.popitem(last=False)
+        finally:
+            with _CACHE_LOCK:
+                _COMPUTING.pop(key, None)
+    return value
+
+
+def clear_cache() -> None:
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def _means(session: Session, run_id: str, state: str) -> pd.DataFrame:
+    return _cached(
+        ("means", run_id, state),
+        lambda: compare.item_means(compare.sums_frame(item_aggregates.judge_score_sums(session, run_id))),
+    )
+
+
+def _pair(
+    session: Session, run_id: str, baseline: str, principal: Principal
+) -> tuple[tuple[str, str], pd.DataFrame, pd.DataFrame]:
+    """Both runs' states and item means (404 for a run the caller cannot read; 422 when both are the same)."""
+    run_or_404(session, run_id, principal)
+    if baseline == run_id:
+        raise HTTPException(
+            422,
+            [{"loc": ["query", "baseline"], "msg": "the baseline must be another run", "type": "value_error"}],
+        )
+    run_or_404(session, baseline, principal)
+    states = (report_cache.run_state(session, baseline), report_cache.run_state(session, run_id))
+    return states, _means(session, baseline, states[0]), _means(session, run_id, states[1])
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """JSON rows: NaN and missing values as null."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
+BASELINE = Query(..., min_length=1, max_length=32, description="the baseline run's id")
+
+
+@router.get("/v1/runs/{run_id}/score-deltas")
+def score_deltas(
+    run_id: str,
+    baseline: str = BASELINE,
+    n_boot: int = Query(REPORT_N_BOOT, ge=0, le=MAX_COMPARE_N_BOOT, description="bootstrap resamples over items"),
+    seed: int = Query(0, ge=0, le=2**32 - 1),
+    ci: float = Query(0.95, gt=0.5, lt=1.0, description="the confidence level of the intervals"),
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    """Per (system, aspect), in that order: ``n_items`` scored by both runs, the ``baseline`` and ``candidate`` means
+    on them, ``delta`` with its paired bootstrap CI over items (``ci_low`` / ``ci_high``, null under two items or
+    with ``n_boot`` 0), ``n_worse`` / ``n_better``. A judge's score of an item is the mean over samples; an item's
+    score the mean over judges."""
+    states, base, cand = _pair(session, run_id, baseline, principal)
+    key = ("deltas", baseline, run_id, states, n_boot, seed, ci)
+    deltas = _cached(key, lambda: compare.score_deltas(base, cand, n_boot=n_boot, seed=seed, ci=ci))
+    return {"run_id": run_id, "baseline": baseline, "n_boot": n_boot, "seed": seed, "ci": ci, "items": _records(deltas)}
+
+
+@router.get("/v1/runs/{run_id}/worse-items")
+def worse_items(
+    run_id: str,
+    baseline: str = BASELINE,
+    offset: int = Query(0, ge=0, le=MAX_OFFSET, description="rows skipped"),
+    limit: int = Query(50, ge=1, le=MAX_WORSE_PAGE, description=f"page size (at most {MAX_WORSE_PAGE})"),
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    """``{total, offset, limit, items}``: the (item_id, system, aspect) keys whose score is lower in this run than
+    in the baseline, with both scores and ``delta``, biggest drop first (then by item)."""
+    states, base, cand = _pair(session, run_id, baseline, principal)
+    worse = _cached(("worse", baseline, run_id, states), lambda: compare.worse_items(base, cand))
+    return {
+        "run_id": run_id,
+        "baseline": baseline,
+        "total": len(worse),
+        "offset": offset,
+        "limit": limit,
+        "items": _records(worse.iloc[offset : offset + limit]),
+    }
