@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from sqlalchemy.orm import Session
 
 from judge_api.auth import Principal
+from judge_api.config import get_settings
 from judge_api.deps import MAX_OFFSET, get_session, require, run_or_404
 from judge_api.repository import item_aggregates, report_cache
 from judge_api.stats import compare
@@ -85,7 +86,11 @@ def _pair(
             [{"loc": ["query", "baseline"], "msg": "the baseline must be another run", "type": "value_error"}],
         )
     run_or_404(session, baseline, principal)
-    states = (report_cache.run_state(session, baseline), report_cache.run_state(session, run_id))
+    settle_s = get_settings().report_settle_s  # a comparison kept within a run's settle window: computed again after
+    states = (
+        report_cache.run_state(session, baseline, settle_s=settle_s),
+        report_cache.run_state(session, run_id, settle_s=settle_s),
+    )
     return states, _means(session, baseline, states[0]), _means(session, run_id, states[1])
 
 
