@@ -45,9 +45,7 @@ from dashboard.analysis.compare import (
     WORSE_COLUMNS,
     comparable,
     compare_preferences,
-    compare_scores,
     default_pair,
-    worse_items,
 )
 from dashboard.analysis.disagreements import (
     ORDER_COLUMNS,
@@ -142,7 +140,6 @@ __all__ = [
     "bins",
     "comparable",
     "compare_preferences",
-    "compare_scores",
     "components_text",
     "contradiction_counts",
     "default_pair",
@@ -192,6 +189,5 @@ __all__ = [
     "system_ranks",
     "to_unit",
     "winrate_matrix",
-    "worse_items",
     "wtl_long",
 ]

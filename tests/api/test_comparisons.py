@@ -1,6 +1,6 @@
 """Issue 39: the Compare runs page reads ``GET /v1/runs/{id}/score-deltas`` and ``GET /v1/runs/{id}/worse-items``
 instead of both runs' whole frames. Their figures equal what the dashboard computed from the two ``/judgments.csv``
-frames before (``dashboard.analysis.compare_scores`` / ``worse_items``): deltas, means, counts and the bootstrap CIs
+frames before (``tests.compare_reference``, moved out of the dashboard): deltas, means, counts and the bootstrap CIs
 with the same seed; with two judges, two samples and items only one run has. A write to either run is in the next
 answer; another project's run is a 404; bad input a 422 naming the field."""
 
@@ -19,6 +19,7 @@ from dashboard.api import parse_judgments_csv
 from judge_api.db import get_engine, session_scope
 from judge_api.models import Judgment
 from judge_api.repository import claims
+from tests import compare_reference
 from tests.api.conftest import JUDGE, Api, run_body
 
 JUDGE_2 = JUDGE.replace("sim-judge", "sim-judge-2")
@@ -84,7 +85,7 @@ def _frame(api: Api, run_id: str) -> pd.DataFrame:
 def _old(api: Api, base: str, cand: str, **kwargs: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The figures as the page computed them before: from both runs' whole frames."""
     b, c = (analysis.judge_item_scores(_frame(api, r)) for r in (base, cand))
-    return analysis.compare_scores(b, c, **kwargs), analysis.worse_items(b, c)
+    return compare_reference.compare_scores(b, c, **kwargs), compare_reference.worse_items(b, c)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from dashboard_fakes import RUN_A, FakeApi, install, judgments_frame
 from test_pages_apptest import open_page, texts
 
 from dashboard import analysis
+from tests import compare_reference
 
 
 def _old(fake: FakeApi) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -92,13 +93,13 @@ def test_compare_shows_the_frames_figures_without_either_frame(fake_api: FakeApi
     b, c = (analysis.judge_item_scores(judgments_frame(fake_api.runs[r]["rows"])) for r in (base, cand))
     frames = [d.value for d in at.dataframe]
     deltas = next(f for f in frames if "ci_low" in f.columns)
-    expected = analysis.compare_scores(b, c, n_boot=1000)
+    expected = compare_reference.compare_scores(b, c, n_boot=1000)
     assert len(deltas) == len(expected) > 0 and deltas["ci_low"].notna().any()
     _same(deltas, expected)
     worse = next(f for f in frames if list(f.columns) == analysis.WORSE_COLUMNS)
-    _same(worse, analysis.worse_items(b, c).head(50))
+    _same(worse, compare_reference.worse_items(b, c).head(50))
     options = at.selectbox(key="cmp_item").options
-    assert options == analysis.worse_items(b, c)["item_id"].astype(str).head(500).unique().tolist()
+    assert options == compare_reference.worse_items(b, c)["item_id"].astype(str).head(500).unique().tolist()
 
 
 @pytest.mark.parametrize("fake_api", ["data"], indirect=True)

