@@ -4,7 +4,7 @@ aspect) keys whose score dropped.
 
 The input is each run's single-mode done scores summed per (item, system, aspect, judge) (``total``, ``n``: what the
 database groups, one row per key instead of one per judgment). The figures are those the dashboard computed from the
-two runs' whole frames before (``dashboard.analysis.compare_scores`` / ``worse_items`` over
+two runs' whole frames before (``tests.compare_reference``, over
 ``judge_item_scores``): a judge's score of an item is the mean over its samples, an item's score the mean over its
 judges, and the bootstrap draws the same index matrix from the same seed, group after group in (system, aspect)
 order."""
