@@ -80,3 +80,21 @@ def run_or_404(session: Session, run_id: str, principal: Principal) -> Run:
 
 def run_not_found(run_id: str) -> HTTPException:
     return HTTPException(404, f"run {run_id!r} not found")
+
+
+def refuse_unknown_query(request: Request, known: frozenset[str]) -> None:
+    """A 422 naming a query parameter the route does not know (a misspelt filter or option would otherwise be ignored
+    and the answer be for the whole run or the defaults: reviews r39, r39g)."""
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise HTTPException(
+            422,
+            [
+                {
+                    "loc": ["query", name],
+                    "msg": f"unknown query parameter; the known ones are {', '.join(sorted(known))}",
+                    "type": "value_error",
+                }
+                for name in unknown
+            ],
+        )

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from sqlalchemy.orm import Session
 
 from judge_api.auth import Principal
 from judge_api.config import get_settings
-from judge_api.deps import MAX_OFFSET, get_session, require, run_or_404
+from judge_api.deps import MAX_OFFSET, get_session, refuse_unknown_query, require, run_or_404
 from judge_api.repository import item_aggregates, report_cache
 from judge_api.stats import compare
 from judge_api.stats.bootstrap import REPORT_N_BOOT
@@ -35,32 +35,54 @@ MAX_WORSE_PAGE = 5000
 _CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _CACHE_ENTRIES = 12
 _CACHE_LOCK = threading.Lock()
-_COMPUTING: dict[tuple[Any, ...], threading.Lock] = {}
+WAIT_S = 120.0
+"""How long a request waits for the same comparison another request is computing (a cold one at 1M: ~25-30 s)."""
+_COMPUTING: dict[tuple[Any, ...], _Gate] = {}
 """One lock per key being computed: a second request for the same comparison (a page drawn again while the first
 draw's request is still running) waits for the first answer instead of computing it beside it on the same cores."""
 
 
+class _Gate:
+    """One comparison's computation: a lock taken by the request computing it and the requests that hold or await
+    it (the gate is dropped when the last of them leaves, so a request arriving after a failed computation waits
+    for the one computing again instead of computing beside it: review r39g)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
 def _cached(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
-    """``compute()`` or the answer kept for ``key`` (which holds the runs' states); computed once at a time."""
+    """``compute()`` or the answer kept for ``key`` (which holds the runs' states); computed once at a time. A request
+    waiting for another's computation waits at most ``WAIT_S`` and then answers 503 with ``Retry-After``."""
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-        gate = _COMPUTING.setdefault(key, threading.Lock())
-    with gate:
-        with _CACHE_LOCK:
-            if key in _CACHE:
-                return _CACHE[key]
+        gate = _COMPUTING.setdefault(key, _Gate())
+        gate.users += 1
+    try:
+        if not gate.lock.acquire(timeout=WAIT_S):
+            raise HTTPException(
+                503, "the same comparison is being computed; ask again shortly", headers={"Retry-After": "5"}
+            )
         try:
+            with _CACHE_LOCK:
+                if key in _CACHE:
+                    return _CACHE[key]
             value = compute()
             with _CACHE_LOCK:
                 _CACHE[key] = value
                 while len(_CACHE) > _CACHE_ENTRIES:
                     _CACHE.popitem(last=False)
+            return value
         finally:
-            with _CACHE_LOCK:
-                _COMPUTING.pop(key, None)
-    return value
+            gate.lock.release()
+    finally:
+        with _CACHE_LOCK:
+            gate.users -= 1
+            if gate.users == 0 and _COMPUTING.get(key) is gate:
+                del _COMPUTING[key]
 
 
 def clear_cache() -> None:
@@ -91,7 +113,14 @@ def _pair(
         report_cache.run_state(session, baseline, settle_s=settle_s),
         report_cache.run_state(session, run_id, settle_s=settle_s),
     )
-    return states, _means(session, baseline, states[0]), _means(session, run_id, states[1])
+    # no pooled connection held while waiting for another request's computation (review r39g): each is taken again
+    # only to read a run's sums
+    session.commit()
+    base = _means(session, baseline, states[0])
+    session.commit()
+    cand = _means(session, run_id, states[1])
+    session.commit()
+    return states, base, cand
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -102,8 +131,24 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 BASELINE = Query(..., min_length=1, max_length=32, description="the baseline run's id")
 
 
+DELTA_PARAMS = frozenset({"baseline", "n_boot", "seed", "ci"})
+WORSE_PARAMS = frozenset({"baseline", "offset", "limit"})
+
+
+def _refuse_query(request: Request, known: frozenset[str]) -> None:
+    """422 for a query parameter the route does not know, or one given twice (the last would be taken silently)."""
+    refuse_unknown_query(request, known)
+    twice = sorted(name for name in known if len(request.query_params.getlist(name)) > 1)
+    if twice:
+        raise HTTPException(
+            422,
+            [{"loc": ["query", n], "msg": "given more than once", "type": "value_error"} for n in twice],
+        )
+
+
 @router.get("/v1/runs/{run_id}/score-deltas")
 def score_deltas(
+    request: Request,
     run_id: str,
     baseline: str = BASELINE,
     n_boot: int = Query(REPORT_N_BOOT, ge=0, le=MAX_COMPARE_N_BOOT, description="bootstrap resamples over items"),
@@ -116,6 +161,7 @@ def score_deltas(
     on them, ``delta`` with its paired bootstrap CI over items (``ci_low`` / ``ci_high``, null under two items or
     with ``n_boot`` 0), ``n_worse`` / ``n_better``. A judge's score of an item is the mean over samples; an item's
     score the mean over judges."""
+    _refuse_query(request, DELTA_PARAMS)
     states, base, cand = _pair(session, run_id, baseline, principal)
     key = ("deltas", baseline, run_id, states, n_boot, seed, ci)
     deltas = _cached(key, lambda: compare.score_deltas(base, cand, n_boot=n_boot, seed=seed, ci=ci))
@@ -124,6 +170,7 @@ def score_deltas(
 
 @router.get("/v1/runs/{run_id}/worse-items")
 def worse_items(
+    request: Request,
     run_id: str,
     baseline: str = BASELINE,
     offset: int = Query(0, ge=0, le=MAX_OFFSET, description="rows skipped"),
@@ -133,6 +180,7 @@ def worse_items(
 ) -> dict[str, Any]:
     """``{total, offset, limit, items}``: the (item_id, system, aspect) keys whose score is lower in this run than
     in the baseline, with both scores and ``delta``, biggest drop first (then by item)."""
+    _refuse_query(request, WORSE_PARAMS)
     states, base, cand = _pair(session, run_id, baseline, principal)
     worse = _cached(("worse", baseline, run_id, states), lambda: compare.worse_items(base, cand))
     return {

@@ -11,12 +11,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
 from judge_api.auth import Principal
 from judge_api.config import get_settings
-from judge_api.deps import MAX_OFFSET, get_session, require, run_or_404
+from judge_api.deps import MAX_OFFSET, get_session, refuse_unknown_query, require, run_or_404
 from judge_api.repository import item_aggregates, report_cache
 
 router = APIRouter(tags=["runs"])
@@ -56,24 +56,6 @@ ITEM_SCORE_PARAMS = _FILTERS
 ORDER_OUTCOME_PARAMS = _FILTERS | {"flipped"}
 
 
-def _refuse_unknown(request: Request, known: frozenset[str]) -> None:
-    """A 422 naming a query parameter the route does not know (a misspelt filter would otherwise be ignored and the
-    page answer for the whole run: review r39)."""
-    unknown = sorted(set(request.query_params) - known)
-    if unknown:
-        raise HTTPException(
-            422,
-            [
-                {
-                    "loc": ["query", name],
-                    "msg": f"unknown query parameter; the known ones are {', '.join(sorted(known))}",
-                    "type": "value_error",
-                }
-                for name in unknown
-            ],
-        )
-
-
 MAX_AGGREGATE_PAGE = 5000
 """The largest page of aggregates (a larger ``limit`` is a 422 naming it)."""
 
@@ -103,7 +85,7 @@ def item_scores(
     system, aspect, judge) in that order, with ``score`` (the mean), ``scale_min`` / ``scale_max`` and
     ``n_samples``."""
     run_or_404(session, run_id, principal)
-    _refuse_unknown(request, ITEM_SCORE_PARAMS)
+    refuse_unknown_query(request, ITEM_SCORE_PARAMS)
     key = ("item-scores", run_id, tuple(sorted(filters.items())), rated)
     rows = _cached(key, session, run_id, lambda: item_aggregates.item_scores(session, run_id, filters, rated), len)
     return {"total": len(rows), "offset": offset, "limit": limit, "items": rows[offset : offset + limit]}
@@ -126,7 +108,7 @@ def order_outcomes(
     ``flipped``; ``by_pair``: per (system_a, system_b, aspect) the keys judged in both orders (``n``) and the flips;
     ``n_both`` / ``n_flipped`` their sums. ``system`` filters on system_a."""
     run_or_404(session, run_id, principal)
-    _refuse_unknown(request, ORDER_OUTCOME_PARAMS)
+    refuse_unknown_query(request, ORDER_OUTCOME_PARAMS)
     key = ("order-outcomes", run_id, tuple(sorted(filters.items())), rated, flipped, offset, limit)
     result = _cached(
         key,
