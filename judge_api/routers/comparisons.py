@@ -98,10 +98,15 @@ def _means(session: Session, run_id: str, state: str) -> pd.DataFrame:
 
 
 def _pair(
-    session: Session, run_id: str, baseline: str, principal: Principal
+    session: Session, run_id: str, baseline: str | None, principal: Principal, request: Request, known: frozenset[str]
 ) -> tuple[tuple[str, str], pd.DataFrame, pd.DataFrame]:
-    """Both runs' states and item means (404 for a run the caller cannot read; 422 when both are the same)."""
+    """Both runs' states and item means: 404 for a run the caller cannot read, before anything about the query is
+    said (another project's run id answers as a missing one: it is checked before ``baseline`` is required); 422
+    for an unknown or repeated parameter, a missing baseline, or both runs the same."""
     run_or_404(session, run_id, principal)
+    _refuse_query(request, known)
+    if baseline is None:
+        raise HTTPException(422, [{"loc": ["query", "baseline"], "msg": "Field required", "type": "missing"}])
     if baseline == run_id:
         raise HTTPException(
             422,
@@ -128,7 +133,7 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return frame.astype(object).where(frame.notna(), None).to_dict("records")
 
 
-BASELINE = Query(..., min_length=1, max_length=32, description="the baseline run's id")
+BASELINE = Query(None, min_length=1, max_length=32, description="the baseline run's id (required)")
 
 
 DELTA_PARAMS = frozenset({"baseline", "n_boot", "seed", "ci"})
@@ -150,7 +155,7 @@ def _refuse_query(request: Request, known: frozenset[str]) -> None:
 def score_deltas(
     request: Request,
     run_id: str,
-    baseline: str = BASELINE,
+    baseline: str | None = BASELINE,
     n_boot: int = Query(REPORT_N_BOOT, ge=0, le=MAX_COMPARE_N_BOOT, description="bootstrap resamples over items"),
     seed: int = Query(0, ge=0, le=2**32 - 1),
     ci: float = Query(0.95, gt=0.5, lt=1.0, description="the confidence level of the intervals"),
@@ -161,8 +166,7 @@ def score_deltas(
     on them, ``delta`` with its paired bootstrap CI over items (``ci_low`` / ``ci_high``, null under two items or
     with ``n_boot`` 0), ``n_worse`` / ``n_better``. A judge's score of an item is the mean over samples; an item's
     score the mean over judges."""
-    _refuse_query(request, DELTA_PARAMS)
-    states, base, cand = _pair(session, run_id, baseline, principal)
+    states, base, cand = _pair(session, run_id, baseline, principal, request, DELTA_PARAMS)
     key = ("deltas", baseline, run_id, states, n_boot, seed, ci)
     deltas = _cached(key, lambda: compare.score_deltas(base, cand, n_boot=n_boot, seed=seed, ci=ci))
     return {"run_id": run_id, "baseline": baseline, "n_boot": n_boot, "seed": seed, "ci": ci, "items": _records(deltas)}
@@ -172,7 +176,7 @@ def score_deltas(
 def worse_items(
     request: Request,
     run_id: str,
-    baseline: str = BASELINE,
+    baseline: str | None = BASELINE,
     offset: int = Query(0, ge=0, le=MAX_OFFSET, description="rows skipped"),
     limit: int = Query(50, ge=1, le=MAX_WORSE_PAGE, description=f"page size (at most {MAX_WORSE_PAGE})"),
     principal: Principal = Depends(require("read")),
@@ -180,8 +184,7 @@ def worse_items(
 ) -> dict[str, Any]:
     """``{total, offset, limit, items}``: the (item_id, system, aspect) keys whose score is lower in this run than
     in the baseline, with both scores and ``delta``, biggest drop first (then by item)."""
-    _refuse_query(request, WORSE_PARAMS)
-    states, base, cand = _pair(session, run_id, baseline, principal)
+    states, base, cand = _pair(session, run_id, baseline, principal, request, WORSE_PARAMS)
     worse = _cached(("worse", baseline, run_id, states), lambda: compare.worse_items(base, cand))
     return {
         "run_id": run_id,
