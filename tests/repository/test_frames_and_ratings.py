@@ -11,6 +11,7 @@ from sqlalchemy import select, update
 from judge_api import repository
 from judge_api.db import session_scope
 from judge_api.models import Judgment
+from judge_api.repository import frame_columns
 from judge_api.schemas import HumanRatingIn
 
 from .conftest import StoreRun, item
@@ -75,14 +76,17 @@ def test_judgments_frame_read_in_chunks_is_the_frame_read_at_once(
     assert list(chunked["status"].iloc[[0, -1]]) == ["done", "failed"]
 
 
+@pytest.mark.parametrize("through_child", [False, True])
 def test_the_columnar_reader_gives_the_frame_the_row_reader_gave(
-    store_run: StoreRun, monkeypatch: pytest.MonkeyPatch
+    store_run: StoreRun, monkeypatch: pytest.MonkeyPatch, through_child: bool
 ) -> None:
     """Issue 39: PostgreSQL's COPY parsed by pyarrow and SQLite's chunks turned into Arrow columns give exactly the
     frame the driver's tuples gave: dtypes, missing values, empty strings, quotes, commas and newlines in strings,
     floats to the last bit, booleans, an imported judgment's own scale, a column with every value missing."""
     from judge_api.repository import frames
 
+    if through_child:  # on SQLite: ADBC's driver in a child process, whatever the run's size
+        monkeypatch.setattr(frame_columns, "ARROW_CHILD_MIN_ROWS", 0)
     items = [item(f"i{i}", {"a": f"Rex {i}.", "b": "No pets.", "c": "Max?"}) for i in range(5)]
     run_id = store_run(items, rubrics=["rsum-single", "rsum-pairwise"], mode=["single", "pairwise"])
     with session_scope() as session:
@@ -102,6 +106,9 @@ def test_the_columnar_reader_gives_the_frame_the_row_reader_gave(
         session.execute(update(Judgment).where(Judgment.id == ids[-1]).values(status="failed", error="down"))
     with session_scope() as session:
         columnar = frames.judgments_frame(session, run_id)
+        if through_child and session.connection().dialect.name == "sqlite":  # the child served, not the fallback
+            table = Judgment.__table__
+            assert frame_columns.read_sqlite_arrow(session.connection(), table, run_id) is not None  # type: ignore[arg-type]
         rows = frames._finish(frames._rows_frame(session, run_id))
     assert len(columnar) == len(ids) > 10
     pd.testing.assert_frame_equal(columnar, rows)
