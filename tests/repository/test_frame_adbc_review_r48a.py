@@ -216,3 +216,37 @@ def test_a_child_dying_mid_stream_is_never_a_truncated_frame(
         signal.signal(signal.SIGCHLD, previous)
     assert table.num_rows == tuples.num_rows
     assert table.equals(tuples)
+
+
+@SQLITE
+def test_a_relative_database_path_is_the_file_the_connection_opened_not_the_one_in_the_cwd_of_now(
+    store_run: StoreRun, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """BUG (review r48a, low): ``adbc_database`` takes the file from the engine's URL, not from the connection.
+    With a relative URL (``sqlite:///dj.db``) and a working directory changed after the connection was opened
+    (a daemonising worker, a library that chdirs), the child opens — or reads another run from — whatever file
+    of that name is in the new directory. ``PRAGMA database_list`` on the connection names the file it has open."""
+    run_id, _ = _run(store_run)
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir(), elsewhere.mkdir()
+    with session_scope() as session:
+        source = session.connection().connection.driver_connection
+        for directory in (here, elsewhere):
+            target = sqlite3.connect(directory / "dj.db")
+            source.backup(target)  # type: ignore[union-attr]
+            target.close()
+        tuples = frame_columns.read_sqlite_tuples(session.connection(), TABLE, run_id, 2)
+    other = sqlite3.connect(elsewhere / "dj.db")
+    other.execute("DELETE FROM judgments WHERE id % 2 = 0")  # another database: half the run
+    other.commit()
+    other.close()
+    monkeypatch.chdir(here)
+    engine = create_engine("sqlite:///dj.db")
+    try:
+        with engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")  # opened in ./here
+            monkeypatch.chdir(elsewhere)
+            table = frame_columns.read_sqlite(connection, TABLE, run_id, 2)
+    finally:
+        engine.dispose()
+    assert table.to_pylist() == tuples.to_pylist()
