@@ -19,6 +19,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -165,6 +166,8 @@ ARROW_CHILD_MIN_ROWS = 50_000
 """Rows from which a run is read by the child process: starting it costs about 0.3 s, the tuples about 7 us a row."""
 
 _CHILD = Path(__file__).with_name("sqlite_arrow_reader.py")
+_SENT = "rows sent: "
+"""The child's last line on standard error, before the number of rows it sent (``sqlite_arrow_reader.SENT``)."""
 _KINDS = {STRING: "string", INT: "int", FLOAT: "float", BOOL: "bool"}
 
 
@@ -184,13 +187,20 @@ def adbc_database(connection: Connection) -> str | None:
     in-memory database (the connection's own), and while the connection is in a transaction, which may hold writes
     only it sees (pysqlite opens one before its first write, never for a read: a connection outside one reads the
     last commit, as any other connection does)."""
-    database = connection.engine.url.database
-    if not database or database == ":memory:" or database.startswith("file:") or not os.path.isfile(database):
-        return None
     raw = connection.connection.driver_connection
     if raw is None or getattr(raw, "in_transaction", True) or importlib.util.find_spec("adbc_driver_sqlite") is None:
         return None
-    return database
+    # the file the connection has open (absolute), not the URL's: a relative one read from another working
+    # directory would be another file; an in-memory or temporary database has none
+    cursor = raw.cursor()
+    try:
+        files = {name: file for _, name, file in cursor.execute("PRAGMA database_list").fetchall()}
+    finally:
+        cursor.close()
+    database = files.get("main")
+    if not database or not os.path.isfile(database):
+        return None
+    return str(database)
 
 
 def read_sqlite_arrow(connection: Connection, table: Table, run_id: str, chunk: int = SQLITE_CHUNK) -> pa.Table | None:
@@ -207,31 +217,37 @@ def read_sqlite_arrow(connection: Connection, table: Table, run_id: str, chunk: 
     if database is None:
         return None
     typed = {STRING: "''", INT: "0", FLOAT: "0.5", BOOL: "0"}
-    first = ", ".join(
-        f'{"-9223372036854775808" if column == "id" else typed[kind]} AS "{column}"' for _, column, kind in COLUMNS
-    )
+    first = ", ".join(f'{-(2**63) if column == "id" else typed[kind]} AS "{column}"' for _, column, kind in COLUMNS)
     names = ", ".join(f'"{column}"' for _, column, _ in COLUMNS)
     query = f'SELECT {first} UNION ALL SELECT {names} FROM {table.name} WHERE run_id = ? ORDER BY "id"'
     kinds = json.dumps([_KINDS[kind] for _, _, kind in COLUMNS])
-    child = subprocess.Popen(
-        [sys.executable, "-I", str(_CHILD), database, query, run_id, str(chunk), kinds],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert child.stdout is not None and child.stderr is not None
-    received: pa.Table | None = None
-    try:
-        with child.stdout:
-            received = pa.ipc.open_stream(child.stdout).read_all()
-    except pa.ArrowException:  # the child stopped mid-stream: its exit code and message say why
-        received = None
-    finally:
-        error = child.stderr.read().decode(errors="replace").strip()
-        child.stderr.close()
-        code = child.wait()
-    if code != 0 or received is None:
-        _log.info("the SQLite Arrow reader did not serve run %s (exit %s): %s", run_id, code, error)
+    # its messages go to a file: a pipe the parent read only after the stream could fill and stall both
+    with tempfile.TemporaryFile() as messages:
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-I", str(_CHILD), database, query, run_id, str(chunk), kinds],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=messages,
+            )
+        except (OSError, ValueError) as error:  # no interpreter to start, no process to be had (EAGAIN, EMFILE)
+            _log.info("the SQLite Arrow reader could not start for run %s: %s", run_id, error)
+            return None
+        assert child.stdout is not None
+        received: pa.Table | None = None
+        try:
+            with child.stdout:
+                received = pa.ipc.open_stream(child.stdout).read_all()
+        except pa.ArrowException:  # the child stopped mid-stream: its exit code and message say why
+            received = None
+        finally:
+            code = child.wait()
+            messages.seek(0)
+            said = messages.read().decode(errors="replace").strip()
+    # a stream that ends between two batches reads as whole, and an exit code can be lost (SIGCHLD ignored): the
+    # child's last line counts the rows it sent
+    if code != 0 or received is None or said.rsplit("\n", 1)[-1] != f"{_SENT}{received.num_rows}":
+        _log.info("the SQLite Arrow reader did not serve run %s (exit %s): %s", run_id, code, said)
         return None
     schema = _schema()
     if received.schema.types != schema.types:

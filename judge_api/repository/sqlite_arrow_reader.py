@@ -18,6 +18,11 @@ import json
 import sys
 
 MISMATCH = 3
+SENT = "rows sent: "
+"""The last line on standard error once every batch is written, before the number of rows sent: the parent takes
+the stream as whole only with it (a stream that ends between batches reads as complete, and an exit code can be
+lost)."""
+TYPED_ROW_ID = -(2**63)
 
 
 def main(argv: list[str]) -> int:
@@ -53,15 +58,24 @@ def main(argv: list[str]) -> int:
             names = reader.schema.names
             schema = pa.schema([(name, as_read[kind]) for name, kind in zip(names, kinds, strict=True)])
             writer = pa.ipc.new_stream(out, schema)
+            sent = 0
             for number, batch in enumerate(reader):
+                # the typed row first, and only there: a stored id equal to its id would make the order ambiguous
+                ids = batch.column(0)
+                typed = pc.sum(pc.equal(ids, TYPED_ROW_ID)).as_py() or 0
+                if typed != (1 if number == 0 else 0) or (number == 0 and ids[0].as_py() != TYPED_ROW_ID):
+                    raise TypeError("a stored row has the typed first row's id")
                 if number == 0:
                     batch = batch.slice(1)
                 columns = [column(array, kind) for array, kind in zip(batch.columns, kinds, strict=True)]
                 writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+                sent += batch.num_rows
             writer.close()
+            out.flush()
     except (OSError, TypeError, pa.ArrowException, adbc_sqlite.Error) as error:
         print(f"{type(error).__name__}: {error}", file=sys.stderr)
         return MISMATCH
+    print(f"{SENT}{sent}", file=sys.stderr)
     return 0
 
 

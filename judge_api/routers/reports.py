@@ -133,9 +133,10 @@ def _answer(
     else:
         if summary is None:
             summary = _summary(session, run)  # stamps finished_at when the run has just finished: part of the state
-            # kept now, not after the build: SQLite's writers wait for no report, and the frame is read outside a
-            # write transaction (on SQLite by another connection, repository.frame_columns.read_sqlite_adbc)
-            session.commit()
+        # the stamp kept now (whoever made the summary), not after the build: SQLite's writers wait for no report,
+        # and the frame is read outside a write transaction (on SQLite by another process,
+        # repository.frame_columns.read_sqlite_arrow)
+        session.commit()
         if settings.report_cache and (state is None or (was_running and run.finished_at is not None)):
             state = repository.run_state(session, run_id)  # before the frames: a write meanwhile is seen next time
         computed_at = utcnow()

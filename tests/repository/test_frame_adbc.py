@@ -133,3 +133,18 @@ def test_an_in_memory_database_is_read_by_its_own_connection() -> None:
     engine = create_engine("sqlite://")
     with engine.connect() as connection:
         assert frame_columns.adbc_database(connection) is None
+
+
+@SQLITE
+def test_a_stored_row_with_the_typed_rows_id_falls_back(store_run: StoreRun) -> None:
+    """The typed first row has the smallest id; a stored row with that id (a raw write) would make the order between
+    them ambiguous: the child refuses, the tuples serve."""
+    run_id, ids = _run(store_run)
+    with session_scope() as session:
+        session.execute(text("UPDATE judgments SET id = :low WHERE id = :id"), {"low": -(2**63), "id": ids[2]})
+    with session_scope() as session:
+        connection = session.connection()
+        assert frame_columns.read_sqlite_arrow(connection, TABLE, run_id, 4) is None
+        table = frame_columns.read_sqlite(connection, TABLE, run_id, 4)
+        assert table.equals(frame_columns.read_sqlite_tuples(connection, TABLE, run_id, 4))
+    assert table.column("judgment_id")[0].as_py() == -(2**63) and table.num_rows == len(ids)

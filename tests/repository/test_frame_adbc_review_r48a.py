@@ -7,7 +7,7 @@ import os
 import sqlite3
 import sys
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pandas as pd
 import pytest
@@ -36,7 +36,7 @@ def _run(store_run: StoreRun, n: int = 6) -> tuple[str, list[int]]:
     return run_id, ids
 
 
-HOSTILE = [
+HOSTILE: list[dict[str, Any]] = [
     {"item_key": "a\x00b", "score": -0.0, "latency_ms": float("inf"), "input_tokens": 2**62, "source": ""},
     {"item_key": "é\u200b\x01\x1f\n\t", "score": 5e-324, "latency_ms": float("-inf"), "input_tokens": -(2**63)},
     {"item_key": "😀" * 50, "score": 1.7976931348623157e308, "cost_usd": 0.1 + 0.2, "scale_min": -0.0},
@@ -190,7 +190,7 @@ def test_a_child_dying_mid_stream_is_never_a_truncated_frame(
 ) -> None:
     """A child that dies between two batches leaves a stream that pyarrow reads as complete (an end-of-stream
     marker is optional: ``open_stream(...).read_all()`` returns the first batch only); the exit code is the only
-    guard. Held with SIGCHLD at its default. BUG (review r48a, low): with SIGCHLD ignored in the service process
+    guard. Held with SIGCHLD at its default. Was a bug (review r48a, fixed; low): with SIGCHLD ignored in the service process
     (a server or library that sets it to SIG_IGN), ``wait()`` gets ECHILD and ``subprocess`` reports exit 0: the
     truncated table is the frame, and the report silently misses most judgments."""
     import signal
@@ -203,7 +203,7 @@ def test_a_child_dying_mid_stream_is_never_a_truncated_frame(
     real_child = frame_columns._CHILD
     real_popen = frame_columns.subprocess.Popen
 
-    def popen(argv: list[str], **kwargs: object) -> object:
+    def popen(argv: list[str], **kwargs: Any) -> object:
         assert argv[2] == str(real_child)
         return real_popen([argv[0], "-I", str(wrapper), *argv[2:]], **kwargs)
 
@@ -222,13 +222,14 @@ def test_a_child_dying_mid_stream_is_never_a_truncated_frame(
 def test_a_relative_database_path_is_the_file_the_connection_opened_not_the_one_in_the_cwd_of_now(
     store_run: StoreRun, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """BUG (review r48a, low): ``adbc_database`` takes the file from the engine's URL, not from the connection.
+    """Was a bug (review r48a, fixed; low): ``adbc_database`` takes the file from the engine's URL, not from the connection.
     With a relative URL (``sqlite:///dj.db``) and a working directory changed after the connection was opened
     (a daemonising worker, a library that chdirs), the child opens — or reads another run from — whatever file
     of that name is in the new directory. ``PRAGMA database_list`` on the connection names the file it has open."""
     run_id, _ = _run(store_run)
     here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
-    here.mkdir(), elsewhere.mkdir()
+    here.mkdir()
+    elsewhere.mkdir()
     with session_scope() as session:
         source = session.connection().connection.driver_connection
         for directory in (here, elsewhere):
