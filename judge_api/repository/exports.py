@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
-from judge_api.models import Judgment
+from judge_api.models import Judgment, RunItem
 from judge_api.repository.frames import JUDGMENT_FRAME_COLUMNS, JUDGMENT_FRAME_SELECT
 
 EXPORT_COLUMNS: list[str] = [*JUDGMENT_FRAME_COLUMNS, "scale_min", "scale_max"]
@@ -97,7 +97,12 @@ def judgment_conditions(
 ) -> list[ColumnElement[bool]]:
     """The WHERE clause of the judgments route's filters (``repository.JUDGMENT_FILTERS``), shared by its JSON
     pages and its exports. ``system`` matches either side of a pair."""
-    conditions: list[ColumnElement[bool]] = [Judgment.run_id == run_id]
+    by_item = (filters or {}).get("item_id") is not None
+    # one item: its judgments along their item's index (ix_judgments_item_pk), which gives them in id order too; the
+    # run's condition stays, as an expression no index serves, else the planner walks the run's whole index in id
+    # order or by status (an item of a 1M-judgment run: 0.6-1.0 s -> ~20 ms on SQLite; issue 39)
+    run = func.coalesce(Judgment.run_id, "") == run_id if by_item else Judgment.run_id == run_id
+    conditions: list[ColumnElement[bool]] = [run]
     for key, value in (filters or {}).items():
         if value is None:
             continue
@@ -105,6 +110,8 @@ def judgment_conditions(
             conditions.append(or_(Judgment.system_a == value, Judgment.system_b == value))
         elif key == "item_id":
             conditions.append(Judgment.item_key == value)
+            item = select(RunItem.id).where(RunItem.run_id == run_id, RunItem.item_key == value)
+            conditions.append(Judgment.item_pk == item.scalar_subquery())
         else:
             conditions.append(getattr(Judgment, key) == value)
     if score_min is not None:
