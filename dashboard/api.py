@@ -417,10 +417,12 @@ def get_item(conn: Conn, run_id: str, item_id: str) -> dict[str, Any]:
 
 # -- human ratings ---------------------------------------------------------------------------------------
 @st.cache_data(ttl=30, max_entries=16, show_spinner=False)
-def ratings(conn: Conn, run_id: str, ratings_rev: int = 0) -> pd.DataFrame:
-    """The run's human ratings as a frame (columns of the data contract's human ratings frame)."""
+def ratings(conn: Conn, run_id: str, ratings_rev: int = 0, item_id: str | None = None) -> pd.DataFrame:
+    """The run's human ratings as a frame (columns of the data contract's human ratings frame); with ``item_id``
+    only that item's (the API filters: a run's thousands are not downloaded for one item)."""
     del ratings_rev
-    data = _dict(_get(conn, f"/v1/runs/{seg(run_id)}/human-ratings"), "the human ratings")
+    params = {} if item_id is None else {"item_id": item_id}
+    data = _dict(_get(conn, f"/v1/runs/{seg(run_id)}/human-ratings", **params), "the human ratings")
     frame = pd.DataFrame(list(data.get("items") or []))
     for column in RATING_COLUMNS:
         if column not in frame:

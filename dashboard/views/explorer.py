@@ -233,7 +233,7 @@ def item_view(run: dict[str, Any], item_id: str) -> None:
     candidates(item, judgments, fact_texts(run, item_id, judgments))
     verdicts(judgments)
     judge_prompts(judgments)
-    ratings = widgets.guard(api.ratings, conn, run_id, state.ratings_rev(), what="the human ratings")
+    ratings = widgets.guard(api.ratings, conn, run_id, state.ratings_rev(), item_id, what="the human ratings")
     if ratings is not None and not ratings.empty:
         mine = ratings[ratings["item_id"].astype(str) == item_id]
         st.subheader("Human ratings")

@@ -191,8 +191,12 @@ RATING_FRAME_COLUMNS = [
 ]
 
 
-def ratings_frame(session: Session, run_id: str) -> pd.DataFrame:
-    rows = session.scalars(select(HumanRating).where(HumanRating.run_id == run_id).order_by(HumanRating.id))
+def ratings_frame(session: Session, run_id: str, item_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """The run's human ratings (only those of ``item_ids`` when given) in the order they were first written."""
+    query = select(HumanRating).where(HumanRating.run_id == run_id)
+    if item_ids is not None:
+        query = query.where(HumanRating.item_key.in_(list(item_ids)))
+    rows = session.scalars(query.order_by(HumanRating.id))
     records = [
         {
             "item_id": r.item_key,

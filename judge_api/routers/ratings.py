@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Query
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
@@ -52,11 +52,25 @@ def add_ratings(
     return {"run_id": run_id, "created": created, "updated": updated}
 
 
+MAX_RATING_ITEMS = 1000
+"""Item ids one ``GET .../human-ratings?item_id=...`` may ask for."""
+
+
 @router.get("/v1/runs/{run_id}/human-ratings")
 def get_ratings(
-    run_id: str, principal: Principal = Depends(require("read")), session: Session = Depends(get_session)
+    run_id: str,
+    item_id: list[str] | None = Query(None, description="only these items' ratings (repeatable)"),
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
 ) -> dict[str, Any]:
+    """The run's human ratings, or only those of the ``item_id`` items (the item explorer reads one item's, not a
+    run's thousands: issue 39)."""
     run_or_404(session, run_id, principal)
-    frame = repository.ratings_frame(session, run_id)
+    if item_id is not None and len(item_id) > MAX_RATING_ITEMS:
+        raise HTTPException(
+            422,
+            [{"loc": ["query", "item_id"], "msg": f"at most {MAX_RATING_ITEMS} item ids", "type": "value_error"}],
+        )
+    frame = repository.ratings_frame(session, run_id, item_id)
     records = json.loads(frame.to_json(orient="records"))
     return {"run_id": run_id, "total": len(records), "items": records}

@@ -555,7 +555,8 @@ class FakeApi:
                 json={"total": len(items), "offset": offset, "limit": limit, "items": items[offset : offset + limit]},
             )
         if rest == "/human-ratings" and request.method == "GET":
-            ratings = self.ratings[run_id]
+            only = query.get("item_id")  # as the API: only these items' ratings when asked
+            ratings = [r for r in self.ratings[run_id] if not only or r["item_id"] in only]
             return httpx.Response(200, json={"run_id": run_id, "total": len(ratings), "items": ratings})
         if rest == "/human-ratings" and request.method == "POST":
             body = json.loads(request.content)
