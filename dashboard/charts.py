@@ -517,7 +517,7 @@ def progress_figure(counts: dict[str, int]) -> AltairChart:
         .mark_text(color="white", fontWeight="bold")
         .encode(x=alt.X("mid:Q", scale=x_scale), text="label:N", tooltip=tooltip)
     )
-    return alt.layer(bars, text).properties(height=70)
+    return alt.layer(bars, text).properties(height=100)  # Streamlit fits the legend in the height too
 
 
 def integer_dtick(largest: int, ticks: int = 8) -> int:
