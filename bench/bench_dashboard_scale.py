@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 CHROMIUM = "/usr/bin/chromium"
 # url path -> (title, the element that tells the page is drawn)
 PAGES: dict[str, tuple[str, str]] = {
-    "runs": ("Runs", ".js-plotly-plot"),
+    "runs": ("Runs", ".vega-embed"),
     "leaderboard": ("Leaderboard", ".vega-embed"),
-    "wins": ("Win / tie / loss", ".js-plotly-plot"),
+    "wins": ("Win / tie / loss", ".vega-embed"),
     "agreement": ("Human agreement", ".vega-embed"),
     "calibrated": ("Calibrated", "[data-testid=stMain] [data-testid=stAlert], [data-testid=stMain] .vega-embed"),
     "bias": ("Bias", ".vega-embed"),

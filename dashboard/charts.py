@@ -1,4 +1,4 @@
-"""Pure chart builders: DataFrames (from ``analysis``) in, Altair charts / Plotly figures out.
+"""Pure chart builders: DataFrames (from ``analysis``) in, Altair charts out.
 
 No Streamlit here, so every chart can be unit-tested by checking its spec. Charts are built from aggregated
 report data (one row per system x aspect, pair, judge...), never from raw judgment rows, so they stay small
@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 import altair as alt
 import pandas as pd
-import plotly.graph_objects as go
 
 AltairChart = alt.Chart | alt.LayerChart | alt.FacetChart | alt.ConcatChart | alt.HConcatChart | alt.VConcatChart
 OUTCOME_COLORS = {"win": "#2e7d32", "tie": "#b0bec5", "loss": "#c62828"}
@@ -157,72 +156,116 @@ def histogram_chart(hist: pd.DataFrame) -> AltairChart:
     )
 
 
-def wtl_figure(wtl: pd.DataFrame, title: str | None = None) -> go.Figure:
-    """The seed paper's figure 4: stacked horizontal win / tie / loss bars (percent) per system pair."""
-    fig = go.Figure()
+def _stack_columns(df: pd.DataFrame, value: str, group: str | None = None) -> pd.DataFrame:
+    """``df`` (rows already in stacking order) with ``start`` / ``end`` / ``mid`` of each segment along ``value``,
+    stacked from 0 within ``group`` (the whole frame when None): the bars span start-end, their text sits at mid."""
+    values = df[value].astype(float)
+    end = values.groupby(df[group]).cumsum() if group else values.cumsum()
+    return df.assign(start=end - values, end=end, mid=end - values / 2)
+
+
+def wtl_figure(wtl: pd.DataFrame, title: str | None = None) -> AltairChart:
+    """The seed paper's figure 4: stacked horizontal win / tie / loss bars (percent) per system pair, pairs in their
+    given order top to bottom, the percent written inside a segment of 4 % or more."""
+    outcomes = list(OUTCOME_COLORS)
     pairs = list(dict.fromkeys(wtl["pair"].tolist()))
-    for outcome in ("win", "tie", "loss"):
-        part = wtl[wtl["outcome"] == outcome].set_index("pair").reindex(pairs)
-        pct = part["pct"].fillna(0.0)
-        fig.add_trace(
-            go.Bar(
-                y=pairs,
-                x=pct,
-                name=outcome,
-                orientation="h",
-                marker_color=OUTCOME_COLORS[outcome],
-                text=[f"{v:.1f}%" if v >= 4 else "" for v in pct],
-                textposition="inside",
-                insidetextanchor="middle",
-                customdata=part["count"].fillna(0).astype(int),
-                hovertemplate=(f"%{{y}}<br>{outcome}: %{{x:.1f}}%% (%{{customdata}})<extra></extra>"),
-            )
-        )
-    fig.update_layout(
-        barmode="stack",
-        height=max(220, 48 * len(pairs) + 110),
-        title=title,
-        xaxis={
-            "range": [0, 100.5],
-            "title": "% of comparisons",
-            "ticksuffix": "%",
-            "tickvals": [0, 20, 40, 60, 80, 100],
-        },
-        yaxis={"autorange": "reversed", "title": None, "automargin": True},
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "traceorder": "normal"},
-        margin={"l": 10, "r": 10, "t": 60 if title else 40, "b": 40},
+    full = pd.MultiIndex.from_product([pairs, outcomes], names=["pair", "outcome"])
+    df = (
+        wtl.drop_duplicates(["pair", "outcome"])
+        .set_index(["pair", "outcome"])[["pct", "count"]]
+        .reindex(full)
+        .reset_index()
     )
-    return fig
+    df["pct"] = df["pct"].fillna(0.0).astype(float)
+    df["count"] = df["count"].fillna(0).astype(int)
+    df["rank"] = df["outcome"].map(outcomes.index)
+    df["label"] = [f"{v:.1f}%" if v >= 4 else "" for v in df["pct"]]
+    df = _stack_columns(df, "pct", "pair")
+    y = alt.Y("pair:N", sort=pairs, title=None, axis=alt.Axis(labelLimit=260))
+    x_scale = alt.Scale(domain=[0, 100], nice=False)
+    tooltip = [
+        "pair:N",
+        "outcome:N",
+        alt.Tooltip("pct:Q", format=".1f", title="%"),
+        alt.Tooltip("count:Q", format=",d"),
+    ]
+    bars = (
+        alt.Chart(df)
+        .mark_bar()
+        .encode(
+            x=alt.X(
+                "start:Q",
+                title="% of comparisons",
+                scale=x_scale,
+                axis=alt.Axis(values=[0, 20, 40, 60, 80, 100], labelExpr="datum.value + '%'"),
+            ),
+            x2="end:Q",
+            y=y,
+            color=alt.Color(
+                "outcome:N",
+                sort=outcomes,
+                scale=alt.Scale(domain=outcomes, range=[OUTCOME_COLORS[o] for o in outcomes]),
+                legend=alt.Legend(orient="top", title=None),
+            ),
+            tooltip=tooltip,
+        )
+    )
+    text = (
+        alt.Chart(df)
+        .transform_filter(alt.datum.label != "")
+        .mark_text(color="white", fontWeight="bold")
+        .encode(x=alt.X("mid:Q", scale=x_scale), y=y, text="label:N", tooltip=tooltip)
+    )
+    chart = alt.layer(bars, text).properties(height=_height(len(pairs), per_row=44))
+    return chart.properties(title=title) if title else chart
 
 
-def winrate_heatmap(matrix: pd.DataFrame) -> go.Figure:
+def winrate_heatmap(matrix: pd.DataFrame) -> AltairChart:
     """Row system's win rate ((W + T/2) / N) over the column system; blank cells are pairs never compared."""
     systems = sorted(set(matrix["row"]) | set(matrix["column"]))
-    pivot = matrix.pivot_table(index="row", columns="column", values="win_rate", aggfunc="mean").reindex(
-        index=systems, columns=systems
+    cells = (
+        matrix.groupby(["row", "column"])
+        .agg(win_rate=("win_rate", "mean"), n=("n", "sum"))
+        .reindex(pd.MultiIndex.from_product([systems, systems], names=["row", "column"]))
+        .reset_index()
     )
-    text = [[("" if pd.isna(v) else f"{v:.2f}") for v in row] for row in pivot.to_numpy()]
-    fig = go.Figure(
-        go.Heatmap(
-            z=pivot.to_numpy(),
-            x=systems,
-            y=systems,
-            zmin=0,
-            zmax=1,
-            colorscale="RdBu",
-            text=text,
-            texttemplate="%{text}",
-            hovertemplate="%{y} over %{x}: %{z:.3f}<extra></extra>",
-            colorbar={"title": "win rate"},
+    cells["label"] = ["" if pd.isna(v) else f"{v:.2f}" for v in cells["win_rate"]]
+    compared = cells.dropna(subset=["win_rate"])
+    x = alt.X("column:N", title="opponent", sort=systems, scale=alt.Scale(domain=systems), axis=alt.Axis(labelAngle=0))
+    y = alt.Y("row:N", title="system", sort=systems, scale=alt.Scale(domain=systems))
+    tooltip = [
+        alt.Tooltip("row:N", title="system"),
+        alt.Tooltip("column:N", title="opponent"),
+        alt.Tooltip("win_rate:Q", format=".3f", title="win rate"),
+        "n:Q",
+    ]
+    heat = (
+        alt.Chart(compared)
+        .mark_rect()
+        .encode(
+            x=x,
+            y=y,
+            color=alt.Color(
+                "win_rate:Q",
+                title="win rate",
+                scale=alt.Scale(scheme="redblue", domain=[0, 1]),
+            ),
+            tooltip=tooltip,
         )
     )
-    fig.update_layout(
-        height=max(260, 60 * len(systems) + 120),
-        xaxis={"title": "opponent", "side": "bottom"},
-        yaxis={"title": "system", "autorange": "reversed"},
-        margin={"l": 10, "r": 10, "t": 30, "b": 40},
+    extreme = (alt.datum.win_rate < 0.2) | (alt.datum.win_rate > 0.8)
+    text = (
+        alt.Chart(compared)
+        .mark_text(fontSize=13)
+        .encode(
+            x=x,
+            y=y,
+            text="label:N",
+            color=alt.condition(extreme, alt.value("white"), alt.value("black")),
+            tooltip=tooltip,
+        )
     )
-    return fig
+    return alt.layer(heat, text).properties(height=max(200, 60 * len(systems) + 40))
 
 
 def agreement_scatter(scatter: pd.DataFrame) -> AltairChart:
@@ -431,40 +474,50 @@ def flip_chart(flips: pd.DataFrame) -> AltairChart:
     )
 
 
-def progress_figure(counts: dict[str, int]) -> go.Figure:
-    """One stacked bar of a run's judgments by status."""
-    colors = {
-        "done": "#2e7d32",
-        "running": "#1565c0",
-        "pending": "#b0bec5",
-        "failed": "#c62828",
-        "unparseable": "#ef6c00",
-        "cancelled": "#6d4c41",
-    }
-    fig = go.Figure()
-    for status, color in colors.items():
-        value = int(counts.get(status) or 0)
-        if value:
-            fig.add_trace(
-                go.Bar(
-                    x=[value],
-                    y=["judgments"],
-                    orientation="h",
-                    name=status,
-                    marker_color=color,
-                    text=[str(value)],
-                    textposition="inside",
-                )
-            )
-    fig.update_layout(
-        barmode="stack",
-        height=130,
-        margin={"l": 10, "r": 10, "t": 10, "b": 10},
-        legend={"orientation": "h", "y": -0.4},
-        yaxis={"visible": False},
-        xaxis={"tickformat": "d", "dtick": integer_dtick(sum(int(counts.get(s) or 0) for s in colors))},
+STATUS_COLORS = {
+    "done": "#2e7d32",
+    "running": "#1565c0",
+    "pending": "#b0bec5",
+    "failed": "#c62828",
+    "unparseable": "#ef6c00",
+    "cancelled": "#6d4c41",
+}
+
+
+def progress_figure(counts: dict[str, int]) -> AltairChart:
+    """One stacked bar of a run's judgments by status (fixed colours and order; a status with no judgment is left
+    out). The count is written inside a segment of 4 % of the run or more, and always in the legend and tooltip."""
+    rows = [
+        {"status": status, "n": int(counts.get(status) or 0)}
+        for status in STATUS_COLORS
+        if int(counts.get(status) or 0)
+    ]
+    df = _stack_columns(pd.DataFrame(rows, columns=["status", "n"]), "n")
+    total = int(df["n"].sum())
+    df["label"] = [f"{n:,d}" if total and n >= 0.04 * total else "" for n in df["n"]]
+    present = list(df["status"])
+    legend_words = ", ".join(f"'{s}': '{s} ({n:,d})'" for s, n in zip(df["status"], df["n"], strict=True))
+    color = alt.Color(
+        "status:N",
+        sort=present,
+        scale=alt.Scale(domain=present, range=[STATUS_COLORS[s] for s in present]),
+        legend=alt.Legend(orient="bottom", title=None, labelExpr=f"{{{legend_words}}}[datum.label] || datum.label"),
     )
-    return fig
+    x_scale = alt.Scale(domain=[0, max(total, 1)], nice=False)
+    axis = alt.Axis(format=",d", tickMinStep=integer_dtick(total))
+    tooltip = ["status:N", alt.Tooltip("n:Q", format=",d", title="judgments")]
+    bars = (
+        alt.Chart(df)
+        .mark_bar(height=36)
+        .encode(x=alt.X("start:Q", title=None, scale=x_scale, axis=axis), x2="end:Q", color=color, tooltip=tooltip)
+    )
+    text = (
+        alt.Chart(df)
+        .transform_filter(alt.datum.label != "")
+        .mark_text(color="white", fontWeight="bold")
+        .encode(x=alt.X("mid:Q", scale=x_scale), text="label:N", tooltip=tooltip)
+    )
+    return alt.layer(bars, text).properties(height=100)  # Streamlit fits the legend in the height too
 
 
 def integer_dtick(largest: int, ticks: int = 8) -> int:

@@ -18,14 +18,7 @@ NO_RUNS = (
 )
 PAGE_SIZE = 100
 REFERENCE_RUBRIC = "reference-metrics"  # judge_api.reference_metrics.REFERENCE_RUBRIC (the dashboard reads the API)
-ALTAIR_TYPES = (
-    alt.Chart,
-    alt.LayerChart,
-    alt.FacetChart,
-    alt.ConcatChart,
-    alt.HConcatChart,
-    alt.VConcatChart,
-)
+AltairChart = alt.Chart | alt.LayerChart | alt.FacetChart | alt.ConcatChart | alt.HConcatChart | alt.VConcatChart
 INLINE_CSV_ROWS = 20_000
 
 
@@ -173,12 +166,10 @@ def dataframe(
     st.dataframe(df, hide_index=True, column_config=column_config, height=height, key=key, placeholder=NOT_APPLICABLE)
 
 
-def chart(figure: Any, key: str, *, stretch: bool = True) -> None:
-    """Render an Altair chart or a Plotly figure (full width unless ``stretch`` is False)."""
-    if isinstance(figure, ALTAIR_TYPES):
-        st.altair_chart(figure, key=key, width="stretch" if stretch else "content")
-    else:
-        st.plotly_chart(figure, key=key, config={"displaylogo": False})
+def chart(figure: AltairChart, key: str, *, stretch: bool = True) -> None:
+    """Render an Altair chart (full width unless ``stretch`` is False). The dashboard draws Altair only: a Plotly
+    figure would make the browser load plotly.js (megabytes) for its page."""
+    st.altair_chart(figure, key=key, width="stretch" if stretch else "content")
 
 
 def pick(label: str, options: list[str], key: str, *, all_label: str | None = None) -> str | None:

@@ -41,9 +41,9 @@ QUALITY = {"rsum": [85, 78, 90, 70, 88, 82], "memgpt": [60, 72, 55, 65, 58, 75],
 RATER = "browser_rater"
 # page url path -> (title, selector that must appear: its chart, or its form)
 PAGES = {
-    "": ("Runs", ".js-plotly-plot"),
+    "": ("Runs", ".vega-embed"),
     "leaderboard": ("Leaderboard", ".vega-embed"),
-    "wins": ("Win / tie / loss", ".js-plotly-plot"),
+    "wins": ("Win / tie / loss", ".vega-embed"),
     "agreement": ("Human agreement", ".vega-embed"),
     "bias": ("Bias", ".vega-embed"),
     "explorer": ("Item explorer", ".vega-embed"),

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import pytest
 from dashboard_fakes import RUN_A, RUN_B, FakeApi, judgments_frame, make_ratings
 
@@ -110,25 +109,51 @@ def test_orient_swaps_wins_losses_and_the_ci(report: dict[str, Any]) -> None:
     assert analysis.orient(prefs, None).equals(prefs)
 
 
+def layer_rows(d: dict[str, Any], i: int) -> pd.DataFrame:
+    """The rows layer ``i`` of a layered spec draws (its data is a named dataset of the spec)."""
+    data = d["layer"][i].get("data") or d["data"]
+    return pd.DataFrame(d["datasets"][data["name"]])
+
+
 def test_wtl_bars_are_the_seed_figure(report: dict[str, Any]) -> None:
     long = analysis.wtl_long(analysis.preferences_frame(report))
     assert long.groupby("pair")["pct"].sum().round(9).eq(100).all()
-    fig = charts.wtl_figure(long)
-    assert isinstance(fig, go.Figure) and fig.layout.barmode == "stack"
-    assert [t.name for t in fig.data] == ["win", "tie", "loss"]
-    assert all(t.orientation == "h" for t in fig.data)
-    rsum_vanilla = list(fig.data[0].y).index("rsum vs vanilla")
-    assert fig.data[0].x[rsum_vanilla] == 100.0
+    d = spec(charts.wtl_figure(long, title="Win / tie / loss"))
+    assert layer_marks(d) == ["bar", "text"] and d["title"] == "Win / tie / loss"
+    bars = d["layer"][0]["encoding"]
+    assert bars["y"]["field"] == "pair" and bars["y"]["sort"] == list(dict.fromkeys(long["pair"]))  # given order
+    assert bars["x"]["field"] == "start" and bars["x2"]["field"] == "end"  # horizontal, stacked per pair
+    assert bars["x"]["scale"]["domain"] == [0, 100] and bars["x"]["axis"]["values"][-1] == 100
+    assert "'%'" in bars["x"]["axis"]["labelExpr"]
+    colour = bars["color"]
+    assert colour["scale"]["domain"] == ["win", "tie", "loss"] == colour["sort"]  # the legend's order
+    assert colour["scale"]["range"] == [charts.OUTCOME_COLORS[o] for o in ("win", "tie", "loss")]
+    assert {t["field"] for t in bars["tooltip"]} >= {"pct", "count"}
+    rows = layer_rows(d, 0)
+    for _, segments in rows.groupby("pair"):  # win from 0, then tie, then loss up to 100
+        assert segments.sort_values("start")["outcome"].tolist() == ["win", "tie", "loss"]
+        assert segments["start"].min() == 0 and segments["end"].max() == pytest.approx(100)
+    rsum_vanilla = rows[(rows["pair"] == "rsum vs vanilla")].set_index("outcome")
+    assert rsum_vanilla.loc["win", "pct"] == 100.0 and rsum_vanilla.loc["win", "label"] == "100.0%"
+    assert rsum_vanilla.loc["tie", "label"] == "" and rsum_vanilla.loc["loss", "label"] == ""  # < 4 %: not written
+    assert d["layer"][1]["encoding"]["x"]["field"] == "mid"  # the percent sits inside its segment
 
 
 def test_winrate_heatmap_is_complementary(report: dict[str, Any]) -> None:
     matrix = analysis.winrate_matrix(analysis.preferences_frame(report))
     pivot = matrix.pivot_table(index="row", columns="column", values="win_rate")
     assert pivot.loc["rsum", "vanilla"] + pivot.loc["vanilla", "rsum"] == pytest.approx(1.0)
-    fig = charts.winrate_heatmap(matrix)
-    heat = fig.data[0]
-    assert list(heat.x) == ["memgpt", "rsum", "vanilla"] and heat.zmin == 0 and heat.zmax == 1
-    assert np.isnan(np.asarray(heat.z, dtype=float)[0][0])  # a system is not compared with itself
+    d = spec(charts.winrate_heatmap(matrix))
+    assert layer_marks(d) == ["rect", "text"]
+    heat = d["layer"][0]["encoding"]
+    systems = ["memgpt", "rsum", "vanilla"]
+    assert heat["x"]["scale"]["domain"] == systems == heat["y"]["scale"]["domain"]
+    assert heat["color"]["scale"] == {"scheme": "redblue", "domain": [0, 1]}
+    assert [t.get("format") for t in heat["tooltip"] if t["field"] == "win_rate"] == [".3f"]
+    cells = layer_rows(d, 0).set_index(["row", "column"])
+    assert cells.loc[("rsum", "vanilla"), "win_rate"] + cells.loc[("vanilla", "rsum"), "win_rate"] == pytest.approx(1)
+    assert cells.loc[("rsum", "vanilla"), "label"] == f"{pivot.loc['rsum', 'vanilla']:.2f}"
+    assert not any(r == c for r, c in cells.index)  # a system is not compared with itself: its cell stays blank
 
 
 # -- agreement -------------------------------------------------------------------------------------------
@@ -236,8 +261,17 @@ def test_run_version_changes_with_progress() -> None:
 
 
 def test_progress_figure_stacks_statuses() -> None:
-    fig = charts.progress_figure({"done": 5, "failed": 1, "pending": 0})
-    assert [t.name for t in fig.data] == ["done", "failed"]
+    d = spec(charts.progress_figure({"failed": 1, "done": 5, "pending": 0}))
+    assert layer_marks(d) == ["bar", "text"]
+    colour = d["layer"][0]["encoding"]["color"]
+    assert colour["scale"]["domain"] == ["done", "failed"]  # the fixed order; a status with no judgment is absent
+    assert colour["scale"]["range"] == [charts.STATUS_COLORS["done"], charts.STATUS_COLORS["failed"]]
+    rows = layer_rows(d, 0)
+    assert rows[["status", "start", "end"]].values.tolist() == [["done", 0, 5], ["failed", 5, 6]]  # stacked
+    assert rows["label"].tolist() == ["5", "1"]  # counts written
+    assert "failed (1)" in colour["legend"]["labelExpr"]
+    tiny = layer_rows(spec(charts.progress_figure({"done": 999_999, "failed": 1})), 0)
+    assert tiny["label"].tolist() == ["999,999", ""]  # a sliver is not overwritten; the legend gives its count
 
 
 # -- the runs page's throughput and ETA ------------------------------------------------------------------------

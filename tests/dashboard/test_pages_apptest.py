@@ -54,7 +54,7 @@ def st_cache_clear() -> None:
 
 
 def charts(at: AppTest) -> int:
-    return len(at.get("vega_lite_chart")) + len(at.get("plotly_chart"))
+    return len(at.get("vega_lite_chart"))
 
 
 def texts(at: AppTest, kind: str) -> str:
@@ -204,7 +204,7 @@ def test_leaderboard_has_the_paper_table_and_ranking(fake_api: FakeApi) -> None:
 @pytest.mark.parametrize("fake_api", ["data"], indirect=True)
 def test_winrates_can_be_seen_from_one_system(fake_api: FakeApi) -> None:
     at = open_page("winrates")
-    assert len(at.get("plotly_chart")) == 2  # stacked bars + heatmap
+    assert len(at.get("vega_lite_chart")) == 2  # stacked bars + heatmap
     at.selectbox(key="wtl_focus").set_value("vanilla").run()
     table = at.dataframe[0].value
     assert set(table["system_a"]) == {"vanilla"} and table["losses"].sum() > table["wins"].sum()
@@ -463,5 +463,6 @@ def test_a_finished_runs_bars_show_how_it_went(
     assert json.loads(runs.proto.columns)["progress"]["type_config"]["color"] == "blue"  # not the theme's red
     assert runs.value.loc[runs.value["id"] == RUN_A, "outcome"].item() == label
     assert {m.label: m.value for m in at.metric}["Status"] == f"done · {outcome}"
-    (status_bar,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    assert {t["name"]: t["marker"]["color"] for t in status_bar["data"]} == bar_colours
+    (status_bar,) = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    scale = status_bar["layer"][0]["encoding"]["color"]["scale"]
+    assert dict(zip(scale["domain"], scale["range"], strict=True)) == bar_colours
