@@ -190,9 +190,10 @@ def test_a_child_dying_mid_stream_is_never_a_truncated_frame(
 ) -> None:
     """A child that dies between two batches leaves a stream that pyarrow reads as complete (an end-of-stream
     marker is optional: ``open_stream(...).read_all()`` returns the first batch only); the exit code is the only
-    guard. Held with SIGCHLD at its default. Was a bug (review r48a, fixed; low): with SIGCHLD ignored in the service process
-    (a server or library that sets it to SIG_IGN), ``wait()`` gets ECHILD and ``subprocess`` reports exit 0: the
-    truncated table is the frame, and the report silently misses most judgments."""
+    guard. Held with SIGCHLD at its default. Was a bug (review r48a, fixed; low): with SIGCHLD ignored in the
+    service process (a server or library that sets it to SIG_IGN), ``wait()`` gets ECHILD and ``subprocess``
+    reports exit 0: the truncated table was the frame, and the report silently missed most judgments (now the
+    child's last line counts the rows it sent)."""
     import signal
 
     run_id, _ = _run(store_run)
@@ -222,9 +223,9 @@ def test_a_child_dying_mid_stream_is_never_a_truncated_frame(
 def test_a_relative_database_path_is_the_file_the_connection_opened_not_the_one_in_the_cwd_of_now(
     store_run: StoreRun, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Was a bug (review r48a, fixed; low): ``adbc_database`` takes the file from the engine's URL, not from the connection.
-    With a relative URL (``sqlite:///dj.db``) and a working directory changed after the connection was opened
-    (a daemonising worker, a library that chdirs), the child opens — or reads another run from — whatever file
+    """Was a bug (review r48a, fixed; low): ``adbc_database`` took the file from the engine's URL, not from the
+    connection. With a relative URL (``sqlite:///dj.db``) and a working directory changed after the connection was
+    opened (a daemonising worker, a library that chdirs), the child opened — or reads another run from — whatever file
     of that name is in the new directory. ``PRAGMA database_list`` on the connection names the file it has open."""
     run_id, _ = _run(store_run)
     here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
