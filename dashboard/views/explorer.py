@@ -203,7 +203,9 @@ def fact_texts(run: dict[str, Any], item_id: str, judgments: pd.DataFrame) -> di
     return {str(f): str(t) for f, t in zip(labels["fact_id"], labels["text"], strict=True) if isinstance(t, str)}
 
 
-def item_view(run: dict[str, Any], item_id: str) -> None:
+def item_view(run: dict[str, Any], item_id: str, rated: bool = False) -> None:
+    """One item: its dialogue, candidates, verdicts and prompts, and its human ratings (with ``rated``, the run has
+    some: an item without any says so and points to Annotate)."""
     conn, run_id = state.conn(), str(run["id"])
     item = widgets.guard(api.get_item, conn, run_id, item_id, what=f"item {item_id}")
     if item is None:
@@ -233,14 +235,14 @@ def item_view(run: dict[str, Any], item_id: str) -> None:
     candidates(item, judgments, fact_texts(run, item_id, judgments))
     verdicts(judgments)
     judge_prompts(judgments)
+    # this item's ratings only (the API filters); the report says whether the run has any (its agreement section)
     ratings = widgets.guard(api.ratings, conn, run_id, state.ratings_rev(), item_id, what="the human ratings")
-    if ratings is not None and not ratings.empty:
-        mine = ratings[ratings["item_id"].astype(str) == item_id]
+    if ratings is not None and (rated or not ratings.empty):
         st.subheader("Human ratings")
-        if mine.empty:
+        if ratings.empty:
             st.caption("None yet — rate this item on the Annotate page.")
         else:
-            widgets.table(mine, f"{item_id}-ratings", "ex_ratings")
+            widgets.table(ratings, f"{item_id}-ratings", "ex_ratings")
 
 
 def render() -> None:
@@ -264,7 +266,7 @@ def render() -> None:
     if not item_id:
         widgets.empty("No judgment matches these filters — widen them, or pick another run in the sidebar.")
         return
-    item_view(run, item_id)
+    item_view(run, item_id, rated=bool((report or {}).get("agreement")))
 
 
 render()
