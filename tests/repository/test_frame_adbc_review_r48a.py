@@ -7,34 +7,19 @@ import os
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pandas as pd
 import pytest
-from sqlalchemy import Table, create_engine, select, text
+from sqlalchemy import create_engine, text
 
 from judge_api.db import session_scope
-from judge_api.models import Judgment
 from judge_api.repository import frame_columns, frames
 
-from .conftest import StoreRun, item
+from .conftest import StoreRun
+from .test_frame_adbc import SQLITE, TABLE, _run, every_run_through_the_child
 
-SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-TABLE = cast(Table, Judgment.__table__)
-
-
-@pytest.fixture(autouse=True)
-def every_run_through_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(frame_columns, "ARROW_CHILD_MIN_ROWS", 0)
-
-
-def _run(store_run: StoreRun, n: int = 6) -> tuple[str, list[int]]:
-    items = [item(f"i{i}", {"a": f"Rex {i}.", "b": "No pets.", "c": "Max?"}) for i in range(n)]
-    run_id = store_run(items, rubrics=["rsum-single", "rsum-pairwise"], mode=["single", "pairwise"])
-    with session_scope() as session:
-        ids = list(session.scalars(select(Judgment.id).where(Judgment.run_id == run_id).order_by(Judgment.id)))
-    return run_id, ids
-
+__all__ = ["every_run_through_the_child"]  # the fixture, autouse here too
 
 HOSTILE: list[dict[str, Any]] = [
     {"item_key": "a\x00b", "score": -0.0, "latency_ms": float("inf"), "input_tokens": 2**62, "source": ""},
