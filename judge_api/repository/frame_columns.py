@@ -222,7 +222,12 @@ def read_sqlite_arrow(connection: Connection, table: Table, run_id: str, chunk: 
     query = f'SELECT {first} UNION ALL SELECT {names} FROM {table.name} WHERE run_id = ? ORDER BY "id"'
     kinds = json.dumps([_KINDS[kind] for _, _, kind in COLUMNS])
     # its messages go to a file: a pipe the parent read only after the stream could fill and stall both
-    with tempfile.TemporaryFile() as messages:
+    try:
+        messages = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the with below)
+    except OSError as error:  # no writable temporary directory: the tuples serve
+        _log.info("the SQLite Arrow reader could not start for run %s: %s", run_id, error)
+        return None
+    with messages:
         try:
             child = subprocess.Popen(
                 [sys.executable, "-I", str(_CHILD), database, query, run_id, str(chunk), kinds],

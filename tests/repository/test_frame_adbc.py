@@ -148,3 +148,18 @@ def test_a_stored_row_with_the_typed_rows_id_falls_back(store_run: StoreRun) -> 
         table = frame_columns.read_sqlite(connection, TABLE, run_id, 4)
         assert table.equals(frame_columns.read_sqlite_tuples(connection, TABLE, run_id, 4))
     assert table.column("judgment_id")[0].as_py() == -(2**63) and table.num_rows == len(ids)
+
+
+@SQLITE
+def test_no_temporary_file_falls_back(store_run: StoreRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service whose temporary directory cannot be written (a read-only container) reads the tuples, no 500."""
+    run_id, ids = _run(store_run)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(13, "read-only file system")
+
+    monkeypatch.setattr(frame_columns.tempfile, "TemporaryFile", refused)
+    with session_scope() as session:
+        connection = session.connection()
+        assert frame_columns.read_sqlite_arrow(connection, TABLE, run_id) is None
+        assert frame_columns.read_sqlite(connection, TABLE, run_id).num_rows == len(ids)
