@@ -32,6 +32,7 @@ import pyarrow.csv as pacsv
 from sqlalchemy import Connection, Table
 
 from judge_api.gcpause import collector_paused
+from judge_api.repository.sqlite_arrow_reader import SENT
 
 _log = logging.getLogger(__name__)
 
@@ -166,8 +167,6 @@ ARROW_CHILD_MIN_ROWS = 50_000
 """Rows from which a run is read by the child process: starting it costs about 0.3 s, the tuples about 7 us a row."""
 
 _CHILD = Path(__file__).with_name("sqlite_arrow_reader.py")
-_SENT = "rows sent: "
-"""The child's last line on standard error, before the number of rows it sent (``sqlite_arrow_reader.SENT``)."""
 _KINDS = {STRING: "string", INT: "int", FLOAT: "float", BOOL: "bool"}
 
 
@@ -251,7 +250,7 @@ def read_sqlite_arrow(connection: Connection, table: Table, run_id: str, chunk: 
             said = messages.read().decode(errors="replace").strip()
     # a stream that ends between two batches reads as whole, and an exit code can be lost (SIGCHLD ignored): the
     # child's last line counts the rows it sent
-    if code != 0 or received is None or said.rsplit("\n", 1)[-1] != f"{_SENT}{received.num_rows}":
+    if code != 0 or received is None or said.rsplit("\n", 1)[-1] != f"{SENT}{received.num_rows}":
         _log.info("the SQLite Arrow reader did not serve run %s (exit %s): %s", run_id, code, said)
         return None
     schema = _schema()
