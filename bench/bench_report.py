@@ -24,6 +24,12 @@ Usage::
     python bench/bench_report.py --sizes 100000 1000000 --baseline /tmp/main   # side by side with main's code
     python bench/bench_report.py --sizes 10000000 --repeat 1 --no-trace --max-rss-gb 12   # 10M rows
     python bench/bench_report.py --sizes 1000000 --encoded   # the frame as the repository gives it (categoricals)
+    python bench/bench_report.py --sizes 1000000 --encoded --from-file   # the frame loaded into a fresh process
+
+``--from-file``: one child generates the frame and pickles it to a temporary file, a second, fresh child loads it and
+measures. The generator's peak and the heap it fragments are then not in the measuring process (``malloc_trim`` gives
+back only part of them), as the API's frame arrives whole from the database: ``frame MB`` is the interpreter, its
+modules and the frame, nothing else.
 """
 
 from __future__ import annotations
@@ -40,10 +46,13 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -99,13 +108,35 @@ def _reset_peak() -> bool:
     return _status_kb("VmHWM") is not None
 
 
-def measure(n_rows: int, n_boot: int, seed: int, trace: bool, repeat: int = 1, encoded: bool = False) -> dict[str, Any]:
-    """Build one synthetic frame and measure ``build_report`` on it (runs in the child process). ``encoded``: the
-    frame's string columns as sorted categoricals, as ``repository.judgments_frame`` gives it to the report."""
-    t0 = time.perf_counter()
+def make_frame(n_rows: int, seed: int, encoded: bool) -> pd.DataFrame:
+    """The synthetic frame; ``encoded``: its string columns as sorted categoricals, as ``repository.judgments_frame``
+    gives it to the report."""
     frame = synthetic_judgments(n_rows, seed=seed)
-    if encoded:
-        frame = F.encode_strings(F.validate_judgments(frame))
+    return F.encode_strings(F.validate_judgments(frame)) if encoded else frame
+
+
+def write_frame(n_rows: int, seed: int, encoded: bool, path: Path) -> dict[str, Any]:
+    """Generate the frame and pickle it to ``path`` (the first child of ``--from-file``)."""
+    t0 = time.perf_counter()
+    frame = make_frame(n_rows, seed, encoded)
+    gen_s = time.perf_counter() - t0
+    frame.to_pickle(path)
+    return {"generate_s": gen_s, "generate_peak_rss_mb": _peak_rss_bytes() / MB}
+
+
+def measure(
+    n_rows: int,
+    n_boot: int,
+    seed: int,
+    trace: bool,
+    repeat: int = 1,
+    encoded: bool = False,
+    frame_file: Path | None = None,
+) -> dict[str, Any]:
+    """Build one synthetic frame (or load it from ``frame_file``) and measure ``build_report`` on it (runs in the
+    child process)."""
+    t0 = time.perf_counter()
+    frame = make_frame(n_rows, seed, encoded) if frame_file is None else pd.read_pickle(frame_file)
     gen_s = time.perf_counter() - t0
     gen_peak = _peak_rss_bytes()
     gc.collect()
@@ -135,6 +166,7 @@ def measure(n_rows: int, n_boot: int, seed: int, trace: bool, repeat: int = 1, e
         "pairwise_rows": int((frame["mode"] == "pairwise").sum()),
         "n_boot": n_boot,
         "encoded": encoded,
+        "from_file": frame_file is not None,
         "generate_s": gen_s,
         "report_s": report_s,
         "report_s_all": times,
@@ -151,15 +183,32 @@ def measure(n_rows: int, n_boot: int, seed: int, trace: bool, repeat: int = 1, e
 
 
 def _child(args: argparse.Namespace) -> None:
-    print(json.dumps(measure(args.child, args.n_boot, args.seed, not args.no_trace, args.repeat, args.encoded)))
+    if args.write_frame is not None:
+        print(json.dumps(write_frame(args.child, args.seed, args.encoded, args.write_frame)))
+        return
+    result = measure(args.child, args.n_boot, args.seed, not args.no_trace, args.repeat, args.encoded, args.read_frame)
+    print(json.dumps(result))
 
 
 def _run_child(n_rows: int, args: argparse.Namespace, root: Path = ROOT) -> dict[str, Any]:
-    """One size in a fresh process, with the code of ``root`` (this checkout, or ``--baseline``'s)."""
+    """One size in a fresh process, with the code of ``root`` (this checkout, or ``--baseline``'s); with
+    ``--from-file`` a first child writes the frame and the measuring child loads it."""
+    if not args.from_file:
+        return _spawn(n_rows, args, root, [])
+    with tempfile.TemporaryDirectory(prefix="bench_report_") as tmp:
+        path = Path(tmp) / "frame.pkl"
+        written = _spawn(n_rows, args, root, ["--write-frame", str(path)])
+        if "over_limit_gb" in written:
+            return written
+        result = _spawn(n_rows, args, root, ["--read-frame", str(path)])
+    return {**result, "generate_s": written["generate_s"], "generate_peak_rss_mb": written["generate_peak_rss_mb"]}
+
+
+def _spawn(n_rows: int, args: argparse.Namespace, root: Path, extra: list[str]) -> dict[str, Any]:
     script = root / "bench" / "bench_report.py"
     cmd = [sys.executable, str(script), "--child", str(n_rows), "--n-boot", str(args.n_boot)]
     cmd += ["--seed", str(args.seed), "--repeat", str(args.repeat)] + (["--no-trace"] if args.no_trace else [])
-    cmd += ["--encoded"] if args.encoded else []
+    cmd += (["--encoded"] if args.encoded else []) + extra
     env = {**os.environ, "PYTHONPATH": str(root)}
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root, env=env) as child:
         over = _watch(child, args.max_rss_gb)
@@ -220,7 +269,15 @@ def main(argv: list[str] | None = None) -> int:
         help="give build_report the frame with its string columns as sorted categoricals, as the repository reads it "
         "for GET /report (the baseline's script must know the flag: copy this script there)",
     )
+    parser.add_argument(
+        "--from-file",
+        action="store_true",
+        help="generate the frame in one child and measure in a fresh one that loads it (no generator leftovers in "
+        "the measured process; the baseline's script must know the flag: copy this script there)",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--write-frame", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--read-frame", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
         _child(args)
@@ -229,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"build_report benchmark: python {platform.python_version()}, {os.cpu_count()} CPU(s), "
         f"n_boot={args.n_boot}, seed={args.seed}, best of {args.repeat} run(s), "
-        f"frame {'encoded (as the repository reads it)' if args.encoded else 'of Arrow strings'}, "
+        f"frame {'encoded (as the repository reads it)' if args.encoded else 'of Arrow strings'}"
+        f"{', loaded into a fresh process' if args.from_file else ''}, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     header = (
@@ -284,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         "time = best wall clock of build_report (frame generation excluded); x per 10x = time ratio per 10x rows;\n"
         "traced MB = tracemalloc peak during build_report; frame MB = the child's RSS with the frame alone;\n"
         "RSS+ = RSS growth during the first run; peak RSS = peak during build_report, the frame included "
-        "(whole child where /proc/self/clear_refs is missing); gen peak = peak while generating the frame.\n"
+        "(whole child where /proc/self/clear_refs is missing); gen peak = peak while generating the frame (with "
+        "--from-file: in the writing child).\n"
         "The baseline runs this script's copy in its checkout: copy bench/bench_report.py there for the same columns."
     )
     if args.json:

@@ -180,3 +180,18 @@ def pref_confusions(report: Mapping[str, Any] | None) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+SCORES_TAB, PREFERENCES_TAB, JUDGES_TAB = "Scores", "Preferences", "Judges"
+
+
+def agreement_tabs(report: Mapping[str, Any] | None) -> tuple[list[str], str]:
+    """The Human agreement page's tabs and the one it opens on. Judges appears when there is a judges-vs-humans
+    matrix or a panel's inter-judge agreement to show; the page opens on Scores when the judge and the humans share
+    scores, else on Preferences when they share votes, else on Scores (which says what is missing)."""
+    labels = [SCORES_TAB, PREFERENCES_TAB]
+    if not judges_human_frame(report).empty or not inter_judge_frame(report).empty:
+        labels.append(JUDGES_TAB)
+    agreement = _agreement(report)
+    votes = (agreement.get("preferences") or {}).get("judge_vs_human")
+    return labels, PREFERENCES_TAB if votes and not agreement.get("scores") else SCORES_TAB

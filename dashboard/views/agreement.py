@@ -7,27 +7,27 @@ import streamlit as st
 
 from dashboard import analysis, api, charts, state, widgets
 
+TAB_KEY = "agr_tab"
 EMPTY = (
     "No human ratings for this run yet — rate items on the **Annotate** page, or import them with "
     "`dialogue-judge import-ratings RUN_ID ratings.csv`."
 )
 
 
-def tables(report: dict) -> None:
-    if not report.get("agreement"):
-        widgets.empty("The report has no agreement section yet — press *Refresh data* in the sidebar.")
-        return
+def score_tables(report: dict) -> None:
+    st.subheader("Score agreement (judge vs mean human)")
+    widgets.table(analysis.score_agreement_frame(report), "score_agreement", "agr_scores")
+    st.subheader("Krippendorff's alpha")
+    widgets.table(analysis.alpha_frame(report), "alpha", "agr_alpha")
+
+
+def preference_table(report: dict) -> None:
     st.subheader("Preference agreement (S1 keeps ties, S2 drops them)")
     prefs = analysis.pref_agreement_frame(report)
     if prefs.empty:
         st.caption("No human preference votes.")
     else:
         widgets.table(prefs, "preference_agreement", "agr_pref")
-    st.subheader("Score agreement (judge vs mean human)")
-    widgets.table(analysis.score_agreement_frame(report), "score_agreement", "agr_scores")
-    st.subheader("Krippendorff's alpha")
-    widgets.table(analysis.alpha_frame(report), "alpha", "agr_alpha")
-    judges_matrix(report)
 
 
 def judges_matrix(report: dict) -> None:
@@ -129,10 +129,25 @@ def render() -> None:
         return
     report = state.require_report(run)
     st.caption(f"{len(ratings):,} human ratings from {ratings['rater'].nunique()} raters.")
-    item_level(run, ratings, report)  # the charts first, then the tables behind them
-    preference_confusions(report)
-    tables(report)
-    inter_judge(report)
+    if not report.get("agreement"):
+        widgets.empty("The report has no agreement section yet — press *Refresh data* in the sidebar.")
+        return
+    labels, first = analysis.agreement_tabs(report)
+    # only the open tab runs (its API reads, its charts); ?agr_tab=<label> opens one by link
+    tabs = dict(zip(labels, st.tabs(labels, default=first, key=TAB_KEY, bind="query-params"), strict=True))
+    if tabs[analysis.SCORES_TAB].open:
+        with tabs[analysis.SCORES_TAB]:
+            item_level(run, ratings, report)  # the charts first, then the tables behind them
+            score_tables(report)
+    if tabs[analysis.PREFERENCES_TAB].open:
+        with tabs[analysis.PREFERENCES_TAB]:
+            preference_confusions(report)
+            preference_table(report)
+    judges = tabs.get(analysis.JUDGES_TAB)
+    if judges is not None and judges.open:
+        with judges:
+            judges_matrix(report)
+            inter_judge(report)
 
 
 render()

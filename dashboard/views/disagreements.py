@@ -10,6 +10,7 @@ import streamlit as st
 from dashboard import analysis, api, charts, state, widgets
 
 PAGE = 50
+TAB_KEY = "dis_tab"
 FAILED_COLUMNS = [
     "id",
     "item_id",
@@ -154,13 +155,22 @@ def render() -> None:
     ratings = widgets.guard(api.ratings, state.conn(), str(run["id"]), state.ratings_rev(), what="the human ratings")
     labels = ["Judge vs human", "Order flips", "Unparseable / failed"]
     both = flips.n_both if flips is not None else None
-    human, flip, failed = st.tabs(labels, default=labels[analysis.first_with_content(run, ratings, both)])
-    with human:
-        human_tab(run)
-    with flip:
-        flips_tab(run, flips)
-    with failed:
-        failed_tab(str(run["id"]))
+    # only the open tab runs (and reads the API): the others wait for a click; ?dis_tab=<label> opens one by link
+    human, flip, failed = st.tabs(
+        labels,
+        default=labels[analysis.first_with_content(run, ratings, both)],
+        key=TAB_KEY,
+        bind="query-params",
+    )
+    if human.open:
+        with human:
+            human_tab(run)
+    if flip.open:
+        with flip:
+            flips_tab(run, flips)
+    if failed.open:
+        with failed:
+            failed_tab(str(run["id"]))
 
 
 render()

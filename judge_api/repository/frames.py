@@ -191,27 +191,36 @@ RATING_FRAME_COLUMNS = [
 ]
 
 
+_RATING_READ = (
+    HumanRating.item_key,
+    HumanRating.system,
+    HumanRating.system_b,
+    HumanRating.aspect,
+    HumanRating.rater,
+    HumanRating.kind,
+    HumanRating.value,
+    HumanRating.scale_min,
+    HumanRating.scale_max,
+    HumanRating.meta,
+)
+
+
+def _rating_meta(meta: dict[str, Any] | None) -> tuple[Any, bool]:
+    """(turn, tie_inconsistent) of a rating's meta."""
+    meta = meta or {}
+    return meta.get("turn"), bool(meta.get("tie_inconsistent", False))
+
+
 def ratings_frame(session: Session, run_id: str, item_ids: Sequence[str] | None = None) -> pd.DataFrame:
     """The run's human ratings (only those of ``item_ids`` when given) in the order they were first written."""
-    query = select(HumanRating).where(HumanRating.run_id == run_id)
+    # the columns, not ORM objects: a run's tens of thousands of ratings are read by every agreement page (issue 39)
+    query = select(*_RATING_READ).where(HumanRating.run_id == run_id)
     if item_ids is not None:
         query = query.where(HumanRating.item_key.in_(list(item_ids)))
-    rows = session.scalars(query.order_by(HumanRating.id))
+    rows = session.execute(query.order_by(HumanRating.id))
     records = [
-        {
-            "item_id": r.item_key,
-            "system": r.system,
-            "system_b": r.system_b or None,
-            "aspect": r.aspect,
-            "rater": r.rater,
-            "kind": r.kind,
-            "value": r.value,
-            "scale_min": r.scale_min,
-            "scale_max": r.scale_max,
-            "turn": (r.meta or {}).get("turn"),
-            "tie_inconsistent": bool((r.meta or {}).get("tie_inconsistent", False)),
-        }
-        for r in rows
+        (item, system, system_b or None, aspect, rater, kind, value, low, high, *_rating_meta(meta))
+        for item, system, system_b, aspect, rater, kind, value, low, high, meta in rows
     ]
     return pd.DataFrame(records, columns=RATING_FRAME_COLUMNS)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
@@ -62,7 +62,7 @@ def get_ratings(
     item_id: list[str] | None = Query(None, description="only these items' ratings (repeatable)"),
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
-) -> dict[str, Any]:
+) -> Response:
     """The run's human ratings, or only those of the ``item_id`` items (the item explorer reads one item's, not a
     run's thousands: issue 39)."""
     run_or_404(session, run_id, principal)
@@ -72,5 +72,8 @@ def get_ratings(
             [{"loc": ["query", "item_id"], "msg": f"at most {MAX_RATING_ITEMS} item ids", "type": "value_error"}],
         )
     frame = repository.ratings_frame(session, run_id, item_id)
-    records = json.loads(frame.to_json(orient="records"))
-    return {"run_id": run_id, "total": len(records), "items": records}
+    # the records' JSON as pandas writes it, not parsed and encoded again (a second of 14,000 ratings: issue 39)
+    records = frame.to_json(orient="records")
+    return Response(
+        f'{{"run_id":{json.dumps(run_id)},"total":{len(frame)},"items":{records}}}', media_type="application/json"
+    )

@@ -34,3 +34,31 @@ def test_too_many_item_ids_is_a_422_naming_item_id(api: Api) -> None:
     response = api.client.get(f"/v1/runs/{run_id}/human-ratings", params={"item_id": [f"i{k}" for k in range(1001)]})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["query", "item_id"]
+
+
+def test_the_ratings_body_keeps_every_field_and_value(api: Api) -> None:
+    """The list is written as pandas writes the records, not parsed and encoded again (issue 39): the same fields and
+    values as before, non-ASCII raters, a preference's system_b, a fractional score, in the order first written."""
+    run_id = str(api.submit(None, run_body(2))["id"])
+    ratings = [
+        {"item_id": "item-1", "system": "a", "aspect": "consistency", "rater": "Zoë", "kind": "score",
+         "value": 7.25, "scale_min": 1.0, "scale_max": 10.0},
+        {"item_id": "item-0", "system": "a", "system_b": "b", "aspect": "consistency", "rater": "李",
+         "kind": "preference", "value": -1},
+    ]  # fmt: skip
+    assert api.client.post(f"/v1/runs/{run_id}/human-ratings", json={"ratings": ratings}).status_code == 201
+    response = api.client.get(f"/v1/runs/{run_id}/human-ratings")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    common = {"aspect": "consistency", "turn": None, "tie_inconsistent": False}
+    assert response.json() == {
+        "run_id": run_id,
+        "total": 2,
+        "items": [
+            {"item_id": "item-1", "system": "a", "system_b": None, "rater": "Zoë", "kind": "score", "value": 7.25,
+             "scale_min": 1.0, "scale_max": 10.0, **common},
+            {"item_id": "item-0", "system": "a", "system_b": "b", "rater": "李", "kind": "preference", "value": -1.0,
+             "scale_min": -1.0, "scale_max": 1.0, **common},
+        ],
+    }  # fmt: skip
+    empty = api.client.get(f"/v1/runs/{run_id}/human-ratings", params={"item_id": ["nothing"]})
+    assert empty.json() == {"run_id": run_id, "total": 0, "items": []}

@@ -51,7 +51,9 @@ def test_disagreements_show_the_frames_figures_without_the_frame(fake_api: FakeA
     _same(gaps, scatter.sort_values("gap", ascending=False).head(len(gaps)))
     prefs = next(f for f in frames if "human_vote" in f.columns)
     _same(prefs, analysis.preference_disagreements(orders, ratings))
-    flips = next(f for f in frames if "flipped" in f.columns)
+    at.session_state["dis_tab"] = "Order flips"  # only the open tab runs
+    at.run()
+    flips = next(d.value for d in at.dataframe if "flipped" in d.value.columns)
     both = orders[orders["outcome_ab"].notna() & orders["outcome_ba"].notna()]
     _same(flips, both[both["flipped"]])
     metric = {m.label: m.value for m in at.metric}["Pairs whose verdict flips with the order"]

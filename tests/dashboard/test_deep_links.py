@@ -119,3 +119,39 @@ def test_every_page_opens_from_its_url_with_the_run_selected(
             browser.close()
     finally:
         service.stop()
+
+
+def test_a_disagreements_tab_opens_from_its_link_and_only_it_runs(
+    sqlite_url: str,
+    redis_url: str,
+    tmp_path: Path,
+    dashboard: Any,  # noqa: F811
+) -> None:
+    """The Disagreements page runs only its open tab (issue 39: the other two read the API for nothing); the open tab
+    is in the URL (``dis_tab``), so a link opens it, and a click on another tab moves the link."""
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    service = LiveService(redis_url, sqlite_url, tmp_path / "svc")
+    service.start_api()
+    try:
+        older, _newer = two_runs(service.client())
+        url = dashboard(service.api_url)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{url}/disagreements?run={older}&dis_tab=Unparseable+%2F+failed")
+            page.get_by_role("heading", name="Disagreements", level=1).wait_for(timeout=60_000)
+            page.get_by_text("Unparseable: 0").wait_for(timeout=60_000)
+            selected = page.get_by_role("tab", selected=True)
+            assert selected.inner_text().strip() == "Unparseable / failed"
+            assert "No human ratings yet" not in page.inner_text("[data-testid=stMain]")  # the first tab did not run
+            page.get_by_role("tab", name="Judge vs human").click()
+            page.get_by_text("No human ratings yet").wait_for(timeout=60_000)
+            page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
+            assert "Unparseable: 0" not in page.inner_text("[data-testid=stMain]")
+            assert f"run={older}" in page.url and "dis_tab=Unparseable" not in page.url, page.url
+            browser.close()
+    finally:
+        service.stop()

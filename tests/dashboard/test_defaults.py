@@ -13,7 +13,7 @@ from dashboard_fakes import RUN_A, RUN_B, FakeApi, install
 from streamlit.testing.v1 import AppTest
 
 from dashboard import charts
-from dashboard.analysis import comparable, default_pair, first_with_content
+from dashboard.analysis import agreement_tabs, comparable, default_pair, first_with_content
 
 APP = "../../dashboard/app.py"
 
@@ -140,3 +140,32 @@ def test_count_axes_have_whole_ticks() -> None:
         pd.DataFrame([{"system": "a", "source_kind": "memory", "contradictions": 1}])
     ).to_dict()
     assert contradictions["encoding"]["x"]["axis"]["tickMinStep"] == 1
+
+
+def _agreement(scores: bool, votes: bool, judges: bool, panel: bool) -> dict[str, Any]:
+    judge = {"judge": "j", "aspect": "coherence", "n_scores": 3}
+    inter = {"aspect": "a", "n_units": 2, "alpha_interval": 0.5, "alpha_ordinal": 0.5}
+    return {
+        "agreement": {
+            "scores": [{"aspect": "coherence", "judge": "j", "n": 3}] if scores else [],
+            "preferences": {"judge_vs_human": [{"aspect": "coherence", "judge": "j"}] if votes else []},
+            "judges": {"matrix": [judge] if judges else []},
+        },
+        "panel": {"inter_judge": {"scores": [inter]}} if panel else None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("scores", "votes", "judges", "panel", "labels", "first"),
+    [
+        (True, True, False, False, ["Scores", "Preferences"], "Scores"),
+        (False, True, False, False, ["Scores", "Preferences"], "Preferences"),  # votes only: open on them
+        (False, False, False, False, ["Scores", "Preferences"], "Scores"),  # nothing shared: Scores says why
+        (True, False, True, False, ["Scores", "Preferences", "Judges"], "Scores"),
+        (False, True, False, True, ["Scores", "Preferences", "Judges"], "Preferences"),
+    ],
+)
+def test_agreement_tabs_open_on_what_the_judge_and_humans_share(
+    scores: bool, votes: bool, judges: bool, panel: bool, labels: list[str], first: str
+) -> None:
+    assert agreement_tabs(_agreement(scores, votes, judges, panel)) == (labels, first)

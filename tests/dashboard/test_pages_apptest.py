@@ -213,12 +213,41 @@ def test_winrates_can_be_seen_from_one_system(fake_api: FakeApi) -> None:
 @pytest.mark.parametrize("fake_api", ["data"], indirect=True)
 def test_agreement_tables_scatter_and_confusions(fake_api: FakeApi) -> None:
     at = open_page("agreement")
-    columns = [set(d.value.columns) for d in at.dataframe]
-    assert any({"S1 rate", "S2 rate", "kappa S1"} <= c for c in columns)
+    columns = [set(d.value.columns) for d in at.dataframe]  # the Scores tab: only the open tab runs
     assert any({"spearman", "kendall", "pearson", "qwk"} <= c for c in columns)
     assert any("alpha_interval_all" in c for c in columns)
     assert any({"judge_rank", "human_rank"} <= c for c in columns)
-    assert len(at.get("vega_lite_chart")) >= 4  # pref confusion, scatter, score confusion, rank slope
+    assert not any("S1 rate" in c for c in columns)
+    assert len(at.get("vega_lite_chart")) == 3  # scatter, score confusion, rank slope
+    at.session_state["agr_tab"] = "Preferences"
+    at.run()
+    columns = [set(d.value.columns) for d in at.dataframe]
+    assert any({"S1 rate", "S2 rate", "kappa S1"} <= c for c in columns)
+    assert not any("spearman" in c for c in columns)
+    assert len(at.get("vega_lite_chart")) >= 1  # a preference confusion per (aspect, judge)
+
+
+@pytest.mark.parametrize("fake_api", ["data"], indirect=True)
+@pytest.mark.parametrize(
+    ("page", "param", "label", "column"),
+    [
+        ("agreement", "agr_tab", "Preferences", "S1 rate"),
+        ("disagreements", "dis_tab", "Order flips", "flipped"),
+        ("disagreements", "dis_tab", "Unparseable / failed", "raw_output"),
+    ],
+)
+def test_a_tab_opens_from_its_link(fake_api: FakeApi, page: str, param: str, label: str, column: str) -> None:
+    """The open tab is a query parameter (``?agr_tab=Preferences``): a shared link opens that tab, and only it runs."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params[param] = label
+    at.run()
+    at.switch_page(f"views/{page}.py")
+    at.query_params[param] = label
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    columns = [set(d.value.columns) for d in at.dataframe]
+    assert any(column in c for c in columns), columns
+    assert not any({"gap", "spearman"} & c for c in columns), columns  # the page's first tab did not run
 
 
 @pytest.mark.parametrize("fake_api", ["data"], indirect=True)
@@ -280,11 +309,21 @@ def test_disagreements_queue_and_jump_to_explorer(fake_api: FakeApi) -> None:
     frames = [d.value for d in at.dataframe]
     gaps = next(f for f in frames if "gap" in f.columns)
     assert gaps.iloc[0]["item_id"] == "msc-2"  # the humans rated item 2 far higher
-    flips = next(f for f in frames if "flipped" in f.columns)
-    assert flips[["item_id", "system_a", "system_b"]].values.tolist() == [["msc-1", "rsum", "memgpt"]]
     prefs = next(f for f in frames if "human_vote" in f.columns)
     assert prefs["item_id"].tolist() == ["msc-0"]
+    # only the open tab ran: the flips and the unparseable rows are drawn when their tab is opened
+    assert not any("flipped" in f.columns or "raw_output" in f.columns for f in frames)
+    at.session_state["dis_tab"] = "Order flips"
+    at.run()
+    frames = [d.value for d in at.dataframe]
+    flips = next(f for f in frames if "flipped" in f.columns)
+    assert flips[["item_id", "system_a", "system_b"]].values.tolist() == [["msc-1", "rsum", "memgpt"]]
+    assert not any("gap" in f.columns for f in frames)
+    at.session_state["dis_tab"] = "Unparseable / failed"
+    at.run()
     assert any(len(d.value) == 1 and "raw_output" in d.value.columns for d in at.dataframe)  # unparseable
+    at.session_state["dis_tab"] = "Judge vs human"
+    at.run()
     at.button(key="dis_h_go").click().run()
     assert at.title[0].value == "Item explorer"
     assert at.header[0].value == "Item `msc-2`"
@@ -416,6 +455,10 @@ def test_pages_tell_all_unparseable_apart_from_none(
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state["run_id"] = run_id
     at = open_page(page, at.run())
+    if page == "disagreements":  # it opens on the unparseable rows; the order flips' tab says why it has none
+        assert "Unparseable" in texts(at, "markdown")
+        at.session_state["dis_tab"] = "Order flips"
+        at.run()
     info = texts(at, "info")
     for none in (
         "No pairwise judgments",
