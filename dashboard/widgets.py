@@ -97,10 +97,46 @@ def pager(total: int, key: str, page_size: int = PAGE_SIZE) -> int:
     if pages == 1:
         return 0
     left, right = st.columns([1, 3])
-    page = left.number_input("Page", min_value=1, max_value=pages, value=1, step=1, key=f"{key}_page")
+    # no value=: the first page is the default ("min"), so a kept page (keep) is not a value set twice
+    page = left.number_input("Page", min_value=1, max_value=pages, step=1, key=f"{key}_page")
     first = (int(page) - 1) * page_size
     right.caption(f"rows {first + 1}–{min(total, first + page_size)} of {total:,}")
     return first
+
+
+def linked_tabs(labels: list[str], default: str, key: str) -> dict[str, Any]:
+    """Tabs of which only the open one runs its code (``container.open``): a tab's API reads and charts wait for a
+    click (issue 39, a million judgments). The open tab is in the link (``?<key>=<label>``): a link opens that tab,
+    and a click writes it. The dashboard writes the parameter itself rather than binding the tabs to it
+    (``bind="query-params"``): ``st.switch_page`` clears the query parameters, which Streamlit refuses for a bound
+    one. Until the reader picks a tab the page follows ``default`` (the tab with something to show, which moves as
+    ratings and verdicts arrive); once they pick one, it stays open while it exists."""
+    ss = st.session_state
+    shown_default = f"_{key}_default"
+    wanted = st.query_params.get(key)
+    if wanted is not None and wanted not in labels:
+        del st.query_params[key]  # a label this page does not have (any more): the link opens the default
+        wanted = None
+    if wanted is not None and ss.get(key) != wanted:
+        ss[key] = wanted
+    elif ss.get(key) not in labels or ss.get(key) == ss.get(shown_default):
+        ss[key] = default  # not picked by the reader: follow what has something to show
+    ss[shown_default] = default
+    containers = st.tabs(labels, key=key, on_change=_write_tab_link, args=(key,))
+    return dict(zip(labels, containers, strict=True))
+
+
+def _write_tab_link(key: str) -> None:
+    st.query_params[key] = str(st.session_state[key])
+
+
+def keep(*keys: str) -> None:
+    """Keep these widgets' values while they are not drawn (a closed tab's picker, its table's page): Streamlit drops
+    the value of a widget a run does not draw, unless the run sets it itself."""
+    ss = st.session_state
+    for key in keys:
+        if key in ss:
+            ss[key] = ss[key]
 
 
 def csv_button(df: pd.DataFrame, name: str, key: str) -> None:

@@ -8,13 +8,29 @@ import streamlit as st
 from dashboard import analysis, api, charts, state, widgets
 
 TAB_KEY = "agr_tab"
+# the widgets of the tabs, kept while their tab is closed: the pickers and the tables' pages
+KEPT = (
+    "agr_aspect",
+    "agr_judge",
+    *(f"agr_{k}_page" for k in ("ranks_t", "items", "scores", "alpha", "pref", "judges", "sets", "inter")),
+)
 EMPTY = (
     "No human ratings for this run yet — rate items on the **Annotate** page, or import them with "
     "`dialogue-judge import-ratings RUN_ID ratings.csv`."
 )
 
 
+def no_section(report: dict) -> bool:
+    """True (and says so) when the report has no agreement section yet: the item-level charts need none."""
+    if report.get("agreement"):
+        return False
+    widgets.empty("The report has no agreement section yet — press *Refresh data* in the sidebar.")
+    return True
+
+
 def score_tables(report: dict) -> None:
+    if no_section(report):
+        return
     st.subheader("Score agreement (judge vs mean human)")
     widgets.table(analysis.score_agreement_frame(report), "score_agreement", "agr_scores")
     st.subheader("Krippendorff's alpha")
@@ -22,6 +38,8 @@ def score_tables(report: dict) -> None:
 
 
 def preference_table(report: dict) -> None:
+    if no_section(report):
+        return
     st.subheader("Preference agreement (S1 keeps ties, S2 drops them)")
     prefs = analysis.pref_agreement_frame(report)
     if prefs.empty:
@@ -117,6 +135,7 @@ def preference_confusions(report: dict) -> None:
 
 
 def render() -> None:
+    widgets.keep(*KEPT)
     st.title("Human agreement")
     run = state.require_run()
     ratings = widgets.guard(api.ratings, state.conn(), str(run["id"]), state.ratings_rev(), what="the human ratings")
@@ -129,12 +148,9 @@ def render() -> None:
         return
     report = state.require_report(run)
     st.caption(f"{len(ratings):,} human ratings from {ratings['rater'].nunique()} raters.")
-    if not report.get("agreement"):
-        widgets.empty("The report has no agreement section yet — press *Refresh data* in the sidebar.")
-        return
     labels, first = analysis.agreement_tabs(report)
     # only the open tab runs (its API reads, its charts); ?agr_tab=<label> opens one by link
-    tabs = dict(zip(labels, st.tabs(labels, default=first, key=TAB_KEY, bind="query-params"), strict=True))
+    tabs = widgets.linked_tabs(labels, first, TAB_KEY)
     if tabs[analysis.SCORES_TAB].open:
         with tabs[analysis.SCORES_TAB]:
             item_level(run, ratings, report)  # the charts first, then the tables behind them

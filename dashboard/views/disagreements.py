@@ -11,6 +11,11 @@ from dashboard import analysis, api, charts, state, widgets
 
 PAGE = 50
 TAB_KEY = "dis_tab"
+# the widgets of the tabs, kept while their tab is closed: the review pickers and the tables' pages
+KEPT = (
+    *(f"dis_{k}_pick" for k in ("h", "f", "u")),
+    *(f"dis_{k}_page" for k in ("scores", "prefs", "flips", "unparseable", "failed")),
+)
 FAILED_COLUMNS = [
     "id",
     "item_id",
@@ -147,6 +152,7 @@ def failed_tab(run_id: str) -> None:
 
 
 def render() -> None:
+    widgets.keep(*KEPT)
     st.title("Disagreements")
     run = state.require_run()
     flips = widgets.guard(
@@ -156,12 +162,8 @@ def render() -> None:
     labels = ["Judge vs human", "Order flips", "Unparseable / failed"]
     both = flips.n_both if flips is not None else None
     # only the open tab runs (and reads the API): the others wait for a click; ?dis_tab=<label> opens one by link
-    human, flip, failed = st.tabs(
-        labels,
-        default=labels[analysis.first_with_content(run, ratings, both)],
-        key=TAB_KEY,
-        bind="query-params",
-    )
+    tabs = widgets.linked_tabs(labels, labels[analysis.first_with_content(run, ratings, both)], TAB_KEY)
+    human, flip, failed = (tabs[label] for label in labels)
     if human.open:
         with human:
             human_tab(run)

@@ -80,6 +80,13 @@ def test_order_flips_are_paged_by_the_api(monkeypatch: pytest.MonkeyPatch) -> No
     shown = next(d.value for d in at.dataframe if "flipped" in d.value.columns)
     _same(shown, flipped.iloc[50:100])
     assert any("flipped=true" in r and "offset=50" in r for r in fake.aggregate_requests)
+    at.session_state["dis_tab"] = "Unparseable / failed"  # a look at another tab keeps the page the reader was on
+    at.run()
+    at.session_state["dis_tab"] = "Order flips"
+    at.run()
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    shown = next(d.value for d in at.dataframe if "flipped" in d.value.columns)
+    _same(shown, flipped.iloc[50:100])
     assert not any(r.endswith("/judgments.csv") for r in fake.requests)
 
 
