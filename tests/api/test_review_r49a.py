@@ -34,7 +34,7 @@ def test_hostile_raters_meta_and_filters_round_trip(api: Api) -> None:
     assert items[0]["turn"] == 3 and items[1]["turn"] == "t-1" and items[2]["turn"] == {"nested": 2**60}
     assert [i["tie_inconsistent"] for i in items] == [True, False, False]
     assert items[1]["system_b"] == "b" and items[0]["system_b"] is None
-    one = api.client.get(f"/v1/runs/{run_id}/human-ratings", params={"item_id": ["item-2", "zz\"\\"]}).json()
+    one = api.client.get(f"/v1/runs/{run_id}/human-ratings", params={"item_id": ["item-2", 'zz"\\']}).json()
     assert one["total"] == 1 and one["items"] == items[2:]
 
 
