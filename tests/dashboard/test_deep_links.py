@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,42 +84,53 @@ def two_runs(client: Any) -> tuple[str, str]:
     return ids[0], ids[1]
 
 
-def test_every_page_opens_from_its_url_with_the_run_selected(
-    sqlite_url: str,
-    redis_url: str,
-    tmp_path: Path,
-    dashboard: Any,  # noqa: F811
-) -> None:
+@contextlib.contextmanager
+def two_runs_in_chromium(
+    sqlite_url: str, redis_url: str, tmp_path: Path, start_dashboard: Any
+) -> Iterator[tuple[Any, str, str]]:
+    """A live API with two runs, the dashboard on it and a Chromium page: (page, dashboard url, the older run)."""
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium)")
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     service = LiveService(redis_url, sqlite_url, tmp_path / "svc")
     service.start_api()
     try:
         older, _newer = two_runs(service.client())
-        url = dashboard(service.api_url)
+        url = start_dashboard(service.api_url)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            for path, title in URLS.items():
-                page.goto(f"{url}/{path}?run={older}")
-                page.get_by_role("heading", name=title, level=1).wait_for(timeout=60_000)
-                page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
-                page.wait_for_timeout(500)
-                body = page.inner_text("body")
-                assert "Page not found" not in body, (path, body[:500])
-                expected = f"older · {older}"
-                with contextlib.suppress(PlaywrightTimeout):  # the run picker fills in after the page's first draw
-                    page.wait_for_function(f"() => ({SIDEBAR_JS})().includes({expected!r})", timeout=30_000)
-                sidebar = page.evaluate(SIDEBAR_JS)
-                assert expected in sidebar, (path, sidebar[:500])  # the linked run, not the newest
-                assert f"run={older}" in page.url, (path, page.url)  # the link stays shareable
-                assert page.url.rstrip("/").split("?")[0].endswith(f"/{path}".rstrip("/")), (path, page.url)
-            browser.close()
+            try:
+                yield browser.new_page(viewport={"width": 1400, "height": 900}), url, older
+            finally:
+                browser.close()
     finally:
         service.stop()
+
+
+def test_every_page_opens_from_its_url_with_the_run_selected(
+    sqlite_url: str,
+    redis_url: str,
+    tmp_path: Path,
+    dashboard: Any,  # noqa: F811
+) -> None:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    with two_runs_in_chromium(sqlite_url, redis_url, tmp_path, dashboard) as (page, url, older):
+        for path, title in URLS.items():
+            page.goto(f"{url}/{path}?run={older}")
+            page.get_by_role("heading", name=title, level=1).wait_for(timeout=60_000)
+            page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
+            page.wait_for_timeout(500)
+            body = page.inner_text("body")
+            assert "Page not found" not in body, (path, body[:500])
+            expected = f"older · {older}"
+            with contextlib.suppress(PlaywrightTimeout):  # the run picker fills in after the page's first draw
+                page.wait_for_function(f"() => ({SIDEBAR_JS})().includes({expected!r})", timeout=30_000)
+            sidebar = page.evaluate(SIDEBAR_JS)
+            assert expected in sidebar, (path, sidebar[:500])  # the linked run, not the newest
+            assert f"run={older}" in page.url, (path, page.url)  # the link stays shareable
+            assert page.url.rstrip("/").split("?")[0].endswith(f"/{path}".rstrip("/")), (path, page.url)
 
 
 def test_a_disagreements_tab_opens_from_its_link_and_only_it_runs(
@@ -129,29 +141,15 @@ def test_a_disagreements_tab_opens_from_its_link_and_only_it_runs(
 ) -> None:
     """The Disagreements page runs only its open tab (issue 39: the other two read the API for nothing); the open tab
     is in the URL (``dis_tab``), so a link opens it, and a click on another tab moves the link."""
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    service = LiveService(redis_url, sqlite_url, tmp_path / "svc")
-    service.start_api()
-    try:
-        older, _newer = two_runs(service.client())
-        url = dashboard(service.api_url)
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(f"{url}/disagreements?run={older}&dis_tab=Unparseable+%2F+failed")
-            page.get_by_role("heading", name="Disagreements", level=1).wait_for(timeout=60_000)
-            page.get_by_text("Unparseable: 0").wait_for(timeout=60_000)
-            selected = page.get_by_role("tab", selected=True)
-            assert selected.inner_text().strip() == "Unparseable / failed"
-            assert "No human ratings yet" not in page.inner_text("[data-testid=stMain]")  # the first tab did not run
-            page.get_by_role("tab", name="Judge vs human").click()
-            page.get_by_text("No human ratings yet").wait_for(timeout=60_000)
-            page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
-            assert "Unparseable: 0" not in page.inner_text("[data-testid=stMain]")
-            assert f"run={older}" in page.url and "dis_tab=Unparseable" not in page.url, page.url
-            browser.close()
-    finally:
-        service.stop()
+    with two_runs_in_chromium(sqlite_url, redis_url, tmp_path, dashboard) as (page, url, older):
+        page.goto(f"{url}/disagreements?run={older}&dis_tab=Unparseable+%2F+failed")
+        page.get_by_role("heading", name="Disagreements", level=1).wait_for(timeout=60_000)
+        page.get_by_text("Unparseable: 0").wait_for(timeout=60_000)
+        selected = page.get_by_role("tab", selected=True)
+        assert selected.inner_text().strip() == "Unparseable / failed"
+        assert "No human ratings yet" not in page.inner_text("[data-testid=stMain]")  # the first tab did not run
+        page.get_by_role("tab", name="Judge vs human").click()
+        page.get_by_text("No human ratings yet").wait_for(timeout=60_000)
+        page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
+        assert "Unparseable: 0" not in page.inner_text("[data-testid=stMain]")
+        assert f"run={older}" in page.url and "dis_tab=Judge" in page.url, page.url  # the click wrote the link
