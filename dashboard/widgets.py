@@ -109,25 +109,27 @@ def linked_tabs(labels: list[str], default: str, key: str) -> dict[str, Any]:
     click (issue 39, a million judgments). The open tab is in the link (``?<key>=<label>``): a link opens that tab,
     and a click writes it. The dashboard writes the parameter itself rather than binding the tabs to it
     (``bind="query-params"``): ``st.switch_page`` clears the query parameters, which Streamlit refuses for a bound
-    one. Until the reader picks a tab the page follows ``default`` (the tab with something to show, which moves as
-    ratings and verdicts arrive); once they pick one, it stays open while it exists."""
+    one. Until the reader picks a tab (a click or a link) the page opens on ``default`` (the tab with something to
+    show, which moves as ratings and verdicts arrive); the tab they picked stays open whenever this page has it, across
+    runs and changes of the tab set (a new set of labels is a new widget to Streamlit, so the tab is set every run)."""
     ss = st.session_state
-    shown_default = f"_{key}_default"
+    picked_key, shown_key = f"_{key}_picked", f"_{key}_shown"
     wanted = st.query_params.get(key)
-    if wanted is not None and wanted not in labels:
-        del st.query_params[key]  # a label this page does not have (any more): the link opens the default
-        wanted = None
-    if wanted is not None and ss.get(key) != wanted:
-        ss[key] = wanted
-    elif ss.get(key) not in labels or ss.get(key) == ss.get(shown_default):
-        ss[key] = default  # not picked by the reader: follow what has something to show
-    ss[shown_default] = default
-    containers = st.tabs(labels, key=key, on_change=_write_tab_link, args=(key,))
+    current = ss.get(key)
+    if wanted in labels and wanted != ss.get(picked_key):
+        ss[picked_key] = wanted  # a link
+    elif current in labels and current != ss.get(shown_key):
+        ss[picked_key] = current  # a click: the tab shown is not the one this function set
+    picked = ss.get(picked_key)
+    shown = picked if picked in labels else default
+    ss[key] = ss[shown_key] = shown
+    if picked in labels:
+        if wanted != picked:
+            st.query_params[key] = str(picked)
+    elif wanted is not None:
+        del st.query_params[key]  # a tab this page does not have (any more): the link would not open it
+    containers = st.tabs(labels, key=key, on_change="rerun")
     return dict(zip(labels, containers, strict=True))
-
-
-def _write_tab_link(key: str) -> None:
-    st.query_params[key] = str(st.session_state[key])
 
 
 def keep(*keys: str) -> None:
