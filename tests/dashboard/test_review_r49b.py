@@ -2,7 +2,7 @@
 must stay open, and the open tab must be the one the URL names, on every rerun.
 
 A click on a tab is emulated as the browser does it: the tabs' value in the session and ``?<key>=<label>`` in the
-URL (``_write_tab_link``, the tabs' on_change, writes it; AppTest cannot click a tab)."""
+URL (``widgets.linked_tabs`` writes it after a click; AppTest cannot click a tab)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,9 @@ import pytest
 import streamlit as st
 from dashboard_fakes import RUN_A, RUN_B, FakeApi
 from streamlit.testing.v1 import AppTest
+from test_review_r49a import _ok, _open
 
-APP = "../../dashboard/app.py"
 FLIPS, HUMAN, FAILED = "Order flips", "Judge vs human", "Unparseable / failed"
-
-
-def _open(page: str, params: dict[str, str] | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["run_id"] = RUN_A
-    at.run()
-    at.switch_page(f"views/{page}.py")
-    for k, v in (params or {}).items():
-        at.query_params[k] = v
-    at.run()
-    return at
-
-
-def _ok(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not [e.value for e in at.error if "failed" in str(e.value)], [e.value for e in at.error]
 
 
 def _columns(at: AppTest) -> list[str]:
