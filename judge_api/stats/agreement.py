@@ -56,7 +56,7 @@ CATEGORIES = (-1, 0, 1)
 def votes_from_judgments(judgments: pd.DataFrame, *, combined: pd.DataFrame | None = None) -> pd.DataFrame:
     """Order-combined pairwise judgments as votes (ratings-frame layout, ``rater`` = judge)."""
     comb = combined if combined is not None else combine_orders(judgments)
-    code = comb[F.OUTCOME].map(F.OUTCOME_CODE).to_numpy(dtype="float64")
+    code = F.outcome_codes(comb[F.OUTCOME])
     votes = pd.DataFrame(
         {
             F.ITEM_ID: F.column(comb[F.ITEM_ID]),

@@ -206,6 +206,24 @@ def _optional_str(series: pd.Series, encoded: bool = False) -> pd.Series:
     return out
 
 
+def outcome_codes(outcomes: pd.Series) -> np.ndarray:
+    """win / tie / loss as 1 / 0 / -1 (float64; NaN where missing or not an outcome): ``outcomes.map(OUTCOME_CODE)``,
+    looked up once per distinct value instead of once per row (issue 39: 0.08-0.15 s per 370k Arrow strings)."""
+    codes, uniques = pd.factorize(outcomes)
+    table = np.array([*(OUTCOME_CODE.get(u, np.nan) for u in uniques), np.nan], dtype="float64")
+    return table[codes]  # a missing value's code is -1: the last entry
+
+
+def _filled_str(n: int, value: str | None, encoded: bool) -> pd.Series:
+    """``n`` times ``value`` (None: missing) as a string column; with ``encoded`` the categorical ``encode_strings``
+    makes of it, one byte a row instead of a string array built from a list of ``n`` Python objects."""
+    if not encoded:
+        return pd.Series([value] * n, dtype="str")
+    if value is None:
+        return pd.Series(pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype="str")))
+    return pd.Series(pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=pd.Index([value], dtype="str")))
+
+
 def empty_judgments() -> pd.DataFrame:
     """An empty judgments frame with every contract column and its dtype."""
     return validate_judgments(pd.DataFrame({c: [] for c in JUDGMENT_REQUIRED}))
@@ -243,22 +261,21 @@ def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFra
     n = len(df)
     out = pd.DataFrame(index=pd.RangeIndex(n))
     for col in _STR_COLUMNS:
-        if col in df.columns:
-            out[col] = _as_str(df[col], encoded)
-        else:
-            out[col] = pd.Series([""] * n, dtype="str")
+        out[col] = _as_str(df[col], encoded) if col in df.columns else _filled_str(n, "", encoded)
     for col in _OPTIONAL_STR_COLUMNS:
-        if col in df.columns:
-            out[col] = _optional_str(df[col], encoded)
-        else:
-            out[col] = pd.Series([None] * n, dtype="str")
+        out[col] = _optional_str(df[col], encoded) if col in df.columns else _filled_str(n, None, encoded)
+    # a column the frame lacks is filled as it is (issue 39: the panel's rows lack 13 of them)
     for col in _FLOAT_COLUMNS:
-        src_f = df[col].to_numpy() if col in df.columns else np.full(n, np.nan)
-        out[col] = pd.to_numeric(pd.Series(src_f), errors="coerce").astype("float64").to_numpy()
+        if col in df.columns:
+            out[col] = pd.to_numeric(pd.Series(df[col].to_numpy()), errors="coerce").astype("float64").to_numpy()
+        else:
+            out[col] = np.full(n, np.nan)
     for col in _INT_COLUMNS:
-        src_i = df[col].to_numpy() if col in df.columns else np.zeros(n)
-        vals = pd.to_numeric(pd.Series(src_i), errors="coerce").fillna(0)
-        out[col] = vals.astype("int64").to_numpy()
+        if col in df.columns:
+            vals = pd.to_numeric(pd.Series(df[col].to_numpy()), errors="coerce").fillna(0)
+            out[col] = vals.astype("int64").to_numpy()
+        else:
+            out[col] = np.zeros(n, dtype="int64")
     out[CACHED] = df[CACHED].fillna(False).astype(bool).to_numpy() if CACHED in df.columns else False
     if JUDGMENT_ID in df.columns:
         out[JUDGMENT_ID] = pd.to_numeric(df[JUDGMENT_ID], errors="coerce").to_numpy()

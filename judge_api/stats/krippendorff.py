@@ -55,7 +55,7 @@ def coincidence_matrix(units: ArrayLike, values: ArrayLike) -> tuple[np.ndarray,
     if x.size == 0:
         return np.zeros((0, 0)), np.empty(0)
     vals, vcode = np.unique(x, return_inverse=True)
-    ucode = np.unique(u, return_inverse=True)[1]
+    ucode = _ranks(u)
     n_units = int(ucode.max()) + 1
     counts = sparse.csr_matrix((np.ones(x.size), (ucode, vcode)), shape=(n_units, vals.size), dtype="float64")
     m_u = np.asarray(counts.sum(axis=1)).ravel()
@@ -63,6 +63,13 @@ def coincidence_matrix(units: ArrayLike, values: ArrayLike) -> tuple[np.ndarray,
     o = np.asarray((counts.T @ weight @ counts).todense())
     o -= np.diag(np.asarray((weight @ counts).sum(axis=0)).ravel())
     return o, vals
+
+
+def _ranks(codes: np.ndarray) -> np.ndarray:
+    """``np.unique(codes, return_inverse=True)[1]`` for non-negative integer codes, counted instead of sorted."""
+    present = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+    present[codes] = 1
+    return (np.cumsum(present) - 1)[codes]
 
 
 def _pairable(units: ArrayLike, values: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

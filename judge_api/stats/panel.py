@@ -132,7 +132,7 @@ def _pairwise_votes(combined: pd.DataFrame, members: Sequence[str]) -> pd.DataFr
             F.SYSTEM_A: F.column(sub[F.SYSTEM_A]),
             F.SYSTEM_B: F.column(sub[F.SYSTEM_B]),
             F.ASPECT: F.column(sub[F.ASPECT]),
-            "code": sub[F.OUTCOME].map(F.OUTCOME_CODE).to_numpy("float64"),
+            "code": F.outcome_codes(sub[F.OUTCOME]),
             F.LEN_A: sub[F.LEN_A].to_numpy("float64"),
             F.LEN_B: sub[F.LEN_B].to_numpy("float64"),
         }
@@ -337,7 +337,7 @@ def _outcome_units(combined: pd.DataFrame, members: Sequence[str]) -> pd.DataFra
             F.ASPECT: F.column(sub[F.ASPECT]),
             F.JUDGE: F.column(sub[F.JUDGE]),
             "unit_key": unit_keys(sub[F.ITEM_ID], sub[F.SYSTEM_A], sub[F.SYSTEM_B]),
-            "code": sub[F.OUTCOME].map(F.OUTCOME_CODE).to_numpy("float64"),
+            "code": F.outcome_codes(sub[F.OUTCOME]),
         }
     )
 

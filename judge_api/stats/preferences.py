@@ -93,7 +93,7 @@ def combine_orders(judgments: pd.DataFrame, *, validated: bool = False) -> pd.Da
     nk = int(kid.max()) + 1
     is_ba = (df[F.ORDER] == F.ORDER_BA).to_numpy()
     sub = kid * 2 + is_ba.astype(np.int64)
-    code = df[F.OUTCOME].map(F.OUTCOME_CODE).to_numpy(dtype="float64")
+    code = F.outcome_codes(df[F.OUTCOME])
     pref = df[F.PREFERENCE].to_numpy(dtype="float64")
     cnt = np.bincount(sub, minlength=2 * nk).reshape(nk, 2).astype("float64")
     with np.errstate(invalid="ignore", divide="ignore"):

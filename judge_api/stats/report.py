@@ -62,6 +62,7 @@ from judge_api.stats.scores import (
     item_scores,
     paired_comparisons,
     paper_cell_counts,
+    paper_items,
     paper_table,
     score_summary,
     single_rows,
@@ -294,7 +295,10 @@ def build_report(
     members, df, panel_judgments, items, combined = _with_panel(stored, settings, imported, stack=ratings is not None)
     frame = stored if df is None else df
     single_status, pair_status = _status_rows(stored, panel_judgments) if df is None else (None, None)
+    n_panel_rows = len(panel_judgments)
+    del panel_judgments  # its rows x 32 columns are not kept through the sections (issue 39: 57 MB at 1M)
     real = _without_pseudo_judges(stored)
+    paper = paper_items(items)
     report: dict[str, Any] = {
         "meta": {
             "n_boot": n_boot,
@@ -313,7 +317,9 @@ def build_report(
         "counts": {**counts_section(stored), "imported": imported},
         "scores": score_summary(frame, n_boot=n_boot, seed=seed, ci=ci, items=items, status_rows=single_status),
         "paired": paired_comparisons(frame, n_boot=n_boot, seed=seed, ci=ci, items=items),
-        "paper_table": _paper_section(paper_table(frame, items=items), paper_cell_counts(items)),
+        "paper_table": _paper_section(
+            paper_table(frame, items=items, paper=paper), paper_cell_counts(items, paper=paper)
+        ),
         "preferences": preference_summary(frame, ci=ci, combined=combined, status_rows=pair_status),
         "ranking": bradley_terry(frame, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
         "agreement": None,
@@ -339,7 +345,7 @@ def build_report(
             "aggregate": settings["aggregate"],
             "quorum": resolve_quorum(members, settings["quorum"]),
             "coverage": panel_coverage(stored, members, settings["quorum"], items=items, combined=combined),
-            "n_rows": len(panel_judgments),
+            "n_rows": n_panel_rows,
             "cost_usd": float(stored.loc[stored[F.JUDGE].isin(members).to_numpy(), F.COST_USD].sum()),
             "inter_judge": inter_judge_agreement(stored, members, n_bins=n_bins, items=items, combined=combined),
         }

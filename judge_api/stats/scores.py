@@ -366,31 +366,35 @@ def ordered_aspects(aspects: list[str] | np.ndarray | pd.Index) -> list[str]:
     return first + sorted(present - set(first))
 
 
-def _paper_items(items: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[str, str], bool]]:
+PaperItems = tuple[pd.DataFrame, dict[tuple[str, str], bool]]
+
+
+def paper_items(items: pd.DataFrame) -> PaperItems:
     """The item scores the paper table averages: per (judge, aspect), those of the items every system there has;
     all of them when the systems share no item. Also whether each (judge, aspect) block is on shared items.
 
     Counted on integer codes (issue 39): an item is shared in its (judge, aspect) block when as many of the block's
     rows name it as the block has systems (``item_scores`` has one row per item x system x aspect x judge). The rows
-    kept are in their order in ``items``, so every mean over them sums in the same order as before."""
+    kept are in their order in ``items``, so every mean over them sums in the same order as before. The report finds
+    them once for ``paper_table`` and ``paper_cell_counts`` (their ``paper``)."""
     if items.empty:
         return items, {}
     judge, judges = pd.factorize(items[F.JUDGE])
     aspect, aspects = pd.factorize(items[F.ASPECT])
     # blocks numbered in the order they first appear, as groupby(sort=False) numbers them
     block = pd.factorize(judge.astype(np.int64) * len(aspects) + aspect)[0]
-    starts = np.unique(block, return_index=True)[1]
+    starts = np.flatnonzero(block > np.maximum.accumulate(np.concatenate([[-1], block[:-1]])))  # first rows
     blocks = [(judges[judge[i]], aspects[aspect[i]]) for i in starts]
     n_blocks = len(blocks)
     system, system_names = pd.factorize(items[SYSTEM])
     item = pd.factorize(items[F.ITEM_ID])[0]
     n_items = int(item.max()) + 1
-    block_system = np.unique(block.astype(np.int64) * len(system_names) + system)
+    block_system = pd.unique(block.astype(np.int64) * len(system_names) + system)
     n_systems = np.bincount(block_system // len(system_names), minlength=n_blocks)
-    cell = block.astype(np.int64) * n_items + item
-    cells, inverse, per_cell = np.unique(cell, return_inverse=True, return_counts=True)
-    common_cell = per_cell == n_systems[cells // n_items]
-    common_row = common_cell[inverse]
+    # each (block, item) cell numbered by hashing, not sorting: only its count of rows matters
+    inverse, cells = pd.factorize(block.astype(np.int64) * n_items + item)
+    per_cell = np.bincount(inverse, minlength=len(cells))
+    common_row = (per_cell == n_systems[cells // n_items])[inverse]
     block_shared = np.bincount(block, weights=common_row, minlength=n_blocks) > 0
     keep = common_row | ~block_shared[block]
     shared = {(str(j), str(a)): bool(block_shared[k]) for k, (j, a) in enumerate(blocks)}
@@ -399,10 +403,10 @@ def _paper_items(items: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[str, str
     return items.iloc[order].reset_index(drop=True), shared
 
 
-def paper_cell_counts(items: pd.DataFrame) -> pd.DataFrame:
+def paper_cell_counts(items: pd.DataFrame, *, paper: PaperItems | None = None) -> pd.DataFrame:
     """Per judge x system x aspect: ``n`` (the items behind the paper table's cell) and ``shared`` (True when the
-    cell is averaged over the items every system of that judge and aspect has)."""
-    used, shared = _paper_items(items)
+    cell is averaged over the items every system of that judge and aspect has). ``paper``: ``paper_items(items)``."""
+    used, shared = paper_items(items) if paper is None else paper
     if used.empty:
         return pd.DataFrame(columns=[F.JUDGE, SYSTEM, F.ASPECT, "n", "shared"])
     counts = used.groupby([F.JUDGE, SYSTEM, F.ASPECT], sort=True)[F.ITEM_ID].nunique().rename("n").reset_index()
@@ -411,12 +415,16 @@ def paper_cell_counts(items: pd.DataFrame) -> pd.DataFrame:
 
 
 def paper_table(
-    judgments: pd.DataFrame, judge: str | None = None, *, items: pd.DataFrame | None = None
+    judgments: pd.DataFrame,
+    judge: str | None = None,
+    *,
+    items: pd.DataFrame | None = None,
+    paper: PaperItems | None = None,
 ) -> pd.DataFrame:
     """Systems x aspects of mean item scores plus ``average`` (mean of the aspect means).
 
     Columns: judge, system, one column per aspect present (paper order), average, n_items.
-    One block of rows per judge unless ``judge`` is given.
+    One block of rows per judge unless ``judge`` is given. ``paper``: ``paper_items(items)`` (every judge's).
     """
     items = item_scores(judgments) if items is None else items
     if judge is not None:
@@ -424,7 +432,7 @@ def paper_table(
     if items.empty:
         return pd.DataFrame(columns=[F.JUDGE, SYSTEM, "average", "n_items"])
     aspects = ordered_aspects(items[F.ASPECT].unique())
-    used, _ = _paper_items(items)
+    used = paper_items(items)[0] if paper is None or judge is not None else paper[0]
     means = used.groupby([F.JUDGE, SYSTEM, F.ASPECT], sort=True)[F.SCORE].mean().unstack(F.ASPECT)
     means = means.reindex(columns=aspects)
     means["average"] = means[aspects].mean(axis=1, skipna=True)

@@ -23,7 +23,7 @@ from judge_api.stats.agreement import preference_agreement, score_agreement
 from judge_api.stats.preferences import preference_summary
 from judge_api.stats.ranking import bradley_terry
 from judge_api.stats.report import build_report
-from judge_api.stats.scores import _paper_items, item_scores, paired_comparisons, score_summary
+from judge_api.stats.scores import item_scores, paired_comparisons, paper_items, score_summary
 
 SYSTEMS = ("alpha", "beta", "gamma")
 N_BOOT = 25
@@ -160,7 +160,7 @@ def test_the_paper_tables_shared_items_are_those_of_the_set_rule(case: tuple[pd.
     items = item_scores(case[0])
     if items.empty:
         return
-    got, shared = _paper_items(items)
+    got, shared = paper_items(items)
     expected, expected_shared = _paper_items_by_sets(items)
     assert shared == expected_shared
     pd.testing.assert_frame_equal(got, expected)
