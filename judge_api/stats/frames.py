@@ -18,7 +18,7 @@ get the other from the contract's default mapping (+-2 -> win/loss, +-1 and 0 ->
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -411,6 +411,36 @@ def sorted_codes(series: pd.Series) -> tuple[np.ndarray, pd.Index]:
         return series.cat.codes.to_numpy("int64"), series.cat.categories
     codes, uniques = pd.factorize(series, sort=True)
     return codes.astype("int64"), pd.Index(uniques)
+
+
+def group_codes(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
+    """``df.groupby(keys, sort=False).ngroup()`` for key columns without missing values: the groups numbered 0, 1, ...
+    in the order they first appear, counted on the columns' integer codes (a categorical's own, else a factorisation)
+    instead of by pandas' group-by of several keys (issue 39: about 3x faster on 500k rows of five keys). A missing
+    key value would be a group of its own here; the group-by leaves such rows out, so callers pass none."""
+    code = np.zeros(len(df), dtype=np.int64)
+    bound = 1
+    for col in keys:
+        series = df[col]
+        if isinstance(series.dtype, pd.CategoricalDtype):
+            values, n_values = series.cat.codes.to_numpy("int64"), len(series.cat.categories)
+        else:
+            factorised, uniques = pd.factorize(series)
+            values, n_values = factorised.astype(np.int64), len(uniques)
+        if bound * (n_values + 1) >= 2**62:  # renumber before the product could overflow
+            code = pd.factorize(code)[0].astype(np.int64)
+            bound = int(code.max()) + 1 if code.size else 1
+        code = code * (n_values + 1) + (values + 1)
+        bound *= n_values + 1
+    return pd.factorize(code)[0].astype(np.int64)
+
+
+def first_rows(codes: np.ndarray) -> np.ndarray:
+    """The row where each group of ``group_codes`` first appears, in the groups' order."""
+    if codes.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    previous_max = np.maximum.accumulate(np.concatenate([[-1], codes[:-1]]))
+    return np.flatnonzero(codes > previous_max)
 
 
 def distinct(*series: pd.Series) -> list[str]:

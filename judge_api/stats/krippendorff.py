@@ -51,10 +51,14 @@ def _delta(values: np.ndarray, margins: np.ndarray, level: Level) -> np.ndarray:
 
 def coincidence_matrix(units: ArrayLike, values: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Coincidence matrix over pairable units from long-format data, and the sorted distinct values."""
-    u, x = _pairable(units, values)
+    return _coincidence(*_pairable(units, values))
+
+
+def _coincidence(u: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``coincidence_matrix`` of data ``_pairable`` gave (not made pairable a second time)."""
     if x.size == 0:
         return np.zeros((0, 0)), np.empty(0)
-    vals, vcode = np.unique(x, return_inverse=True)
+    vals, vcode = _sorted_values(x)
     ucode = _ranks(u)
     n_units = int(ucode.max()) + 1
     counts = sparse.csr_matrix((np.ones(x.size), (ucode, vcode)), shape=(n_units, vals.size), dtype="float64")
@@ -63,6 +67,13 @@ def coincidence_matrix(units: ArrayLike, values: ArrayLike) -> tuple[np.ndarray,
     o = np.asarray((counts.T @ weight @ counts).todense())
     o -= np.diag(np.asarray((weight @ counts).sum(axis=0)).ravel())
     return o, vals
+
+
+def _sorted_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` for finite values: the few distinct values found by hashing and sorted,
+    each value's place found among them, instead of sorting every value (issue 39)."""
+    vals = np.sort(pd.unique(x))
+    return vals, np.searchsorted(vals, x)
 
 
 def _ranks(codes: np.ndarray) -> np.ndarray:
@@ -105,9 +116,9 @@ def krippendorff_alpha_long(units: ArrayLike, values: ArrayLike, level: Level = 
     u, x = _pairable(units, values)
     if x.size < 2:
         return None
-    if level == "interval" and np.unique(x).size > MAX_VALUES_FOR_MATRIX:
+    if level == "interval" and pd.unique(x).size > MAX_VALUES_FOR_MATRIX:
         return _alpha_interval_fast(u, x)
-    o, vals = coincidence_matrix(u, x)
+    o, vals = _coincidence(u, x)
     margins = o.sum(axis=1)
     n = margins.sum()
     delta = _delta(vals, margins, level)

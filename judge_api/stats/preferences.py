@@ -89,7 +89,7 @@ def combine_orders(judgments: pd.DataFrame, *, validated: bool = False) -> pd.Da
     df = df.loc[use.to_numpy(), cols]
     if df.empty:
         return _empty_combined()
-    kid = df.groupby(PAIR_KEYS, sort=False).ngroup().to_numpy()
+    kid = F.group_codes(df, PAIR_KEYS)
     nk = int(kid.max()) + 1
     is_ba = (df[F.ORDER] == F.ORDER_BA).to_numpy()
     sub = kid * 2 + is_ba.astype(np.int64)
@@ -108,8 +108,7 @@ def combine_orders(judgments: pd.DataFrame, *, validated: bool = False) -> pd.Da
     combined = np.where(
         both, np.where(agree, order_code[:, 0], 0.0), np.where(has[:, 0], order_code[:, 0], order_code[:, 1])
     )
-    first = np.unique(kid, return_index=True)[1]
-    keys = df.iloc[first][PAIR_KEYS].reset_index(drop=True)
+    keys = df.iloc[F.first_rows(kid)][PAIR_KEYS].reset_index(drop=True)
     out = keys
     out[F.OUTCOME] = _codes_to_outcomes(combined)
     out["inconsistent"] = both & ~agree

@@ -37,7 +37,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from judge_api.stats import frames as F
-from judge_api.stats.bootstrap import mean_interval, rng_for
+from judge_api.stats.bootstrap import map_in_order, mean_interval, rng_for
 
 SYSTEM = "system"
 GROUP_KEYS = [SYSTEM, F.ASPECT, F.JUDGE]
@@ -80,14 +80,19 @@ def item_scores(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataF
         for c in cols[len(ITEM_KEYS) :]:
             out[c] = pd.Series(dtype="float64")
         return out
-    g = df.groupby(ITEM_KEYS, sort=False)
-    out = g.agg(
+    # grouped by one integer code per (item, system, aspect, judge), numbered as groupby(ITEM_KEYS, sort=False)
+    # numbers them: the same groups, rows and order, so the same means (issue 39)
+    group = F.group_codes(df, ITEM_KEYS)
+    values = df[[F.SCORE, F.LEN_A, F.SCALE_MIN, F.SCALE_MAX]].reset_index(drop=True)
+    aggregated = values.groupby(group, sort=False).agg(
         score=(F.SCORE, "mean"),
         n_samples=(F.SCORE, "size"),
         length=(F.LEN_A, "mean"),
         scale_min=(F.SCALE_MIN, "first"),
         scale_max=(F.SCALE_MAX, "first"),
-    ).reset_index()
+    )
+    keys = df.iloc[F.first_rows(group)][ITEM_KEYS].reset_index(drop=True)
+    out = pd.concat([keys, aggregated.reset_index(drop=True)], axis=1)
     return out[cols]
 
 
@@ -154,9 +159,9 @@ def score_summary(
     ]
     if counts.empty:
         return pd.DataFrame(columns=columns)
-    records: list[dict[str, Any]] = []
     grouped = dict(iter(items.groupby(GROUP_KEYS, sort=True))) if not items.empty else {}
-    for row in counts.itertuples(index=False):
+
+    def record(row: Any) -> dict[str, Any]:
         key = (row.system, row.aspect, row.judge)
         rec: dict[str, Any] = dict(zip(GROUP_KEYS, key, strict=True))
         grp = grouped.get(key)
@@ -188,7 +193,9 @@ def score_summary(
             }
         for c in STATUS_COLUMNS:
             rec[c] = int(getattr(row, c))
-        records.append(rec)
+        return rec
+
+    records = map_in_order(record, counts.itertuples(index=False))  # each group draws from its own generator
     return pd.DataFrame.from_records(records, columns=columns)
 
 
@@ -321,13 +328,14 @@ def paired_comparisons(
     items = item_scores(judgments) if items is None else items
     if items.empty:
         return pd.DataFrame(columns=PAIRED_COLUMNS)
-    records = []
     widths = {key: _scale_width(group) for key, group in items.groupby([F.ASPECT, F.JUDGE], sort=False)}
-    for (aspect, judge), systems, table in _wide_blocks(items):
-        for i, j in combinations(range(len(systems)), 2):
-            width = widths.get((aspect, judge))
-            key = (aspect, judge, systems[i], systems[j])
-            records.append(_paired_record(table[:, i], table[:, j], key, n_boot, seed, ci, width))
+    jobs = [
+        (table[:, i], table[:, j], (aspect, judge, systems[i], systems[j]), widths.get((aspect, judge)))
+        for (aspect, judge), systems, table in _wide_blocks(items)
+        for i, j in combinations(range(len(systems)), 2)
+    ]
+    # each pair draws from its own generator: the records are the loop's, in its order
+    records = map_in_order(lambda job: _paired_record(job[0], job[1], job[2], n_boot, seed, ci, job[3]), jobs)
     return pd.DataFrame.from_records(records, columns=PAIRED_COLUMNS)
 
 

@@ -1,5 +1,6 @@
 """The report's shortcuts give what the code they replace gave (issue 39): outcome codes looked up per distinct
-value, unit numbers counted instead of sorted, a missing string column filled encoded, the paper items found once."""
+value, unit numbers counted instead of sorted, a missing string column filled encoded, the paper items found once,
+groups numbered on integer codes, distinct values hashed, the intervals drawn on threads."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from judge_api.stats import bootstrap
 from judge_api.stats import frames as F
-from judge_api.stats.krippendorff import _ranks, coincidence_matrix
+from judge_api.stats.bootstrap import map_in_order
+from judge_api.stats.krippendorff import _ranks, _sorted_values, coincidence_matrix
+from judge_api.stats.report import build_report
 from judge_api.stats.scores import item_scores, paper_cell_counts, paper_items, paper_table
 from judge_api.stats.synthetic import synthetic_judgments
 
@@ -68,3 +72,65 @@ def test_paper_items_given_once_equal_the_tables_found_alone() -> None:
     pd.testing.assert_frame_equal(
         paper_table(None, judge, items=items, paper=paper), paper_table(None, judge, items=items)
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["x", "y"]), st.integers(0, 3)),
+        min_size=1,
+        max_size=60,
+    ),
+    st.booleans(),
+)
+def test_group_codes_equal_ngroup(rows: list[tuple[str, str, int]], encoded: bool) -> None:
+    df = pd.DataFrame(rows, columns=["k1", "k2", "k3"]).astype({"k1": "str", "k2": "str"})
+    if encoded:
+        df = df.astype({"k1": "category", "k2": "category"})
+    expected = df.groupby(["k1", "k2", "k3"], sort=False, observed=True).ngroup().to_numpy()
+    got = F.group_codes(df, ["k1", "k2", "k3"])
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(F.first_rows(got), np.unique(expected, return_index=True)[1])
+
+
+def test_group_codes_renumber_before_the_product_overflows() -> None:
+    # four keys of 2**17 distinct values each: their product passes 2**62, the codes must still be the groups'
+    n = 2**17
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({f"k{i}": rng.permutation(n) for i in range(4)})
+    df = pd.concat([df, df.iloc[:5]], ignore_index=True)  # five groups seen twice
+    got = F.group_codes(df, ["k0", "k1", "k2", "k3"])
+    np.testing.assert_array_equal(got[:n], np.arange(n))
+    np.testing.assert_array_equal(got[n:], np.arange(5))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 0.25, 1.0, 1 / 3, 7.5, -2.0]), min_size=1, max_size=80))
+def test_sorted_values_equal_unique(values: list[float]) -> None:
+    x = np.asarray(values, dtype="float64")
+    vals, codes = _sorted_values(x)
+    expected_vals, expected_codes = np.unique(x, return_inverse=True)
+    np.testing.assert_array_equal(vals, expected_vals)
+    np.testing.assert_array_equal(codes, expected_codes)
+
+
+def test_map_in_order_gives_the_loops_results_and_raises_its_error() -> None:
+    jobs = list(range(40))
+    assert map_in_order(lambda k: k * k, jobs, threads=4) == [k * k for k in jobs]
+    assert map_in_order(lambda k: k, [], threads=4) == []
+
+    def fail_on_7(k: int) -> int:
+        if k == 7:
+            raise ValueError("job 7")
+        return k
+
+    with pytest.raises(ValueError, match="job 7"):
+        map_in_order(fail_on_7, jobs, threads=4)
+
+
+def test_the_report_on_threads_equals_the_report_in_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    frame = synthetic_judgments(4000, seed=11)
+    monkeypatch.setattr(bootstrap, "interval_threads", lambda: 1)
+    one = build_report(frame, n_boot=200, seed=4)
+    monkeypatch.setattr(bootstrap, "interval_threads", lambda: 4)
+    assert build_report(frame, n_boot=200, seed=4) == one
