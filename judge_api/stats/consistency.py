@@ -30,7 +30,8 @@ def sample_confidence(judgments: pd.DataFrame, *, validated: bool = False) -> pd
     """One row per judgment key with two or more done samples: ``n_samples`` and ``confidence``."""
     df = judgments if validated else F.validate_judgments(judgments)
     columns = [*KEY, "n_samples", "confidence"]
-    done = df[_repeated_done(df)].copy()
+    # the columns read below only: the sampled rows of a million-row frame are a large share of it (issue 39)
+    done = df.loc[_repeated_done(df), [*KEY, F.SCORE, F.SCALE_MIN, F.SCALE_MAX, F.OUTCOME]]
     if done.empty:
         return pd.DataFrame(columns=columns)
     for col in KEY:  # plain strings (a categorical key, issue 39, has no "" to fill with)

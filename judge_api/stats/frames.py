@@ -478,23 +478,54 @@ def _status_flags(status: pd.Series) -> Callable[[str], np.ndarray]:
 
 
 def status_counts_frame(status: pd.Series, keys: Mapping[str, pd.Series]) -> pd.DataFrame:
-    """One row per group of ``keys`` (name -> column) with the ``STATUS_COLUMNS`` counts."""
-    is_status = _status_flags(status)
-    flags = pd.DataFrame(
-        {
-            "n_total": np.ones(len(status), dtype="int64"),
-            "n_done": is_status(DONE).astype("int64"),
-            "n_failed": is_status(FAILED).astype("int64"),
-            "n_unparseable": is_status(UNPARSEABLE).astype("int64"),
-            "n_pending": (is_status(PENDING) | is_status(RUNNING)).astype("int64"),
-            "n_cancelled": is_status(CANCELLED).astype("int64"),
-        }
-    )
-    for name, values in keys.items():
-        flags[name] = column(values)
-    if flags.empty:
+    """One row per group of ``keys`` (name -> column) with the ``STATUS_COLUMNS`` counts: what
+    ``groupby(list(keys), sort=True).sum()`` of one 0/1 column per status gave (rows with a missing key left out, a
+    categorical key in its categories' order), found on the keys' integer codes and counted with ``bincount`` instead
+    of six columns of a million integers grouped (issue 39)."""
+    if len(status) == 0:
         return pd.DataFrame(columns=[*keys, *STATUS_COLUMNS])
-    return flags.groupby(list(keys), sort=True).sum().reset_index()[[*keys, *STATUS_COLUMNS]]
+    coded = [_group_key_codes(column(values)) for values in keys.values()]
+    present = np.ones(len(status), dtype=bool)
+    group = np.zeros(len(status), dtype=np.int64)
+    for codes, n_values, _ in coded:
+        present &= codes >= 0
+        group = group * max(n_values, 1) + np.maximum(codes, 0)
+    groups, group = np.unique(group[present], return_inverse=True)  # in the order the group-by sorts them
+    is_status = _status_flags(status)
+    flags = {
+        "n_total": None,
+        "n_done": is_status(DONE),
+        "n_failed": is_status(FAILED),
+        "n_unparseable": is_status(UNPARSEABLE),
+        "n_pending": is_status(PENDING) | is_status(RUNNING),
+        "n_cancelled": is_status(CANCELLED),
+    }
+    key_columns: dict[str, pd.Series] = {}
+    rest = groups
+    for name, (_, n_values, value_of) in reversed(list(zip(keys, coded, strict=True))):
+        rest, own = np.divmod(rest, max(n_values, 1))
+        key_columns[name] = value_of(own)
+    frame = pd.DataFrame({name: key_columns[name] for name in keys})
+    for name, flag in flags.items():
+        weights = None if flag is None else flag[present]
+        frame[name] = np.bincount(group, weights=weights, minlength=len(groups)).astype("int64")
+    return frame[[*keys, *STATUS_COLUMNS]]
+
+
+def _group_key_codes(series: pd.Series) -> tuple[np.ndarray, int, Callable[[np.ndarray], pd.Series]]:
+    """A group-by key as integer codes that sort as ``groupby(sort=True)`` sorts it (a categorical: its categories'
+    order; else the values'), missing as -1; their number; and the key's values of some codes, in the dtype the
+    group-by gives them."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        dtype = series.dtype
+        return (
+            series.cat.codes.to_numpy("int64"),
+            len(dtype.categories),
+            lambda codes: pd.Series(pd.Categorical.from_codes(codes, dtype=dtype)),
+        )
+    codes, uniques = pd.factorize(series, sort=True)
+    values = pd.Index(uniques)
+    return codes.astype("int64"), len(values), lambda own: pd.Series(values.take(own))
 
 
 # --- JSON helpers -----------------------------------------------------------------------------------

@@ -134,3 +134,45 @@ def test_the_report_on_threads_equals_the_report_in_one(monkeypatch: pytest.Monk
     one = build_report(frame, n_boot=200, seed=4)
     monkeypatch.setattr(bootstrap, "interval_threads", lambda: 4)
     assert build_report(frame, n_boot=200, seed=4) == one
+
+
+def _status_counts_by_group_by(status: pd.Series, keys: dict[str, pd.Series]) -> pd.DataFrame:
+    """The definition ``status_counts_frame`` keeps: one 0/1 column per status, grouped and summed."""
+    flags = pd.DataFrame(
+        {
+            "n_total": np.ones(len(status), dtype="int64"),
+            "n_done": (status == F.DONE).to_numpy().astype("int64"),
+            "n_failed": (status == F.FAILED).to_numpy().astype("int64"),
+            "n_unparseable": (status == F.UNPARSEABLE).to_numpy().astype("int64"),
+            "n_pending": status.isin([F.PENDING, F.RUNNING]).to_numpy().astype("int64"),
+            "n_cancelled": (status == F.CANCELLED).to_numpy().astype("int64"),
+        }
+    )
+    for name, values in keys.items():
+        flags[name] = values.reset_index(drop=True)
+    return flags.groupby(list(keys), sort=True).sum().reset_index()[[*keys, *F.STATUS_COLUMNS]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(list(F.STATUSES)),
+            st.sampled_from(["b", "a", "c", None]),
+            st.sampled_from(["x", "y"]),
+        ),
+        min_size=1,
+        max_size=50,
+    ),
+    st.sampled_from(["str", "sorted categories", "unsorted categories"]),
+)
+def test_status_counts_equal_the_group_by(rows: list[tuple[str, str | None, str]], kind: str) -> None:
+    df = pd.DataFrame(rows, columns=["status", "k1", "k2"]).astype("str")
+    if kind == "sorted categories":
+        df = F.encode_strings(df, ("status", "k1", "k2"))
+    elif kind == "unsorted categories":
+        df = df.astype({"k1": pd.CategoricalDtype(["c", "b", "a"]), "k2": pd.CategoricalDtype(["y", "x", "z"])})
+    keys = {"k1": df["k1"], "k2": df["k2"]}
+    expected = _status_counts_by_group_by(df["status"], keys)
+    got = F.status_counts_frame(df["status"], keys)
+    pd.testing.assert_frame_equal(got, expected)
