@@ -401,6 +401,9 @@ def score_agreement(
         .reset_index()
     )
     judge = judge.rename(columns={"system": F.SYSTEM})
+    # the rated items' scores only: the inner merge keeps those rows, in their order, and a million judge scores
+    # merged with a few thousand ratings coerced every key of the million to strings first (issue 39)
+    judge = judge[judge[F.ITEM_ID].isin(pd.unique(hmean[F.ITEM_ID])).to_numpy()]
     merged = judge.merge(hmean, on=[F.ITEM_ID, F.SYSTEM, F.ASPECT], how="inner")
     records = []
     for (aspect, jname), grp in merged.groupby([F.ASPECT, F.JUDGE], sort=True):
@@ -459,6 +462,9 @@ def score_alpha(
         }
     )
     judge = _judge_scores(judgments, items)
+    # only units some human rated count below: the judges' scores of other items are left out before their keys are
+    # built (a string per judge score of a million before: issue 39); the rows kept keep their order
+    judge = judge[judge[F.ITEM_ID].isin(pd.unique(human[F.ITEM_ID])).to_numpy()]
     if not judge.empty:
         j = pd.DataFrame(
             {

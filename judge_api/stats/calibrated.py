@@ -287,7 +287,7 @@ def _win_rate_rows(combined: pd.DataFrame, ratings: pd.DataFrame, ci: float) -> 
     humans = _human_preferences(ratings)
     if humans.empty:
         return []
-    share = combined[F.OUTCOME].map({F.WIN: 1.0, F.TIE: 0.5, F.LOSS: 0.0}).to_numpy(dtype="float64")
+    share = (F.outcome_codes(combined[F.OUTCOME]) + 1.0) / 2.0  # win 1, tie 0.5, loss 0 (exact), else NaN
     swap = (combined[F.SYSTEM_A].astype(str) > combined[F.SYSTEM_B].astype(str)).to_numpy()
     judged = pd.DataFrame(
         {
@@ -430,8 +430,11 @@ def calibrated_section(
     judge = _mapped_judge(items, scales)
     joined = judge.merge(humans, on=[F.ITEM_ID, _SYSTEM, F.ASPECT], how="left")
     bounds = {a: s for a, s in scales.items() if isinstance(s, tuple)}
-    joined["human_scale_lo"] = joined[F.ASPECT].map(lambda a: bounds[a][0] if a in bounds else None)
-    joined["human_scale_hi"] = joined[F.ASPECT].map(lambda a: bounds[a][1] if a in bounds else None)
+    # mapped once per aspect, then spread over the rows (a Python call per row of a million before: issue 39)
+    aspect_codes, aspects = pd.factorize(joined[F.ASPECT])
+    for column, end in (("human_scale_lo", 0), ("human_scale_hi", 1)):
+        per_aspect = pd.Series(aspects).map(lambda a, end=end: bounds[a][end] if a in bounds else None)
+        joined[column] = per_aspect.to_numpy()[aspect_codes]
     notes: list[str] = []
     units = set(zip(humans[F.ITEM_ID].astype(str), humans[F.SYSTEM].astype(str), strict=True))
     drawn = design.drawn if design is not None else frozenset()

@@ -491,13 +491,15 @@ def judges_vs_humans(
         for size in range(1, len(pool) + 1):
             for subset in combinations(pool, size):
                 if size == 1:
-                    sub_frame = df[df[F.JUDGE] == subset[0]]
+                    # one judge's figures on its own rows are its figures among all of them (each is computed per
+                    # judge): taken from the matrix instead of a copy of its rows computed again (issue 39)
                     name = subset[0]
+                    figures_by_aspect = {key: figures for key, figures in human.items() if key[0] == name}
                 else:
                     name = PANEL_JUDGE
                     set_quorum = quorum if set(subset) == set(members) else None
                     sub_frame = panel_rows(df, subset, aggregate, quorum=set_quorum, items=items, combined=combined)
-                figures_by_aspect = _human_rows(sub_frame, ratings, human_prefix, n_bins)
+                    figures_by_aspect = _human_rows(sub_frame, ratings, human_prefix, n_bins)
                 cost = sum(costs.get(j, {}).get("cost_usd", 0.0) for j in subset)
                 for (judge, aspect), figures in sorted(figures_by_aspect.items()):
                     if judge == name:
