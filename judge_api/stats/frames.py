@@ -487,10 +487,16 @@ def status_counts_frame(status: pd.Series, keys: Mapping[str, pd.Series]) -> pd.
     coded = [_group_key_codes(column(values)) for values in keys.values()]
     present = np.ones(len(status), dtype=bool)
     group = np.zeros(len(status), dtype=np.int64)
+    bound = 1
     for codes, n_values, _ in coded:
         present &= codes >= 0
+        if bound * (n_values + 1) >= 2**62:  # ranked again before the product could overflow; ranks keep the order
+            group = np.unique(group, return_inverse=True)[1].astype(np.int64)
+            bound = int(group.max()) + 1
         group = group * max(n_values, 1) + np.maximum(codes, 0)
-    groups, group = np.unique(group[present], return_inverse=True)  # in the order the group-by sorts them
+        bound *= max(n_values, 1)
+    rows = np.flatnonzero(present)
+    groups, first, group = np.unique(group[present], return_index=True, return_inverse=True)  # sorted as grouped
     is_status = _status_flags(status)
     flags = {
         "n_total": None,
@@ -500,12 +506,10 @@ def status_counts_frame(status: pd.Series, keys: Mapping[str, pd.Series]) -> pd.
         "n_pending": is_status(PENDING) | is_status(RUNNING),
         "n_cancelled": is_status(CANCELLED),
     }
-    key_columns: dict[str, pd.Series] = {}
-    rest = groups
-    for name, (_, n_values, value_of) in reversed(list(zip(keys, coded, strict=True))):
-        rest, own = np.divmod(rest, max(n_values, 1))
-        key_columns[name] = value_of(own)
-    frame = pd.DataFrame({name: key_columns[name] for name in keys})
+    first_row = rows[first]  # each group's key values, read off its first row
+    frame = pd.DataFrame(
+        {name: value_of(codes[first_row]) for name, (codes, _, value_of) in zip(keys, coded, strict=True)}
+    )
     for name, flag in flags.items():
         weights = None if flag is None else flag[present]
         frame[name] = np.bincount(group, weights=weights, minlength=len(groups)).astype("int64")

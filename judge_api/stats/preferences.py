@@ -85,6 +85,8 @@ def combine_orders(judgments: pd.DataFrame, *, validated: bool = False) -> pd.Da
     """
     df = judgments if validated else F.validate_judgments(judgments)
     use = (df[F.MODE] == F.PAIRWISE) & (df[F.STATUS] == F.DONE) & df[F.OUTCOME].notna()
+    for key in PAIR_KEYS:  # a row with a missing key is in no unit (the group-by numbered it -1 and bincount raised)
+        use &= df[key].notna()
     cols = [*PAIR_KEYS, F.ORDER, F.OUTCOME, F.PREFERENCE, F.LEN_A, F.LEN_B]
     df = df.loc[use.to_numpy(), cols]
     if df.empty:

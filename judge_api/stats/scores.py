@@ -72,6 +72,8 @@ def item_scores(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataF
     """
     df = judgments if validated else F.validate_judgments(judgments)
     mask = (df[F.MODE] == F.SINGLE) & (df[F.STATUS] == F.DONE) & df[F.SCORE].notna()
+    for key in (F.ITEM_ID, F.SYSTEM_A, F.ASPECT, F.JUDGE):  # a row with a missing key is in no group, as grouped
+        mask &= df[key].notna()
     keep = [F.ITEM_ID, F.SYSTEM_A, F.ASPECT, F.JUDGE, F.SCORE, F.LEN_A, F.SCALE_MIN, F.SCALE_MAX]
     df = df.loc[mask, keep].rename(columns={F.SYSTEM_A: SYSTEM})
     cols = [*ITEM_KEYS, F.SCORE, "n_samples", "length", F.SCALE_MIN, F.SCALE_MAX]
