@@ -462,8 +462,10 @@ def score_alpha(
         }
     )
     judge = _judge_scores(judgments, items)
-    # only units some human rated count below: the judges' scores of other items are left out before their keys are
-    # built (a string per judge score of a million before: issue 39); the rows kept keep their order
+    # every aspect scored gets its row (an aspect only the judges scored: no units, no alpha), but only units some
+    # human rated count in it: the judges' scores of other items are left out first (a key per judge score of a
+    # million before: issue 39); the rows kept keep their order (review r50b)
+    aspects = F.distinct(human[F.ASPECT], judge[F.ASPECT]) if not judge.empty else F.distinct(human[F.ASPECT])
     judge = judge[judge[F.ITEM_ID].isin(pd.unique(human[F.ITEM_ID])).to_numpy()]
     if not judge.empty:
         j = pd.DataFrame(
@@ -480,9 +482,13 @@ def score_alpha(
     else:
         both = h
     both["bin"] = to_bins(both["unit"], 0.0, 1.0, n_bins)
-    both["unit_key"] = both[F.ITEM_ID].astype(str) + "\x1f" + both[F.SYSTEM].astype(str)
+    # one integer per (item, system): a joined string key made item "a\x1fb" x system "c" the unit of item "a" x
+    # system "b\x1fc" (review r50b); the units are numbered in the order they first appear either way
+    both["unit_key"] = F.group_codes(both, [F.ITEM_ID, F.SYSTEM])
     records = []
-    for aspect, grp in both.groupby(F.ASPECT, sort=True):
+    aspect_of = both[F.ASPECT].astype(str).to_numpy()
+    for aspect in aspects:
+        grp = both[aspect_of == aspect]
         hum = grp[~grp["is_judge"]]
         grp = grp[grp["unit_key"].isin(set(hum["unit_key"]))]  # units some human rated
         records.append(

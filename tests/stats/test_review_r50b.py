@@ -99,3 +99,42 @@ def test_report_alpha_rows_unchanged_when_the_ratings_share_no_item_with_the_jud
         alpha = build_report(frame, ratings, n_boot=10, seed=0)["agreement"]["alpha"]
     assert [row["aspect"] for row in alpha] == ["coherence", "engagingness"]
     assert {k: alpha[1][k] for k in EMPTY_ALPHA_ROW} == EMPTY_ALPHA_ROW
+
+
+def test_alpha_units_do_not_collide_on_the_separator() -> None:
+    """F2 of the review: item "a\\x1fb" x system "c0" and item "a" x system "b\\x1fc0" are two units; the joined
+    string key made them one, so a judge's score of the second counted on the humans' unit of the first."""
+    judgments = pd.DataFrame(
+        [
+            {
+                "item_id": "a",
+                "mode": "single",
+                "system_a": "b\x1fc0",
+                "aspect": "coherence",
+                "judge": "j1",
+                "status": "done",
+                "score": 3.0,
+                "scale_min": 1.0,
+                "scale_max": 5.0,
+            }
+        ]
+    )
+    ratings = pd.DataFrame(
+        [
+            {
+                "item_id": "a\x1fb",
+                "system": "c0",
+                "aspect": "coherence",
+                "rater": rater,
+                "kind": "score",
+                "value": value,
+                "scale_min": 1.0,
+                "scale_max": 5.0,
+            }
+            for rater, value in (("h1", 2.0), ("h2", 4.0))
+        ]
+    )
+    row = score_alpha(judgments, ratings).iloc[0]
+    assert row["n_units"] == 1
+    assert row["n_judges"] == 0  # the judge never scored the humans' unit
+    assert row["alpha_interval_all"] == row["alpha_interval_humans"]
