@@ -3,34 +3,13 @@ report identical, bit for bit, for every input" does not hold. Each test fails o
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from judge_api.stats import frames as F
 from judge_api.stats.report import build_report
 from judge_api.stats.scores import ITEM_KEYS, item_scores
-
-
-def _small() -> pd.DataFrame:
-    """report_golden_cases._small: three single items of systems A/B/C, four pairwise rows."""
-    return pd.DataFrame(
-        {
-            "item_id": ["1", "1", "2", "2", "3", "3", "1", "1", "2", "4"],
-            "mode": ["single"] * 6 + ["pairwise"] * 4,
-            "system_a": ["A", "B", "A", "B", "A", "C", "A", "A", "A", "C"],
-            "system_b": [None] * 6 + ["B", "B", "B", "D"],
-            "aspect": "coherence",
-            "judge": "j",
-            "order": [None] * 6 + ["ab", "ba", "ab", "ab"],
-            "status": ["done"] * 9 + ["failed"],
-            "score": [7.0, 5.0, 7.0, 5.0, 7.0, 9.0, np.nan, np.nan, np.nan, np.nan],
-            "preference": [np.nan] * 6 + [2.0, -1.0, 1.0, np.nan],
-            "scale_min": 1.0,
-            "scale_max": 10.0,
-            "len_a": [100.0, 200.0, 120.0, 220.0, 130.0, 90.0, 100.0, 100.0, 300.0, 50.0],
-            "len_b": [np.nan] * 6 + [150.0, 150.0, 80.0, 60.0],
-        }
-    )
+from tests.stats.report_golden_cases import _small
+from tests.stats.test_stats_report_shortcuts import _status_counts_by_group_by
 
 
 def _groupby_item_scores(frame: pd.DataFrame) -> pd.DataFrame:
@@ -93,23 +72,6 @@ def test_report_does_not_raise_on_a_single_row_without_system() -> None:
     assert {r["system"] for r in report["scores"]} == {"A", "B", "C"}
 
 
-def _groupby_status_counts(status: pd.Series, keys: dict[str, pd.Series]) -> pd.DataFrame:
-    """status_counts_frame as 4031ba8 computed it (groupby(list(keys), sort=True).sum() of 0/1 flags)."""
-    flags = pd.DataFrame(
-        {
-            "n_total": np.ones(len(status), dtype="int64"),
-            "n_done": (status == F.DONE).to_numpy().astype("int64"),
-            "n_failed": (status == F.FAILED).to_numpy().astype("int64"),
-            "n_unparseable": (status == F.UNPARSEABLE).to_numpy().astype("int64"),
-            "n_pending": ((status == F.PENDING) | (status == F.RUNNING)).to_numpy().astype("int64"),
-            "n_cancelled": (status == F.CANCELLED).to_numpy().astype("int64"),
-        }
-    )
-    for name, values in keys.items():
-        flags[name] = F.column(values)
-    return flags.groupby(list(keys), sort=True).sum().reset_index()[[*keys, *F.STATUS_COLUMNS]]
-
-
 def _big_categorical(values: list[str], n_unused: int = 70_000) -> pd.Categorical:
     """Categories sorted (as encode_strings / repository frames make them), most unused, the used ones last."""
     categories = sorted({f"c{i:05d}" for i in range(n_unused)} | set(values))
@@ -129,7 +91,7 @@ def test_status_counts_frame_does_not_overflow_on_four_wide_keys() -> None:
         "judge": pd.Series(_big_categorical(["zj", "zj", "zj", "zk"])),
     }
     got = F.status_counts_frame(status, keys)
-    expected = _groupby_status_counts(status, keys)
+    expected = _status_counts_by_group_by(status, keys)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), expected.reset_index(drop=True))
 
 
