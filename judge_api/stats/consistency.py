@@ -65,20 +65,12 @@ def sample_confidence(judgments: pd.DataFrame, *, validated: bool = False) -> pd
 
 def _repeated_done(df: pd.DataFrame) -> np.ndarray:
     """The done rows whose key has another done row (issue 39): a key with one sample is left out of the result, so
-    the string group-bys only see the sampled keys (none without ``options.samples``). Keys on integer codes."""
+    the string group-bys only see the sampled keys (none without ``options.samples``). Keys on integer codes
+    (``frames.group_codes``: a missing value is a value of its own, as it is to the group-bys below once filled)."""
     done = (df[F.STATUS] == F.DONE).to_numpy()
     if not done.any():
         return done
-    code = np.zeros(int(done.sum()), dtype=np.int64)
-    for col in KEY:
-        column = df[col]
-        if isinstance(column.dtype, pd.CategoricalDtype):  # the report's encoded frame: its codes, no take
-            values, n_values = column.cat.codes.to_numpy("int64")[done], len(column.cat.categories)
-        else:
-            values, uniques = pd.factorize(column[done], use_na_sentinel=True)
-            n_values = len(uniques)
-        code = code * (n_values + 1) + (values + 1)
-        code = pd.factorize(code)[0].astype(np.int64)  # keep the combined code small
+    code = F.group_codes(df.loc[done, KEY], KEY)
     counts = np.bincount(code)
     out = np.zeros(len(df), dtype=bool)
     out[np.flatnonzero(done)[counts[code] >= 2]] = True

@@ -417,7 +417,7 @@ def group_codes(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
     """``df.groupby(keys, sort=False).ngroup()`` for key columns without missing values: the groups numbered 0, 1, ...
     in the order they first appear, counted on the columns' integer codes (a categorical's own, else a factorisation)
     instead of by pandas' group-by of several keys (issue 39: about 3x faster on 500k rows of five keys). A missing
-    key value would be a group of its own here; the group-by leaves such rows out, so callers pass none."""
+    key value is a value of its own here; the group-by leaves such rows out, so a caller that means it passes none."""
     code = np.zeros(len(df), dtype=np.int64)
     bound = 1
     for col in keys:
