@@ -393,7 +393,7 @@ def paper_items(items: pd.DataFrame) -> PaperItems:
     aspect, aspects = pd.factorize(items[F.ASPECT])
     # blocks numbered in the order they first appear, as groupby(sort=False) numbers them
     block = pd.factorize(judge.astype(np.int64) * len(aspects) + aspect)[0]
-    starts = np.flatnonzero(block > np.maximum.accumulate(np.concatenate([[-1], block[:-1]])))  # first rows
+    starts = F.first_rows(block)  # each block's first row, in the blocks' order
     blocks = [(judges[judge[i]], aspects[aspect[i]]) for i in starts]
     n_blocks = len(blocks)
     system, system_names = pd.factorize(items[SYSTEM])
