@@ -9,7 +9,9 @@ For each size (default 10k and 100k judgments) the benchmark
    (``rsum-single``, 3 aspects x 4 systems) and pairwise verdicts (``rsum-pairwise`` against a baseline, both
    orders): 18 judgments per item, 2 % unparseable and 1 % failed;
 2. ``--rounds`` times: starts the API (uvicorn, as ``dialogue-judge up`` does), waits for ``/healthz``, times the
-   first ``GET /report`` (the first request after the start), then ``--warm`` more, and stops the API;
+   first ``GET /report`` (the first request after the start), then ``--warm`` more, then the runs list
+   (``GET /v1/runs``: its first call, which counts the run's judgments, then later ones) and the status poll
+   (``GET /v1/runs/{id}``) of the finished run, and stops the API;
 3. measures in this process where the server's time goes, stage by stage, with the same functions the route uses
    (``--no-stages`` skips it);
 
@@ -258,14 +260,29 @@ def _get(url: str, client: httpx.Client | None = None) -> tuple[float, int, int]
     return elapsed, len(response.content), int(response.json()["counts"]["n_rows"])
 
 
+def _summary_get(url: str, client: httpx.Client) -> float:
+    """One ``GET /v1/runs`` or ``GET /v1/runs/{id}`` (the runs list, the status poll), timed."""
+    t0 = time.perf_counter()
+    response = client.get(url, timeout=600)
+    elapsed = time.perf_counter() - t0
+    if response.status_code != 200:
+        raise SystemExit(f"GET {url}: HTTP {response.status_code}: {response.text[:1000]}")
+    return elapsed
+
+
 def time_api(
     database_url: str, run_id: str, rounds: int, warm: int, n_boot: int, home: Path, keep_alive: bool = False
 ) -> dict[str, Any]:
-    """First and warm report times over ``rounds`` API starts."""
+    """First and warm report times over ``rounds`` API starts; then the runs list and the status poll of the run,
+    each ``max(warm, 3)`` times after two calls that may count its judgments (a finished run's counts are kept from
+    the second poll on)."""
     from dialogue_judge.testing import LiveService
 
     first: list[float] = []
     warm_times: list[float] = []
+    list_times: list[float] = []
+    poll_times: list[float] = []
+    list_first: list[float] = []
     peaks: list[float | None] = []
     size = n_rows = 0
     for index in range(rounds):
@@ -279,6 +296,14 @@ def time_api(
             with httpx.Client() as client:  # one connection for the warm calls (--keep-alive), as a browser keeps
                 for _ in range(warm):
                     warm_times.append(_get(url, client if keep_alive else None)[0])
+                runs_url, poll_url = f"{service.api_url}/v1/runs?limit=50", f"{service.api_url}/v1/runs/{run_id}"
+                _clear_report_cache(database_url)  # the report's summary kept the counts: the list counts them first
+                list_first.append(_summary_get(runs_url, client))
+                for _ in range(2):
+                    _summary_get(poll_url, client)
+                for _ in range(max(warm, 3)):
+                    list_times.append(_summary_get(runs_url, client))
+                    poll_times.append(_summary_get(poll_url, client))
             if service.api is not None:
                 peaks.append(_peak_rss_mb(service.api.pid))
         finally:
@@ -286,6 +311,9 @@ def time_api(
     return {
         "first_s": first,
         "warm_s": warm_times,
+        "list_first_s": list_first,
+        "list_s": list_times,
+        "poll_s": poll_times,
         "report_bytes": size,
         "report_rows": n_rows,
         "api_peak_rss_mb": max((p for p in peaks if p is not None), default=None),
@@ -456,6 +484,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"[{' '.join(f'{t:.2f}' for t in first)}]\n"
                 f"  warm GET /report                 : min {min(warm, default=float('nan')):.2f} s  "
                 f"median {_median(warm):.2f} s  [{' '.join(f'{t * 1000:.0f}ms' for t in warm)}]\n"
+                f"  GET /v1/runs, its first call     : min {min(res['list_first_s']):.3f} s  "
+                f"median {_median(res['list_first_s']):.3f} s\n"
+                f"  GET /v1/runs, later              : min {min(res['list_s']):.3f} s  "
+                f"median {_median(res['list_s']):.3f} s\n"
+                f"  GET /v1/runs/{{id}} (the poll)     : min {min(res['poll_s']):.3f} s  "
+                f"median {_median(res['poll_s']):.3f} s\n"
                 f"  API peak RSS (VmHWM)             : {_fmt_mb(res['api_peak_rss_mb'])}",
                 flush=True,
             )

@@ -106,8 +106,9 @@ class Settings(BaseSettings):
     max_turns_per_item: int = Field(default=2_000, alias="DJ_MAX_TURNS")
     max_judgments_per_run: int = Field(default=500_000, alias="DJ_MAX_JUDGMENTS")
     runs_per_minute: int = Field(default=60, alias="DJ_RUNS_PER_MINUTE")
-    # GET /v1/runs/{id}/report is kept per state of the run (repository.report_cache); a run still judging may be
-    # answered from a report this many seconds old without reading its state (0: never; the answer's computed_at)
+    # GET /v1/runs/{id}/report, and a finished run's judgment counts (the runs list, the poll), are kept per state of
+    # the run (repository.report_cache); a run still judging may be answered from a report this many seconds old
+    # without reading its state (0: never; the answer's computed_at)
     report_cache: bool = Field(default=True, alias="DJ_REPORT_CACHE")
     report_fresh_s: float = Field(default=3.0, ge=0, le=300, alias="DJ_REPORT_FRESH_SECONDS")
     # a running run's report computed this soon after its last judgment write is computed again once that much time

@@ -3,6 +3,7 @@ transaction), listing and summaries, judgments and items as the API returns them
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from judge_api.models import (
 )
 from judge_api.planning import PlannedJudgment, is_adaptive, run_config
 from judge_api.reference_metrics import REFERENCE_RUBRIC, reference_rubric
+from judge_api.repository import report_cache
 from judge_api.repository.batches import batch_counts
 from judge_api.repository.exports import count_judgments, judgment_conditions
 from judge_api.repository.generations import generation_counts
@@ -239,9 +241,26 @@ def run_outcome(counts: RunCounts) -> RunOutcome:
     return "partial" if bad else "ok"
 
 
-def summarize_runs(session: Session, runs: Sequence[Run]) -> list[RunSummary]:
-    """The runs' summaries; a run found settled gets its ``finished_at`` (the caller commits it)."""
-    stats = run_counts(session, [r.id for r in runs])
+def counted_runs(session: Session, runs: Sequence[Any], *, keep: bool = False) -> dict[str, dict[str, Any]]:
+    """``run_counts`` of ``runs``. With ``keep`` (``DJ_REPORT_CACHE``), a finished run's counts are the ones kept on
+    its current state (``report_cache.COUNTS_KEY``), and a finished run without them is counted and they are kept:
+    only runs still running are counted over their judgments every time (the caller commits)."""
+    ids = [r.id for r in runs]
+    if not keep:
+        return run_counts(session, ids)
+    hits, states = report_cache.kept_counts(session, [r.id for r in runs if r.finished_at is not None])
+    missing = [run_id for run_id in ids if run_id not in hits]
+    out = {**run_counts(session, missing), **hits}
+    for run in runs:
+        if run.id in states and run.id not in hits:
+            report_cache.store_counts(session, run.id, run.project_id, states[run.id], out[run.id])
+    return out
+
+
+def summarize_runs(session: Session, runs: Sequence[Run], *, keep_counts: bool = False) -> list[RunSummary]:
+    """The runs' summaries; a run found settled gets its ``finished_at`` (the caller commits it). ``keep_counts``:
+    finished runs' counts are kept per state of the run (:func:`counted_runs`)."""
+    stats = counted_runs(session, runs, keep=keep_counts)
     generating = generation_counts(session, runs)
     in_batches = batch_counts(session, [r.id for r in runs if r.execution == "batch"])
     summaries = []
@@ -301,13 +320,77 @@ _FINISH_RUN = (
 )
 
 
-def poll_run(session: Session, run_id: str, project_id: str | None = None) -> RunSummary | None:
+_POLL_KEPT = report_cache.kept_counts_select(*_POLL_COLUMNS).where(_RUN.id == bindparam("run_id"))
+
+
+class _FinishedRuns:
+    """The runs this process has polled finished (at most ``limit``, the oldest forgotten first): only their poll
+    reads the kept counts first. A run still running keeps its one-statement poll (issue 26's poll CPU), and a run
+    named here that is running again is only a second, cheap read (the state decides what is served, never this)."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._ids: dict[str, None] = {}
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._ids
+
+    def add(self, run_id: str) -> None:
+        with self._lock:
+            self._ids.pop(run_id, None)
+            self._ids[run_id] = None
+            while len(self._ids) > self._limit:
+                del self._ids[next(iter(self._ids))]
+
+    def discard(self, run_id: str) -> None:
+        with self._lock:
+            self._ids.pop(run_id, None)
+
+
+FINISHED_POLLED = _FinishedRuns()
+
+
+def poll_run(
+    session: Session, run_id: str, project_id: str | None = None, *, keep_counts: bool = False
+) -> RunSummary | None:
     """The summary of one run, as ``summarize_runs`` gives it (and stamping ``finished_at`` the same way, the caller
-    commits), or None when there is no such run or it belongs to another project than ``project_id``."""
+    commits), or None when there is no such run or it belongs to another project than ``project_id``.
+    ``keep_counts`` (``DJ_REPORT_CACHE``): a finished run's counts are read from what is kept on its state
+    (``counted_runs``), the first time after it was seen finished counted and kept."""
+    entry: dict[str, Any] | None = None
+    state: str | None = None
+    run: Any = None
+    if keep_counts and run_id in FINISHED_POLLED:
+        kept = session.execute(_POLL_KEPT, {"run_id": run_id}).one_or_none()
+        if kept is None or (project_id is not None and kept.project_id != project_id):
+            return None
+        entry, state = report_cache.counts_on_state(kept)
+        if state is None:  # running again
+            FINISHED_POLLED.discard(run_id)
+        if entry is not None:
+            run = kept
+    if entry is None:
+        run, entry = _poll_counted(session, run_id)
+        if run is None or (project_id is not None and run.project_id != project_id):
+            return None
+        if keep_counts and run.finished_at is not None:
+            if state is not None:  # read before these counts: a write in between is a state not matched again
+                report_cache.store_counts(session, run_id, run.project_id, state, entry)
+            FINISHED_POLLED.add(run_id)
+    generation = generation_counts(session, [run]).get(run_id)  # only a run with systems asks
+    in_batch = batch_counts(session, [run_id]).get(run_id) if run.execution == "batch" else None
+    summary = run_summary(run, entry, generation, in_batch)
+    if run.finished_at is None and summary.finished_at is not None:
+        session.execute(_FINISH_RUN, {"run_id": run_id, "finished_at": summary.finished_at})
+    return summary
+
+
+def _poll_counted(session: Session, run_id: str) -> tuple[Any, dict[str, Any]]:
+    """The run's poll columns and its counts, counted over its judgments (one statement); (None, {}) without it."""
     rows = session.execute(_POLL_RUN, {"run_id": run_id}).all()
-    if not rows or (project_id is not None and rows[0].project_id != project_id):
-        return None
-    run = rows[0]
+    if not rows:
+        return None, {}
     entry: dict[str, Any] = {"counts": {}, "cost": 0.0, "in": 0, "out": 0, "calls": 0, "cached": 0}
     for row in rows:
         if row.status is None:  # no judgment yet
@@ -318,12 +401,7 @@ def poll_run(session: Session, run_id: str, project_id: str | None = None) -> Ru
         entry["out"] += int(row.tokens_out)
         entry["calls"] += int(row.calls)
         entry["cached"] += int(row.n_cached)
-    generation = generation_counts(session, [run]).get(run_id)  # only a run with systems asks
-    in_batch = batch_counts(session, [run_id]).get(run_id) if run.execution == "batch" else None
-    summary = run_summary(run, entry, generation, in_batch)
-    if run.finished_at is None and summary.finished_at is not None:
-        session.execute(_FINISH_RUN, {"run_id": run_id, "finished_at": summary.finished_at})
-    return summary
+    return rows[0], entry
 
 
 def run_summary(

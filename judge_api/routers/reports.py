@@ -152,7 +152,8 @@ def _answer(
 
 def _summary(session: Session, run: Any) -> Any:
     """The run's summary as GET /v1/runs/{id} gives it (it stamps ``finished_at`` when the run has finished)."""
-    return json.loads(repository.summarize_runs(session, [run])[0].model_dump_json())
+    keep = get_settings().report_cache
+    return json.loads(repository.summarize_runs(session, [run], keep_counts=keep)[0].model_dump_json())
 
 
 def _build(session: Session, run_id: str, config: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:

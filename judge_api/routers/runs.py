@@ -385,9 +385,10 @@ def list_runs(
     limit: int = Query(50, ge=1, le=500),
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
+    settings: Settings = Depends(app_settings),
 ) -> Page[RunSummary]:
     total, runs = repository.list_runs(session, principal.project_id, offset, limit)
-    summaries = repository.summarize_runs(session, runs)
+    summaries = repository.summarize_runs(session, runs, keep_counts=settings.report_cache)
     session.commit()
     return Page[RunSummary](total=total, offset=offset, limit=limit, items=summaries)
 
@@ -409,7 +410,8 @@ def _poll_run(request: Request, run_id: str) -> str:
         # a settled run gets is one UPDATE, committed as it runs
         session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
         principal = authorize(request, session, "read")
-        summary = repository.poll_run(session, run_id, principal.project_id)
+        keep = app_settings(request).report_cache
+        summary = repository.poll_run(session, run_id, principal.project_id, keep_counts=keep)
         if summary is None:
             raise run_not_found(run_id)
         return summary.model_dump_json()
