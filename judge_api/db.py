@@ -22,6 +22,12 @@ def make_engine(url: str) -> Engine:
     else:
         kwargs.update(pool_size=10, max_overflow=20, pool_recycle=1800)
     engine = create_engine(url, **kwargs)
+    if engine.dialect.name == "postgresql":
+        # an executemany INSERT as multi-row INSERTs of up to 1,000 rows (SQLAlchemy's "insertmanyvalues", as it does
+        # for psycopg2), not psycopg's one statement per row: the data_version triggers (migration 0023) fire per
+        # statement and update the run's row, and a transaction that updates one row n times walks its n versions on
+        # each update. Storing a run of 20k judgments took 105 s (n^2), and a 500k one would have taken hours.
+        engine.dialect.use_insertmanyvalues_wo_returning = True
     if sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
     else:

@@ -279,12 +279,22 @@ def store_counts(session: Session, run_id: str, project_id: str, state: str, cou
     # the service's two databases (SQLite embedded, PostgreSQL in production) both know ON CONFLICT DO UPDATE
     make = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
     statement = make(ReportCacheEntry).values(**values)
-    session.execute(
-        statement.on_conflict_do_update(
-            index_elements=["run_id", "params_key"],
-            set_={k: statement.excluded[k] for k in ("project_id", "state", "computed_at", "body")},
-        )
+    upsert = statement.on_conflict_do_update(
+        index_elements=["run_id", "params_key"],
+        set_={k: statement.excluded[k] for k in ("project_id", "state", "computed_at", "body")},
     )
+    # the run deleted since its counts were read: its entry's foreign key fails, and there is nothing to keep (review
+    # r51a: a 500 before). Inside a transaction the failed statement is rolled back to a savepoint, so the caller's
+    # transaction (the finished_at it stamped) goes on; in autocommit (the poll) the statement was its own.
+    autocommit = session.connection().get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+    try:
+        if autocommit:
+            session.execute(upsert)
+        else:
+            with session.begin_nested():
+                session.execute(upsert)
+    except IntegrityError:
+        return
 
 
 def drop_reports(session: Session, run_id: str) -> int:

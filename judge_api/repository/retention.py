@@ -35,6 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from judge_api.models import (
+    TERMINAL_STATUSES,
     Base,
     CacheEntry,
     Generation,
@@ -389,6 +390,15 @@ def _value(kind: Any, value: Any, where: str) -> Any:
     return value
 
 
+def _work_left(judgments: list[dict[str, Any]], generations: list[dict[str, Any]], run: dict[str, Any]) -> bool:
+    """Whether an imported run has anything left to judge, generate or plan (then it is not finished here)."""
+    return (
+        any(j.get("status", "pending") not in TERMINAL_STATUSES for j in judgments)
+        or any(g.get("status", "pending") not in ("done", "failed") for g in generations)
+        or bool(run.get("plan_open"))
+    )
+
+
 def import_run(
     session: Session, bundle: Bundle, project_id: str, cache_scope: str | None, *, cache_entries: bool = True
 ) -> dict[str, Any]:
@@ -410,7 +420,11 @@ def import_run(
     generated = bundle.rows.get("generation", [])
     rekeyed = {k: scoped_cache_key(k, cache_scope) for k in {j.get("cache_key") for j in judgments} if k is not None}
     ensure_project(session, project_id)
-    counts = {"n_items": len(items), "n_judgments": len(judgments)}  # what is stored, whatever the header says
+    counts: dict[str, Any] = {"n_items": len(items), "n_judgments": len(judgments)}  # what is stored, not the header
+    if _work_left(judgments, generated, bundle.run):
+        # a run with work to do here is not finished, whatever the bundle says: a finished run's report and counts
+        # are kept on the promise that every judgment is settled (repository.report_cache, review r51a)
+        counts["finished_at"] = None
     session.add(Run(**{**bundle.run, "id": run_id, **counts}, project_id=project_id))
     session.flush()
     for start in range(0, len(items), _CHUNK):

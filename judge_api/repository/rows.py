@@ -8,8 +8,18 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from judge_api.models import fresh_judgment_fields
+from sqlalchemy import insert
+
+from judge_api.models import Judgment, fresh_judgment_fields
 from judge_api.planning import PlannedJudgment
+
+INSERT_JUDGMENTS = insert(Judgment).execution_options(render_nulls=True)
+"""The bulk INSERT of judgment rows (``session.execute(INSERT_JUDGMENTS, rows)``). ``render_nulls``: a None is
+sent as NULL, not left out, so rows of different shapes (single and pairwise: no ``system_b``, ``order``) are one
+executemany instead of a statement per run of same-shaped rows. On PostgreSQL each statement fires the
+``data_version`` trigger, which updates the run's row, and a transaction that updates one row n times walks its n
+versions each time: a run of 20k judgments took 105 s to store, two statements per item (every column these rows
+leave None has no default, so NULL is what leaving it out gave)."""
 
 
 def judgment_row(

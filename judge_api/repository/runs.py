@@ -8,8 +8,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Float, Integer, String, bindparam, column, func, insert, select, text, update
+from sqlalchemy import Float, Integer, String, bindparam, column, exists, func, insert, select, text, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from judge_api.adaptive import economy as adaptive_economy
 from judge_api.models import (
@@ -27,7 +28,7 @@ from judge_api.repository.batches import batch_counts
 from judge_api.repository.exports import count_judgments, judgment_conditions
 from judge_api.repository.generations import generation_counts
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
-from judge_api.repository.rows import judgment_row
+from judge_api.repository.rows import INSERT_JUDGMENTS, judgment_row
 from judge_api.repository.rubric_snapshots import store_rubric_snapshots
 from judge_api.rubrics import Rubric
 from judge_api.schemas import (
@@ -97,7 +98,7 @@ def create_run(
     now = utcnow()
     rows = [judgment_row(run.id, p, item_pks[p.item_id], candidates[p.item_id], judge_params, now) for p in planned]
     for start in range(0, len(rows), 5000):
-        session.execute(insert(Judgment), rows[start : start + 5000])
+        session.execute(INSERT_JUDGMENTS, rows[start : start + 5000])
     return run
 
 
@@ -266,8 +267,9 @@ def summarize_runs(session: Session, runs: Sequence[Run], *, keep_counts: bool =
     summaries = []
     for run in runs:
         summary = run_summary(run, stats[run.id], generating.get(run.id), in_batches.get(run.id))
-        if run.finished_at is None and summary.finished_at is not None:
-            run.finished_at = summary.finished_at
+        finishes = run.finished_at is None and summary.finished_at is not None
+        if finishes and stamp_finished(session, run.id, summary.finished_at):
+            set_committed_value(run, "finished_at", summary.finished_at)
         summaries.append(summary)
     return summaries
 
@@ -312,12 +314,25 @@ _POLL_RUN = text(
     "FROM judgments WHERE run_id = :run_id GROUP BY status"
     ") c ON 1 = 1 WHERE r.id = :run_id"
 ).columns(*_POLL_COLUMNS, *_POLL_COUNTS)
+# stamped only while no judgment of the run is pending or running at the UPDATE: a retry (or a monitor's new sample)
+# committed after the summary counted must not leave a running run marked finished, since a finished run's report
+# and counts are kept on the promise that every judgment is settled (review r51a); one seek in ix_judgments_run_status
 _FINISH_RUN = (
     update(Run)
-    .where(Run.id == bindparam("run_id"))
+    .where(
+        Run.id == bindparam("run_id"),
+        Run.finished_at.is_(None),
+        ~exists().where(Judgment.run_id == bindparam("run_id"), Judgment.status.in_(("pending", "running"))),
+    )
     .values(finished_at=bindparam("finished_at"))
     .execution_options(synchronize_session=False)
 )
+
+
+def stamp_finished(session: Session, run_id: str, finished_at: Any) -> bool:
+    """Stamp a run found settled as finished (:data:`_FINISH_RUN`); False when it was not (then it is not)."""
+    result = session.execute(_FINISH_RUN, {"run_id": run_id, "finished_at": finished_at})
+    return bool(getattr(result, "rowcount", 0))
 
 
 _POLL_KEPT = report_cache.kept_counts_select(*_POLL_COLUMNS).where(_RUN.id == bindparam("run_id"))
@@ -382,7 +397,7 @@ def poll_run(
     in_batch = batch_counts(session, [run_id]).get(run_id) if run.execution == "batch" else None
     summary = run_summary(run, entry, generation, in_batch)
     if run.finished_at is None and summary.finished_at is not None:
-        session.execute(_FINISH_RUN, {"run_id": run_id, "finished_at": summary.finished_at})
+        stamp_finished(session, run_id, summary.finished_at)
     return summary
 
 

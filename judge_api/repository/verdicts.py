@@ -14,13 +14,14 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from judge_api.judges import JudgeSpecError, parse_judge
 from judge_api.models import Judgment, Run, fresh_judgment_fields, utcnow
 from judge_api.planning import PlannedJudgment, judge_refusal
 from judge_api.reference_metrics import REFERENCE_JUDGE
+from judge_api.repository.rows import INSERT_JUDGMENTS
 from judge_api.repository.runs import get_items, item_pks_for
 from judge_api.rubrics import get_registry
 from judge_api.schemas import VerdictIn, VerdictSource
@@ -191,7 +192,7 @@ def import_verdicts(
             f"{max_judgments} per run (DJ_MAX_JUDGMENTS)",
         )
     for start in range(0, len(rows), 5000):
-        session.execute(insert(Judgment), rows[start : start + 5000])
+        session.execute(INSERT_JUDGMENTS, rows[start : start + 5000])
     if rows:
         session.execute(update(Run).where(Run.id == run.id).values(n_judgments=Run.n_judgments + len(rows)))
     judges = sorted({v.judge for _, v in verdicts})

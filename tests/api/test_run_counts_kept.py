@@ -7,6 +7,7 @@ changes them: a retry, an imported verdict, deleted judgments, a reopened run; t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -301,3 +302,30 @@ def test_kept_counts_do_not_push_out_a_kept_report(api_factory: ApiFactory) -> N
     keys = [r[2] for r in kept_rows(api)]
     assert keys.count(report_cache.COUNTS_KEY) == 1 and len(keys) == report_cache.KEEP_PER_RUN + 1
     assert _report(api, run_id, n_boot=10)["cached"] is False  # the oldest report went
+
+
+def test_a_settled_bundle_keeps_its_finished_at_and_a_bundle_with_work_left_does_not(api: Api) -> None:
+    """``retention.import_run`` keeps a bundle's ``finished_at`` only when nothing is left to judge here (review r51a:
+    a run stamped finished while a judgment was pending was served kept counts)."""
+    run_id = finished_run(api, n_items=2)
+    exported = api.client.get(f"/v1/runs/{run_id}/export")
+    assert exported.status_code == 200, exported.text
+    lines = [json.loads(line) for line in exported.text.splitlines()]
+
+    def imported(records: list[dict[str, Any]]) -> str:
+        response = api.client.post("/v1/runs/import", content="\n".join(json.dumps(r) for r in records).encode())
+        assert response.status_code == 201, response.text
+        return str(response.json()["run_id"])
+
+    settled = imported(lines)
+    original = polled(api, run_id)
+    assert polled(api, settled)["finished_at"] == original["finished_at"]
+    kept = kept_then(api, settled)
+    assert kept["counts"] == original["counts"] and kept["status"] == original["status"]
+
+    held = next(i for i, line in enumerate(lines) if line["record"] == "judgment")
+    for status in ("running", "pending"):
+        reopened = imported([{**line, "status": status} if i == held else line for i, line in enumerate(lines)])
+        answer = polled(api, reopened)
+        assert answer["finished_at"] is None and answer["counts"]["pending"] == 1
+        assert answer["status"] in ("queued", "running")
