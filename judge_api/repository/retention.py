@@ -390,12 +390,19 @@ def _value(kind: Any, value: Any, where: str) -> Any:
     return value
 
 
-def _work_left(judgments: list[dict[str, Any]], generations: list[dict[str, Any]], run: dict[str, Any]) -> bool:
+def _work_left(
+    judgments: list[dict[str, Any]],
+    generations: list[dict[str, Any]],
+    items: list[dict[str, Any]],
+    run: dict[str, Any],
+) -> bool:
     """Whether an imported run has anything left to judge, generate or plan (then it is not finished here)."""
     return (
         any(j.get("status", "pending") not in TERMINAL_STATUSES for j in judgments)
         or any(g.get("status", "pending") not in ("done", "failed") for g in generations)
         or bool(run.get("plan_open"))
+        # a run with systems is finished once every item's responses are released (repository.runs.run_summary)
+        or (bool((run.get("config") or {}).get("systems")) and any(i.get("released_at") is None for i in items))
     )
 
 
@@ -421,7 +428,7 @@ def import_run(
     rekeyed = {k: scoped_cache_key(k, cache_scope) for k in {j.get("cache_key") for j in judgments} if k is not None}
     ensure_project(session, project_id)
     counts: dict[str, Any] = {"n_items": len(items), "n_judgments": len(judgments)}  # what is stored, not the header
-    if _work_left(judgments, generated, bundle.run):
+    if _work_left(judgments, generated, items, bundle.run):
         # a run with work to do here is not finished, whatever the bundle says: a finished run's report and counts
         # are kept on the promise that every judgment is settled (repository.report_cache, review r51a)
         counts["finished_at"] = None

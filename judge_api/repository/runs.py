@@ -130,6 +130,9 @@ def retry_failed(session: Session, run_id: str, unparseable: bool = False) -> in
     """Send the run's failed and cancelled judgments, and its failed generations, again; with ``unparseable`` also
     the judgments whose reply could not be parsed, asked past the judge cache (``options.cache`` 'refresh' on those
     judgments, unless the run has it 'off'): the cached reply is the unparseable one, and the new reply replaces it."""
+    # the run's row locked before any judgment is reopened: a poll or a list stamping the run finished meanwhile waits
+    # for this transaction, then finds the data_version it counted on bumped below and stamps nothing (review r51b)
+    session.execute(select(Run.id).where(Run.id == run_id).with_for_update())
     result = session.execute(
         update(Judgment)
         .where(Judgment.run_id == run_id, Judgment.status.in_(("failed", "cancelled")), Judgment.source.is_(None))
@@ -157,6 +160,13 @@ def retry_failed(session: Session, run_id: str, unparseable: bool = False) -> in
                 )
             )
         count += len(rows)
+    if count:
+        session.execute(
+            update(Run)
+            .where(Run.id == run_id)
+            .values(data_version=Run.data_version + 1)
+            .execution_options(synchronize_session=False)
+        )
     run = session.get(Run, run_id)
     if run is not None:
         run.finished_at = None
@@ -268,7 +278,7 @@ def summarize_runs(session: Session, runs: Sequence[Run], *, keep_counts: bool =
     for run in runs:
         summary = run_summary(run, stats[run.id], generating.get(run.id), in_batches.get(run.id))
         finishes = run.finished_at is None and summary.finished_at is not None
-        if finishes and stamp_finished(session, run.id, summary.finished_at):
+        if finishes and stamp_finished(session, run.id, summary.finished_at, run.data_version):
             set_committed_value(run, "finished_at", summary.finished_at)
         summaries.append(summary)
     return summaries
@@ -280,6 +290,7 @@ def summarize_runs(session: Session, runs: Sequence[Run], *, keep_counts: bool =
 _RUN = Run.__table__.c
 _POLL_COLUMNS = (
     _RUN.id,
+    _RUN.data_version,
     _RUN.project_id,
     _RUN.name,
     _RUN.config,
@@ -322,6 +333,7 @@ _FINISH_RUN = (
     .where(
         Run.id == bindparam("run_id"),
         Run.finished_at.is_(None),
+        Run.data_version == bindparam("seen_version"),
         ~exists().where(Judgment.run_id == bindparam("run_id"), Judgment.status.in_(("pending", "running"))),
     )
     .values(finished_at=bindparam("finished_at"))
@@ -329,9 +341,12 @@ _FINISH_RUN = (
 )
 
 
-def stamp_finished(session: Session, run_id: str, finished_at: Any) -> bool:
-    """Stamp a run found settled as finished (:data:`_FINISH_RUN`); False when it was not (then it is not)."""
-    result = session.execute(_FINISH_RUN, {"run_id": run_id, "finished_at": finished_at})
+def stamp_finished(session: Session, run_id: str, finished_at: Any, seen_version: Any) -> bool:
+    """Stamp a run found settled as finished (:data:`_FINISH_RUN`) if its ``data_version`` is still the one read
+    with the counts that found it settled (a retry bumps it, under the run's row lock); False when it was not
+    stamped (then it is not finished)."""
+    params = {"run_id": run_id, "finished_at": finished_at, "seen_version": seen_version}
+    result = session.execute(_FINISH_RUN, params)
     return bool(getattr(result, "rowcount", 0))
 
 
@@ -397,7 +412,7 @@ def poll_run(
     in_batch = batch_counts(session, [run_id]).get(run_id) if run.execution == "batch" else None
     summary = run_summary(run, entry, generation, in_batch)
     if run.finished_at is None and summary.finished_at is not None:
-        stamp_finished(session, run_id, summary.finished_at)
+        stamp_finished(session, run_id, summary.finished_at, run.data_version)
     return summary
 
 

@@ -1642,22 +1642,27 @@ def test_too_many_judgments_names_items_and_stores_nothing(api_factory: ApiFacto
     assert api.row_counts() == before
 
 
-def test_a_failing_insert_rolls_back_the_whole_run(api_factory: ApiFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """If storing fails half-way (here: the judgments insert), the run and its items are not kept either."""
-    from judge_api.repository import runs as run_store
+def test_a_failing_insert_rolls_back_the_whole_run(api_factory: ApiFactory) -> None:
+    """If storing fails half-way (here: the judgments insert, as the database runs it), the run and its items are not
+    kept either."""
+    from sqlalchemy import event
+
+    from judge_api.db import get_engine
 
     api = api_factory()
     api.submit()  # the project row exists already (it is created on its own, idempotently, on first use)
     before = api.row_counts()
-    real_insert = run_store.insert
 
-    def exploding_insert(table: Any) -> Any:
-        if getattr(table, "__tablename__", "") == "judgments":
+    def exploding_insert(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO JUDGMENTS"):
             raise RuntimeError("disk full")
-        return real_insert(table)
 
-    monkeypatch.setattr(run_store, "insert", exploding_insert)
-    response = api.client.post("/v1/runs", json=run_body())
+    engine = get_engine()
+    event.listen(engine, "before_cursor_execute", exploding_insert)
+    try:
+        response = api.client.post("/v1/runs", json=run_body())
+    finally:
+        event.remove(engine, "before_cursor_execute", exploding_insert)
     assert response.status_code == 500
     assert api.row_counts() == before
 

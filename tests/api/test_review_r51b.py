@@ -6,6 +6,7 @@ The others fail on 41374c6 and reproduce a finding."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -65,11 +66,19 @@ def test_a_retry_uncommitted_while_the_poll_stamps_leaves_a_running_run_finished
     rows = _judgment_ids(run_id)
     _judge(rows[:-2])
     _judge(rows[-2:], status="failed")
+    # Fixed (session 51): the retry locks the run's row before it reopens a judgment and bumps its data_version,
+    # and the stamp matches only the data_version its counts were read with. The poll (another request, so another
+    # thread here) waits for the retry's transaction, then stamps nothing.
+    answers: list[dict[str, Any]] = []
     with session_scope() as retry:  # POST /v1/runs/{id}/retry, not committed yet
         assert runs_module.retry_failed(retry, run_id) == 2
         retry.flush()
-        answer = polled(api, run_id)  # another request: finds the run settled and stamps it
-        assert answer["status"] == "done"
+        poller = threading.Thread(target=lambda: answers.append(polled(api, run_id)))
+        poller.start()
+        poller.join(timeout=2.0)
+        assert poller.is_alive() or answers, "the poll neither waited nor answered"
+    poller.join(timeout=60)
+    assert answers and not poller.is_alive()
     # the retry has committed: two judgments pending
     with session_scope() as session:
         run = session.get(Run, run_id)

@@ -10,7 +10,6 @@ from sqlalchemy import func, select, update
 from judge_api import repository
 from judge_api.db import session_scope
 from judge_api.models import Judgment, RubricSnapshot, Run, RunItem
-from judge_api.repository import runs as run_store
 
 from .conftest import StoreRun, item
 
@@ -34,19 +33,25 @@ def test_a_run_is_stored_with_its_items_judgments_and_rubric_versions(store_run:
     assert sorted(statuses) == ["pending", "pending"]
 
 
-def test_a_failing_insert_leaves_nothing_behind(store_run: StoreRun, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_insert_leaves_nothing_behind(store_run: StoreRun) -> None:
+    from sqlalchemy import event
+
+    from judge_api.db import get_engine
+
     store_run()
     before = counts()
-    real_insert = run_store.insert
 
-    def exploding(table: Any) -> Any:
-        if getattr(table, "__tablename__", "") == "judgments":
+    def exploding(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO JUDGMENTS"):
             raise RuntimeError("disk full")
-        return real_insert(table)
 
-    monkeypatch.setattr(run_store, "insert", exploding)
-    with pytest.raises(RuntimeError, match="disk full"):
-        store_run(items=[item("i2", {"a": "x", "b": "y"})])
+    engine = get_engine()
+    event.listen(engine, "before_cursor_execute", exploding)
+    try:
+        with pytest.raises(RuntimeError, match="disk full"):
+            store_run(items=[item("i2", {"a": "x", "b": "y"})])
+    finally:
+        event.remove(engine, "before_cursor_execute", exploding)
     assert counts() == before
 
 

@@ -12,7 +12,7 @@ from judge_api.stats import frames as F
 from judge_api.stats.consistency import KEY, _repeated_done, self_consistency_section
 from tests.stats.report_golden_cases import _sampled
 
-VALUES = {
+VALUES: dict[str, list[str | None]] = {
     F.ITEM_ID: ["i1", "i2", "i3"],
     F.MODE: ["single", "pairwise"],
     F.SYSTEM_A: ["a", "b"],
