@@ -90,9 +90,9 @@ def _schema() -> pa.Schema:
     return pa.schema([(name, DICT if kind == STRING else kind) for name, _, kind in COLUMNS])
 
 
-def _select_sql(table: Table, placeholder: str) -> str:
+def _select_sql(table: Table, where: str) -> str:
     names = ", ".join(f'"{column}"' for _, column, _ in COLUMNS)
-    return f"SELECT {names} FROM {table.name} WHERE run_id = {placeholder} ORDER BY id"
+    return f'SELECT {names} FROM {table.name} WHERE {where} ORDER BY "id"'
 
 
 class _CopyReader(io.RawIOBase):
@@ -125,7 +125,7 @@ def read_postgresql(connection: Connection, table: Table, run_id: str) -> pa.Tab
     raw = connection.connection.driver_connection
     assert raw is not None
     statement = sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(
-        sql.SQL(_select_sql(table, "{}")).format(sql.Literal(run_id))
+        sql.SQL(_select_sql(table, "run_id = {}")).format(sql.Literal(run_id))
     )
     schema = _schema()
     with raw.cursor() as cursor, cursor.copy(statement) as copy:
@@ -156,29 +156,52 @@ def read_postgresql(connection: Connection, table: Table, run_id: str) -> pa.Tab
 def read_sqlite(connection: Connection, table: Table, run_id: str, chunk: int = SQLITE_CHUNK) -> pa.Table:
     """The run's columns from SQLite: a run of ``ARROW_CHILD_MIN_ROWS`` or more through ADBC's SQLite driver in a
     child process (:func:`read_sqlite_arrow`, Arrow batches built in C) when it can read what this connection would,
-    else from the driver's tuples (:func:`read_sqlite_tuples`)."""
+    else from the driver's tuples (:func:`read_sqlite_tuples`). Either reads the rows as :func:`sqlite_where` says."""
     columns = None
-    if adbc_database(connection) is not None and _run_rows(connection, table, run_id) >= ARROW_CHILD_MIN_ROWS:
-        columns = read_sqlite_arrow(connection, table, run_id, chunk)
-    return columns if columns is not None else read_sqlite_tuples(connection, table, run_id, chunk)
+    rows, where = sqlite_where(connection, table, run_id)
+    if adbc_database(connection) is not None and rows >= ARROW_CHILD_MIN_ROWS:
+        columns = read_sqlite_arrow(connection, table, run_id, chunk, where)
+    return columns if columns is not None else read_sqlite_tuples(connection, table, run_id, chunk, where)
 
 
 ARROW_CHILD_MIN_ROWS = 50_000
 """Rows from which a run is read by the child process: starting it costs about 0.3 s, the tuples about 7 us a row."""
 
+SPAN_FACTOR = 4
+"""A run whose ids span at most this many times its rows is read by a scan of that id range (:func:`sqlite_where`)."""
+
+BY_INDEX = "run_id = ?1"
+"""The run's rows by the index on ``run_id``: a search of the table's b-tree per row."""
+
 _CHILD = Path(__file__).with_name("sqlite_arrow_reader.py")
 _KINDS = {STRING: "string", INT: "int", FLOAT: "float", BOOL: "bool"}
 
 
-def _run_rows(connection: Connection, table: Table, run_id: str) -> int:
+def _by_span(table: Table) -> str:
+    bound = f'(SELECT {{}}("id") FROM {table.name} WHERE run_id = ?1)'
+    return f'"id" BETWEEN {bound.format("min")} AND {bound.format("max")} AND +run_id = ?1'
+
+
+def sqlite_where(connection: Connection, table: Table, run_id: str) -> tuple[int, str]:
+    """The run's rows (counted now) and the WHERE clause that reads them (one parameter, ``?1``: the run's id).
+
+    The index on ``run_id`` gives the rows in id order, but each is then found by a search of the table's b-tree:
+    4-5 us a row at 1M, most of the frame's read (issue 39, docs/scaling.md). A run's rows are stored in id order
+    and mostly next to each other, so when its ids span at most ``SPAN_FACTOR`` times its rows, the rows between
+    its first and last id are scanned instead (the unary ``+`` keeps SQLite off the index) and the other runs' rows
+    among them skipped: 5x faster at 1M. The bounds are subqueries of the same statement, so the rows are those of
+    one snapshot, as the index's are; the count decides only the plan."""
     raw = connection.connection.driver_connection
     assert raw is not None
     cursor = raw.cursor()
     try:
-        cursor.execute(f"SELECT count(*) FROM {table.name} WHERE run_id = ?", (run_id,))
-        return int(cursor.fetchone()[0])
+        cursor.execute(f'SELECT count(*), min("id"), max("id") FROM {table.name} WHERE run_id = ?', (run_id,))
+        rows, first, last = cursor.fetchone()
     finally:
         cursor.close()
+    if not rows or last - first + 1 > SPAN_FACTOR * rows:
+        return int(rows), BY_INDEX
+    return int(rows), _by_span(table)
 
 
 def adbc_database(connection: Connection) -> str | None:
@@ -202,7 +225,9 @@ def adbc_database(connection: Connection) -> str | None:
     return str(database)
 
 
-def read_sqlite_arrow(connection: Connection, table: Table, run_id: str, chunk: int = SQLITE_CHUNK) -> pa.Table | None:
+def read_sqlite_arrow(
+    connection: Connection, table: Table, run_id: str, chunk: int = SQLITE_CHUNK, where: str = BY_INDEX
+) -> pa.Table | None:
     """The run's columns read by ``sqlite_arrow_reader`` in a child process (ADBC's driver fills Arrow batches in C:
     about 3x faster than the tuples at 1M rows; issue 39, docs/scaling.md) and received as an Arrow IPC stream.
     Never in this process: the driver carries its own copy of SQLite, and two in one process break each other's
@@ -218,7 +243,7 @@ def read_sqlite_arrow(connection: Connection, table: Table, run_id: str, chunk: 
     typed = {STRING: "''", INT: "0", FLOAT: "0.5", BOOL: "0"}
     first = ", ".join(f'{-(2**63) if column == "id" else typed[kind]} AS "{column}"' for _, column, kind in COLUMNS)
     names = ", ".join(f'"{column}"' for _, column, _ in COLUMNS)
-    query = f'SELECT {first} UNION ALL SELECT {names} FROM {table.name} WHERE run_id = ? ORDER BY "id"'
+    query = f'SELECT {first} UNION ALL SELECT {names} FROM {table.name} WHERE {where} ORDER BY "id"'
     kinds = json.dumps([_KINDS[kind] for _, _, kind in COLUMNS])
     # its messages go to a file: a pipe the parent read only after the stream could fill and stall both
     try:
@@ -260,7 +285,9 @@ def read_sqlite_arrow(connection: Connection, table: Table, run_id: str, chunk: 
     return received.rename_columns(schema.names)
 
 
-def read_sqlite_tuples(connection: Connection, table: Table, run_id: str, chunk: int = SQLITE_CHUNK) -> pa.Table:
+def read_sqlite_tuples(
+    connection: Connection, table: Table, run_id: str, chunk: int = SQLITE_CHUNK, where: str = BY_INDEX
+) -> pa.Table:
     """The run's columns from SQLite, ``chunk`` rows at a time: each chunk's tuples become one Arrow struct array
     (in C, no per-column lists), split into the columns, before the next chunk is fetched. The cyclic collector is
     paused meanwhile (the tuples are freed by reference counting; walking them once per chunk cost as much as the
@@ -275,7 +302,7 @@ def read_sqlite_tuples(connection: Connection, table: Table, run_id: str, chunk:
     cursor = raw.cursor()
     try:
         with collector_paused():
-            cursor.execute(_select_sql(table, "?"), (run_id,))
+            cursor.execute(_select_sql(table, where), (run_id,))
             while rows := cursor.fetchmany(chunk):
                 columns = pa.array(rows, type=row_type).flatten()
                 del rows

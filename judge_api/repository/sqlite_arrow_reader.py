@@ -7,10 +7,10 @@ connections with ``disk I/O error``; https://sqlite.org/howtocorrupt.html, "Mult
 the same application"). ``repository.frame_columns.read_sqlite_arrow`` starts it as ``python -I <this file> ...``;
 it imports nothing of the service.
 
-Arguments: the database file, the query (one ``?``, the run's id, and a first row of the columns' types, which this
-drops), the run's id, rows per batch, and the columns' kinds as JSON (``"string"``: dictionary-encoded; ``"bool"``:
-SQLite's 0 / 1 as booleans; ``"int"``, ``"float"``: as read). A value of another type than its column's exits with
-``MISMATCH`` (3) and the driver's message on standard error; the parent then reads the rows itself."""
+Arguments: the database file, the query (one parameter, ``?1``: the run's id; and a first row of the columns' types,
+which this drops), the run's id, rows per batch, and the columns' kinds as JSON (``"string"``: dictionary-encoded;
+``"bool"``: SQLite's 0 / 1 as booleans; ``"int"``, ``"float"``: as read). A value of another type than its column's
+exits with ``MISMATCH`` (3) and the driver's message on standard error; the parent then reads the rows itself."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 
 from judge_api.stats import frames as F
 from judge_api.stats.render import agreement_to_table, report_to_markdown, report_to_table
-from judge_api.stats.report import SECTIONS, build_report
+from judge_api.stats.report import SECTIONS, build_report, cost_section
 from judge_api.stats.synthetic import SYSTEM_QUALITY, synthetic_judgments
 
 
@@ -72,6 +72,24 @@ def test_cost_section(synthetic: pd.DataFrame, report: dict[str, Any]) -> None:
     assert cost["n_cached"] == int((finished & synthetic["cached"]).sum())
     assert cost["n_cached"] + cost["n_provider_calls"] == cost["n_finished"]
     assert len(cost["per_judge"]) == 2
+
+
+def test_cost_per_judge_is_the_cost_of_that_judges_rows_alone(synthetic: pd.DataFrame) -> None:
+    """Each judge's block is computed from that judge's rows only (its columns made one at a time, issue 39), with
+    list prices missing or infinite, imported verdicts and token counts past float32's integers among them."""
+    frame = synthetic.copy()
+    rng = np.random.default_rng(7)
+    frame.loc[rng.random(len(frame)) < 0.3, "list_cost_usd"] = np.nan
+    frame.loc[rng.random(len(frame)) < 0.05, "list_cost_usd"] = np.inf
+    frame.loc[rng.random(len(frame)) < 0.2, "source"] = "imported.csv"
+    frame["input_tokens"] = rng.integers(0, 2**40, len(frame))
+    section = cost_section(frame)
+    judges = sorted(frame["judge"].unique())
+    assert [block["judge"] for block in section["per_judge"]] == judges
+    for block in section["per_judge"]:
+        alone = cost_section(frame[frame["judge"] == block["judge"]])
+        assert {k: v for k, v in block.items() if k != "judge"} == {k: v for k, v in alone.items() if k != "per_judge"}
+    assert section["n_finished"] == sum(block["n_finished"] for block in section["per_judge"])
 
 
 def test_deterministic_for_a_seed(synthetic: pd.DataFrame, report: dict[str, Any]) -> None:
