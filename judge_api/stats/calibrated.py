@@ -428,7 +428,7 @@ def calibrated_section(
         return None
     humans, scales = _human_means(r)
     judge = _mapped_judge(items, scales)
-    joined = judge.merge(humans, on=[F.ITEM_ID, _SYSTEM, F.ASPECT], how="left")
+    joined = F.left_join(judge, humans, [F.ITEM_ID, _SYSTEM, F.ASPECT])
     bounds = {a: s for a, s in scales.items() if isinstance(s, tuple)}
     # mapped once per aspect, then spread over the rows (a Python call per row of a million before: issue 39)
     aspect_codes, aspects = pd.factorize(joined[F.ASPECT])

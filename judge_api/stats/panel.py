@@ -439,16 +439,22 @@ def _judge_costs(df: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def _human_rows(
-    frame: pd.DataFrame, ratings: pd.DataFrame, human_prefix: str | None, n_bins: int
+    frame: pd.DataFrame,
+    ratings: pd.DataFrame,
+    human_prefix: str | None,
+    n_bins: int,
+    items: pd.DataFrame | None = None,
+    combined: pd.DataFrame | None = None,
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """(judge, aspect) -> agreement figures with the humans, scores and preferences merged."""
+    """(judge, aspect) -> agreement figures with the humans, scores and preferences merged; ``items`` / ``combined``:
+    the frame's own ``item_scores`` / ``combine_orders`` when the caller has them."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    scores = score_agreement(frame, ratings, n_bins=n_bins, human_prefix=human_prefix)
+    scores = score_agreement(frame, ratings, n_bins=n_bins, human_prefix=human_prefix, items=items)
     for r in scores.to_dict(orient="records"):
         out.setdefault((r[F.JUDGE], r[F.ASPECT]), {}).update(
             n_scores=r["n"], spearman=r["spearman"], kendall=r["kendall"], qwk=r["qwk"]
         )
-    prefs = preference_agreement(frame, ratings, human_prefix=human_prefix)
+    prefs = preference_agreement(frame, ratings, human_prefix=human_prefix, combined=combined)
     for r in prefs["judge_vs_human"]:
         out.setdefault((r[F.JUDGE], r[F.ASPECT]), {}).update(
             n_votes=r["s1"]["total"], s1=r["s1"]["rate"], s2=r["s2"]["rate"], kappa=r["kappa_s1"]
@@ -465,6 +471,7 @@ def judges_vs_humans(
     quorum: int | None = None,
     human_prefix: str | None = None,
     n_bins: int = 5,
+    with_panel_rows: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None,
 ) -> dict[str, Any]:
     """Each judge's, the panel's and every judge set's agreement with humans beside its cost (module docstring).
 
@@ -472,12 +479,19 @@ def judges_vs_humans(
 
     ``judgments`` is the stored frame (no panel rows). ``matrix``: one row per judge (members, the panel, and the
     ``reference`` metrics when present) and aspect. ``sets``: one row per judge set and aspect, cheapest first.
+    ``with_panel_rows``: the stored frame with this panel's rows (``members``, ``aggregate``, ``quorum``) appended,
+    and its ``item_scores`` and ``combine_orders``, when the caller has them (``report.build_report``; issue 39:
+    computed again here they were 0.7 s at 1M rows); only for a stored frame without a judge named like the panel.
     """
     df = F.validate_judgments(judgments)
     df = df[df[F.JUDGE] != PANEL_JUDGE]
     costs = _judge_costs(df)
-    frame, _ = with_panel(df, members, aggregate, quorum)
-    human = _human_rows(frame, ratings, human_prefix, n_bins)
+    if with_panel_rows is not None:
+        frame, frame_items, frame_combined = with_panel_rows
+    else:
+        frame, _ = with_panel(df, members, aggregate, quorum)
+        frame_items = frame_combined = None
+    human = _human_rows(frame, ratings, human_prefix, n_bins, frame_items, frame_combined)
     panel_cost = sum(costs.get(j, {}).get("cost_usd", 0.0) for j in members)
     matrix = []
     for (judge, aspect), figures in sorted(human.items()):
@@ -486,8 +500,9 @@ def judges_vs_humans(
     sets: list[dict[str, Any]] = []
     pool = list(members)[:MAX_SET_MEMBERS]
     if len(pool) >= 1:
-        items = item_scores(df, validated=True)
-        combined = combine_orders(df, validated=True)
+        # the panel's rows are the panel judge's: a set of members takes only its members' item scores and outcomes
+        items = item_scores(df, validated=True) if frame_items is None else frame_items
+        combined = combine_orders(df, validated=True) if frame_combined is None else frame_combined
         for size in range(1, len(pool) + 1):
             for subset in combinations(pool, size):
                 if size == 1:

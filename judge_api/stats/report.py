@@ -365,6 +365,8 @@ def build_report(
                 quorum=settings["quorum"],
                 human_prefix=human_prefix,
                 n_bins=n_bins,
+                # df is the stored frame with this panel's rows, unless a stored judge is named like the panel
+                with_panel_rows=None if (stored[F.JUDGE] == PANEL_JUDGE).any() else (df, items, combined),
             ),
         }
         human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
