@@ -179,7 +179,8 @@ _KINDS = {STRING: "string", INT: "int", FLOAT: "float", BOOL: "bool"}
 
 def _by_span(table: Table) -> str:
     bound = f'(SELECT {{}}("id") FROM {table.name} WHERE run_id = ?1)'
-    return f'"id" BETWEEN {bound.format("min")} AND {bound.format("max")} AND +run_id = ?1'
+    # CAST: the unary + drops the column's TEXT affinity, which the bounds' comparisons apply to the parameter
+    return f'"id" BETWEEN {bound.format("min")} AND {bound.format("max")} AND +run_id = CAST(?1 AS TEXT)'
 
 
 def sqlite_where(connection: Connection, table: Table, run_id: str) -> tuple[int, str]:
@@ -355,9 +356,10 @@ def to_pandas(table: pa.Table, run_id: str, scale_of: Callable[[str], tuple[floa
         elif nulls == n and name not in ALWAYS_FLOAT:
             data[name] = np.full(n, None, dtype=object)
         elif kind == INT and not nulls:
-            data[name] = column.to_numpy().astype(np.int64, copy=False)
+            # arrays of the frame's own, writable (a zero-copy view of Arrow's buffer is read-only): OWNED below
+            data[name] = np.require(column.to_numpy(), np.int64, ["W", "O"])
         else:
-            data[name] = column.cast(FLOAT).to_numpy(zero_copy_only=False)
+            data[name] = np.require(column.cast(FLOAT).to_numpy(zero_copy_only=False), np.float64, ["W", "O"])
     rubrics = data["rubric_id"]
     codes = np.asarray(rubrics.codes)
     scales = np.array([scale_of(r) for r in rubrics.categories], dtype=float).reshape(-1, 2)
@@ -366,7 +368,8 @@ def to_pandas(table: pa.Table, run_id: str, scale_of: Callable[[str], tuple[floa
         data[own.removeprefix("judgment_")] = np.where(np.isnan(values), scales[codes, side], values)
     order = ["judgment_id", "run_id", *(name for name, _, _ in COLUMNS[1:-2]), "scale_min", "scale_max"]
     frame = pd.DataFrame({name: data[name] for name in order}, copy=False)
-    from judge_api.stats.frames import ENCODED  # lazily: the statistics library loads scipy
+    from judge_api.stats.frames import ENCODED, OWNED  # lazily: the statistics library loads scipy
 
     frame.attrs[ENCODED] = True
+    frame.attrs[OWNED] = True  # every array above is the frame's own: the report's validation need not copy it
     return frame

@@ -242,32 +242,44 @@ ENCODED = "judge_api.stats.encoded"
 ``encode_strings`` makes them (``repository.judgments_frame``'s, built so from the database's columns):
 ``validate_judgments`` keeps them encoded, as with ``encoded=True`` (issue 39)."""
 
+OWNED = "judge_api.stats.owned"
+"""``DataFrame.attrs`` marker of a frame whose columns' arrays nothing else holds, writable
+(``repository.judgments_frame``'s, made from the database's columns): ``validate_judgments`` takes its columns that
+already have their type as they are instead of copying them (issue 39: 0.7 s and 150 MB at 1M rows), and pandas'
+copy-on-write copies one before either frame writes to it (a write through ``Series.array`` is not guarded by
+copy-on-write: it would reach both). Any other frame's columns are copied."""
+
 
 def _is_validated(df: pd.DataFrame, columns: tuple[str, ...]) -> bool:
     return bool(df.attrs.get(VALIDATED)) and tuple(df.columns) == columns
 
 
-def _as_float(series: pd.Series) -> pd.Series | np.ndarray:
-    """A numeric column as float64 (anything else: NaN): a float64 column itself, not a copy (a Series, so that
-    pandas knows the data is shared and copies it before either frame writes to it)."""
-    if series.dtype == np.float64:
-        return series.reset_index(drop=True)
-    values = series.to_numpy()
-    return pd.to_numeric(pd.Series(values, copy=False), errors="coerce").astype("float64").to_numpy()
+def _owned(values: np.ndarray) -> np.ndarray:
+    """``values`` when it is an array of its own that can be written, else a copy: a conversion may give a read-only
+    view of the caller's data or of a temporary one, and the validated frame is made without copying its columns."""
+    return values if values.flags.writeable and values.flags.owndata else values.copy()
 
 
-def _as_int(series: pd.Series) -> pd.Series | np.ndarray:
-    """A whole-number column as int64 (missing or not a number: 0): an int64 column itself, not a copy."""
-    if series.dtype == np.int64:
+def _as_float(series: pd.Series, share: bool) -> pd.Series | np.ndarray:
+    """A numeric column as float64 (anything else: NaN); with ``share``, a float64 column itself (a Series: pandas
+    knows the data is shared and copies it before either frame writes to it)."""
+    if share and series.dtype == np.float64:
         return series.reset_index(drop=True)
     values = series.to_numpy()
-    return pd.to_numeric(pd.Series(values, copy=False), errors="coerce").fillna(0).astype("int64").to_numpy()
+    return _owned(pd.to_numeric(pd.Series(values, copy=False), errors="coerce").astype("float64").to_numpy())
+
+
+def _as_int(series: pd.Series, share: bool) -> pd.Series | np.ndarray:
+    """A whole-number column as int64 (missing or not a number: 0); with ``share``, an int64 column itself."""
+    if share and series.dtype == np.int64:
+        return series.reset_index(drop=True)
+    values = series.to_numpy()
+    return _owned(pd.to_numeric(pd.Series(values, copy=False), errors="coerce").fillna(0).astype("int64").to_numpy())
 
 
 def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFrame:
-    """Check a judgments frame and return it normalised (all contract columns, fixed dtypes): a new frame, whose
-    columns that already had their type share the caller's data (pandas' copy-on-write keeps a write to either frame
-    from reaching the other; issue 39: copying them was 0.7 s and 150 MB at 1M rows).
+    """Check a judgments frame and return a normalised copy (all contract columns, fixed dtypes); of a frame marked
+    ``OWNED`` (the repository's), the columns that already have their type are taken as they are (``OWNED``).
 
     Raises ``ValueError`` when a required column is missing or a categorical column holds an
     unknown value.  Never drops rows.  A frame this function returned (or a row subset of it) is
@@ -277,29 +289,39 @@ def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFra
         return df
     _check_required(df, JUDGMENT_REQUIRED, "judgments")
     encoded = encoded or bool(df.attrs.get(ENCODED))
+    share = bool(df.attrs.get(OWNED))
     n = len(df)
-    # the columns are gathered first and the frame made once without copying them: a column already of its type is
-    # the caller's data, not a copy (issue 39: setting them one by one copied every column, 164 MB at 1M rows)
+    # the columns are gathered first and the frame made once without copying them again: each is a fresh array of
+    # its own, or (``share``: an ``OWNED`` frame) the caller's column itself where it already has its type
     out: dict[str, Any] = {}
+
+    def text(col: str, optional: bool) -> pd.Series:
+        if col not in df.columns:
+            return _filled_str(n, None if optional else "", encoded)
+        values = _optional_str(df[col], encoded) if optional else _as_str(df[col], encoded)
+        return values if share or not isinstance(values.dtype, pd.CategoricalDtype) else values.copy()
+
     for col in _STR_COLUMNS:
-        out[col] = _as_str(df[col], encoded) if col in df.columns else _filled_str(n, "", encoded)
+        out[col] = text(col, optional=False)
     for col in _OPTIONAL_STR_COLUMNS:
-        out[col] = _optional_str(df[col], encoded) if col in df.columns else _filled_str(n, None, encoded)
+        out[col] = text(col, optional=True)
     # a column the frame lacks is filled as it is (issue 39: the panel's rows lack 13 of them)
     for col in _FLOAT_COLUMNS:
-        out[col] = _as_float(df[col]) if col in df.columns else np.full(n, np.nan)
+        out[col] = _as_float(df[col], share) if col in df.columns else np.full(n, np.nan)
     for col in _INT_COLUMNS:
-        out[col] = _as_int(df[col]) if col in df.columns else np.zeros(n, dtype="int64")
+        out[col] = _as_int(df[col], share) if col in df.columns else np.zeros(n, dtype="int64")
     if CACHED not in df.columns:
         out[CACHED] = np.zeros(n, dtype=bool)
-    elif df[CACHED].dtype == bool:
+    elif share and df[CACHED].dtype == bool:
         out[CACHED] = df[CACHED].reset_index(drop=True)
     else:
-        out[CACHED] = df[CACHED].fillna(False).astype(bool).to_numpy()
+        out[CACHED] = _owned(df[CACHED].fillna(False).astype(bool).to_numpy())
     if JUDGMENT_ID in df.columns:
         ids = df[JUDGMENT_ID]
-        shared = ids.dtype == np.int64
-        out[JUDGMENT_ID] = ids.reset_index(drop=True) if shared else pd.to_numeric(ids, errors="coerce").to_numpy()
+        if share and ids.dtype == np.int64:
+            out[JUDGMENT_ID] = ids.reset_index(drop=True)
+        else:
+            out[JUDGMENT_ID] = _owned(pd.to_numeric(ids, errors="coerce").to_numpy())
     else:
         out[JUDGMENT_ID] = np.arange(n, dtype="int64")
     if COST_USD not in df.columns:
@@ -465,23 +487,28 @@ def key_codes(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
     return code
 
 
-def left_join(left: pd.DataFrame, right: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+def left_join(left: pd.DataFrame, right: pd.DataFrame, keys: str | Sequence[str]) -> pd.DataFrame:
     """``left.merge(right, on=keys, how="left")``: the same rows in the same order, the same columns and values.
 
     When every key of ``left`` is a categorical of strings and every key of ``right`` a ``str`` column, the join is
     on ``left``'s category codes (``right``'s values looked up among the categories once), and the keys stay
-    ``left``'s categoricals: pandas would turn every one of ``left``'s keys into a string to compare them and give
-    them back as strings, which every later group-by and cut then pays for (issue 39: 1.3 s of the calibrated
-    section at 1M rows). A missing key joins a missing key, as pandas joins them; a value of ``right`` that ``left``
-    has not is joined to nothing. Any other frame is joined by pandas."""
-    keys = list(keys)
+    categoricals, their categories sorted as the strings sort: pandas would turn every one of ``left``'s keys into a
+    string to compare them and give them back as strings, which every later group-by and cut then pays for (issue
+    39: 1.3 s of the calibrated section at 1M rows); sorted, they group in the strings' order, as those would. A
+    missing key joins a missing key, as pandas joins them; a value of ``right`` that ``left`` has not is joined to
+    nothing. Any other frame is joined by pandas."""
+    keys = [keys] if isinstance(keys, str) else list(keys)
 
     def coded(series: pd.Series) -> bool:
         return isinstance(series.dtype, pd.CategoricalDtype) and series.cat.categories.dtype == "str"
 
     if not keys or not all(coded(left[k]) and right[k].dtype == "str" for k in keys):
         return left.merge(right, on=keys, how="left")
-    names = [f"__left_join_{i}" for i in range(len(keys))]
+    taken = {str(c) for c in (*left.columns, *right.columns)}
+    prefix = "__left_join"
+    while any(c.startswith(prefix) for c in taken):  # the join's own columns are named like none of theirs
+        prefix += "_"
+    names = [f"{prefix}{i}" for i in range(len(keys))]
     joinable = np.ones(len(right), dtype=bool)
     right_codes = []
     for key in keys:
@@ -492,7 +519,12 @@ def left_join(left: pd.DataFrame, right: pd.DataFrame, keys: Sequence[str]) -> p
     lhs = left.assign(**{n: left[k].cat.codes.to_numpy() for n, k in zip(names, keys, strict=True)})
     rhs = right.loc[joinable].drop(columns=keys)
     rhs = rhs.assign(**{n: c[joinable] for n, c in zip(names, right_codes, strict=True)})
-    return lhs.merge(rhs, on=names, how="left").drop(columns=names)
+    out = lhs.merge(rhs, on=names, how="left").drop(columns=names)
+    for key in keys:
+        categories = out[key].cat.categories
+        if not categories.is_monotonic_increasing:
+            out[key] = out[key].cat.reorder_categories(categories.sort_values())
+    return out
 
 
 def first_rows(codes: np.ndarray) -> np.ndarray:

@@ -99,23 +99,29 @@ def test_validated_frame_passes_through_unchanged() -> None:
     assert F.validate_judgments(df) is df
 
 
-def test_validated_frame_shares_typed_columns_and_a_write_reaches_neither_frame() -> None:
-    """A column that already has its type is not copied (issue 39: 150 MB at 1M rows), and pandas' copy-on-write
-    keeps a write to the caller's frame out of the validated one and the reverse."""
+def test_an_owned_frames_typed_columns_are_shared_and_a_write_reaches_neither_frame() -> None:
+    """A frame marked ``OWNED`` (the repository's) has the columns that already have their type taken as they are
+    (issue 39: 150 MB at 1M rows), and pandas' copy-on-write keeps a write to either frame out of the other; any
+    other frame's columns are copied."""
     from judge_api.stats.synthetic import synthetic_judgments
 
     raw = F.encode_strings(F.validate_judgments(synthetic_judgments(200, seed=3)))
     raw = pd.DataFrame({c: raw[c] for c in raw.columns})  # the same columns, no longer marked validated
     raw["len_a"] = raw["len_a"].fillna(0).astype("int64")  # a column that must be converted
+    plain = F.validate_judgments(raw, encoded=True)
+    assert not any(np.shares_memory(plain[c].to_numpy(), raw[c].to_numpy()) for c in ("score", "input_tokens"))
+    raw.attrs[F.OWNED] = True
     out = F.validate_judgments(raw, encoded=True)
     assert out is not raw
     for col in ("score", "cost_usd", "input_tokens", "judgment_id"):
         assert np.shares_memory(out[col].to_numpy(), raw[col].to_numpy())
     assert out["len_a"].dtype == "float64" and not np.shares_memory(out["len_a"].to_numpy(), raw["len_a"].to_numpy())
+    pd.testing.assert_frame_equal(out, plain)
     before_out, before_raw = out["score"].copy(), raw["cost_usd"].copy()
     raw.loc[0, "score"] = -7.0
     raw["score"] = raw["score"] + 1
     out.loc[1, "cost_usd"] = 99.0
+    out.loc[2, "len_a"] = 5.0  # a converted column is the frame's own, writable
     pd.testing.assert_series_equal(out["score"], before_out)
     pd.testing.assert_series_equal(raw["cost_usd"], before_raw)
 
