@@ -28,7 +28,8 @@ def test_the_adbc_child_reads_a_numeric_run_id_as_the_tuples_do(store_run: Store
     the span alike, but ``read_sqlite_arrow`` passes the id to ``subprocess.Popen`` as it is: a non-str argument
     raises ``TypeError`` ("expected str, bytes or os.PathLike object, not int"), which its ``except (OSError,
     ValueError)`` does not catch, so ``read_sqlite`` (and ``judgments_frame`` on a file database, for a run of
-    ``ARROW_CHILD_MIN_ROWS`` rows or more) raises instead of giving the rows or falling back to the tuples (its docstring: None "when it cannot serve")."""
+    ``ARROW_CHILD_MIN_ROWS`` rows or more) raises instead of giving the rows or falling back to the tuples
+    (its docstring: None "when it cannot serve")."""
     items = [item(f"a{i}", {"a": f"Rex {i}.", "b": "No pets."}) for i in range(3)]
     run_id = store_run(items, rubrics=["rsum-single"])
     with session_scope() as session:
