@@ -255,7 +255,7 @@ def read_sqlite_arrow(
     with messages:
         try:
             child = subprocess.Popen(
-                [sys.executable, "-I", str(_CHILD), database, query, run_id, str(chunk), kinds],
+                [sys.executable, "-I", str(_CHILD), database, query, str(run_id), str(chunk), kinds],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=messages,
@@ -368,8 +368,8 @@ def to_pandas(table: pa.Table, run_id: str, scale_of: Callable[[str], tuple[floa
         data[own.removeprefix("judgment_")] = np.where(np.isnan(values), scales[codes, side], values)
     order = ["judgment_id", "run_id", *(name for name, _, _ in COLUMNS[1:-2]), "scale_min", "scale_max"]
     frame = pd.DataFrame({name: data[name] for name in order}, copy=False)
-    from judge_api.stats.frames import ENCODED, OWNED  # lazily: the statistics library loads scipy
+    from judge_api.stats.frames import ENCODED, owned_columns  # lazily: the statistics library loads scipy
 
     frame.attrs[ENCODED] = True
-    frame.attrs[OWNED] = True  # every array above is the frame's own: the report's validation need not copy it
+    owned_columns(frame)  # every array above is the frame's own: the report's validation need not copy it
     return frame

@@ -243,11 +243,35 @@ ENCODED = "judge_api.stats.encoded"
 ``validate_judgments`` keeps them encoded, as with ``encoded=True`` (issue 39)."""
 
 OWNED = "judge_api.stats.owned"
-"""``DataFrame.attrs`` marker of a frame whose columns' arrays nothing else holds, writable
-(``repository.judgments_frame``'s, made from the database's columns): ``validate_judgments`` takes its columns that
-already have their type as they are instead of copying them (issue 39: 0.7 s and 150 MB at 1M rows), and pandas'
-copy-on-write copies one before either frame writes to it (a write through ``Series.array`` is not guarded by
-copy-on-write: it would reach both). Any other frame's columns are copied."""
+"""``DataFrame.attrs`` key of the columns of a frame whose arrays nothing else holds, writable
+(``repository.judgments_frame``'s, made from the database's columns; :func:`owned_columns`): ``validate_judgments``
+takes those columns that already have their type as they are instead of copying them (issue 39: 0.7 s and 150 MB at
+1M rows), and pandas' copy-on-write copies one before either frame writes to it (a write through ``Series.array`` is
+not guarded by copy-on-write: it would reach both). The key names each column with the address of its data, so a
+column put in the frame since (attrs follow a frame through most operations) is copied like any other."""
+
+
+def _data_address(series: pd.Series) -> int | None:
+    """Where a numpy-backed column's data starts (None for any other column)."""
+    values = series.array
+    if isinstance(values, pd.Categorical):
+        return int(values.codes.__array_interface__["data"][0])
+    array = getattr(values, "_ndarray", None)
+    return int(array.__array_interface__["data"][0]) if isinstance(array, np.ndarray) else None
+
+
+def owned_columns(frame: pd.DataFrame) -> None:
+    """Mark ``frame``'s columns as its own (``OWNED``): only for a frame just made from arrays nothing else holds."""
+    frame.attrs[OWNED] = {str(col): _data_address(frame[col]) for col in frame.columns}
+
+
+def _is_owned(df: pd.DataFrame, col: str) -> bool:
+    """Whether ``df[col]`` is the column :func:`owned_columns` marked (not one put in the frame since)."""
+    owned = df.attrs.get(OWNED)
+    if not isinstance(owned, dict) or col not in owned:
+        return False
+    address = _data_address(df[col])
+    return address is not None and owned[col] == address
 
 
 def _is_validated(df: pd.DataFrame, columns: tuple[str, ...]) -> bool:
@@ -289,17 +313,18 @@ def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFra
         return df
     _check_required(df, JUDGMENT_REQUIRED, "judgments")
     encoded = encoded or bool(df.attrs.get(ENCODED))
-    share = bool(df.attrs.get(OWNED))
     n = len(df)
     # the columns are gathered first and the frame made once without copying them again: each is a fresh array of
-    # its own, or (``share``: an ``OWNED`` frame) the caller's column itself where it already has its type
+    # its own, or (a column ``OWNED`` marks) the caller's column itself where it already has its type
     out: dict[str, Any] = {}
 
     def text(col: str, optional: bool) -> pd.Series:
         if col not in df.columns:
             return _filled_str(n, None if optional else "", encoded)
         values = _optional_str(df[col], encoded) if optional else _as_str(df[col], encoded)
-        return values if share or not isinstance(values.dtype, pd.CategoricalDtype) else values.copy()
+        # Arrow's strings cannot be written in place; a categorical's codes and Python strings can
+        immutable = isinstance(values.dtype, pd.StringDtype) and values.dtype.storage == "pyarrow"
+        return values if immutable or _is_owned(df, col) else values.copy()
 
     for col in _STR_COLUMNS:
         out[col] = text(col, optional=False)
@@ -307,18 +332,18 @@ def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFra
         out[col] = text(col, optional=True)
     # a column the frame lacks is filled as it is (issue 39: the panel's rows lack 13 of them)
     for col in _FLOAT_COLUMNS:
-        out[col] = _as_float(df[col], share) if col in df.columns else np.full(n, np.nan)
+        out[col] = _as_float(df[col], _is_owned(df, col)) if col in df.columns else np.full(n, np.nan)
     for col in _INT_COLUMNS:
-        out[col] = _as_int(df[col], share) if col in df.columns else np.zeros(n, dtype="int64")
+        out[col] = _as_int(df[col], _is_owned(df, col)) if col in df.columns else np.zeros(n, dtype="int64")
     if CACHED not in df.columns:
         out[CACHED] = np.zeros(n, dtype=bool)
-    elif share and df[CACHED].dtype == bool:
+    elif _is_owned(df, CACHED) and df[CACHED].dtype == bool:
         out[CACHED] = df[CACHED].reset_index(drop=True)
     else:
         out[CACHED] = _owned(df[CACHED].fillna(False).astype(bool).to_numpy())
     if JUDGMENT_ID in df.columns:
         ids = df[JUDGMENT_ID]
-        if share and ids.dtype == np.int64:
+        if _is_owned(df, JUDGMENT_ID) and ids.dtype == np.int64:
             out[JUDGMENT_ID] = ids.reset_index(drop=True)
         else:
             out[JUDGMENT_ID] = _owned(pd.to_numeric(ids, errors="coerce").to_numpy())

@@ -48,5 +48,6 @@ def test_the_adbc_child_reads_a_numeric_run_id_as_the_tuples_do(store_run: Store
         connection = session.connection()
         for read_by in (frame_columns.BY_INDEX, where):
             arrow = frame_columns.read_sqlite_arrow(connection, TABLE, numeric, 4, read_by)  # TypeError
-            assert arrow is None or arrow.equals(by_index)
-        assert frame_columns.read_sqlite(connection, TABLE, numeric, 4).equals(by_index)
+            # the same values (the child's batches carry their own dictionaries, as in test_frame_adbc)
+            assert arrow is None or arrow.to_pylist() == by_index.to_pylist()
+        assert frame_columns.read_sqlite(connection, TABLE, numeric, 4).to_pylist() == by_index.to_pylist()

@@ -110,7 +110,7 @@ def test_an_owned_frames_typed_columns_are_shared_and_a_write_reaches_neither_fr
     raw["len_a"] = raw["len_a"].fillna(0).astype("int64")  # a column that must be converted
     plain = F.validate_judgments(raw, encoded=True)
     assert not any(np.shares_memory(plain[c].to_numpy(), raw[c].to_numpy()) for c in ("score", "input_tokens"))
-    raw.attrs[F.OWNED] = True
+    F.owned_columns(raw)
     out = F.validate_judgments(raw, encoded=True)
     assert out is not raw
     for col in ("score", "cost_usd", "input_tokens", "judgment_id"):
