@@ -21,8 +21,6 @@ Run it with ``PYTHONPATH=<another checkout>`` to measure that checkout's code on
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import functools
 import gc
 import sys
@@ -36,6 +34,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
+
+from bench_report import _release_freed, _reset_peak, _status_kb  # noqa: E402
 
 SECTIONS = (
     "item_scores",
@@ -66,16 +66,7 @@ SECTIONS = (
 
 
 def _status_mb(field: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) // 1024
-    return 0
-
-
-def _reset_peak() -> None:
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as handle:
-        handle.write("5")
+    return (_status_kb(field) or 0) // 1024
 
 
 def _wrap(name: str, fn: Callable[..., Any], rows: list[tuple[str, float, int, int, int]]) -> Callable[..., Any]:
@@ -147,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     frame = pd.read_pickle(args.frame)
     ratings = pd.read_pickle(args.ratings) if args.ratings else None
     gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    _release_freed()
     print(f"{len(frame):,} rows; RSS with the frame alone {_status_mb('VmRSS')} MB")
     start = time.perf_counter()
     report.build_report(frame, ratings if ratings is not None and len(ratings) else None, n_boot=args.n_boot)
