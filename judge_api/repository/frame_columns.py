@@ -117,16 +117,29 @@ class _CopyReader(io.RawIOBase):
         return size
 
 
-def read_postgresql(connection: Connection, table: Table, run_id: str) -> pa.Table:
+def read_postgresql(connection: Connection, table: Table, run_id: str, *, readers: int = 1) -> pa.Table:
     """The run's columns through ``COPY ... TO STDOUT (FORMAT csv)``: NULL is an unquoted empty field, an empty
-    string a quoted one; floats are printed exactly (shortest round trip, PostgreSQL 12+)."""
+    string a quoted one; floats are printed exactly (shortest round trip, PostgreSQL 12+).
+
+    With ``readers`` > 1 a run of ``PARALLEL_MIN_ROWS`` or more is read by that many connections at once, each a
+    consecutive part of its ids, all in one snapshot (:func:`read_postgresql_parts`); else, or when that cannot
+    be done, by this connection."""
     from psycopg import sql
 
     raw = connection.connection.driver_connection
     assert raw is not None
-    statement = sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(
-        sql.SQL(_select_sql(table, "run_id = {}")).format(sql.Literal(run_id))
-    )
+    if readers > 1:
+        columns = read_postgresql_parts(connection, table, run_id, readers)
+        if columns is not None:
+            return columns
+    return _copy_csv(raw, sql.SQL(_select_sql(table, "run_id = {}")).format(sql.Literal(run_id)))
+
+
+def _copy_csv(raw: Any, select: Any) -> pa.Table:
+    """The rows of ``select`` (a ``psycopg.sql`` query of the frame's columns) as the frame's Arrow table."""
+    from psycopg import sql
+
+    statement = sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(select)
     schema = _schema()
     with raw.cursor() as cursor, cursor.copy(statement) as copy:
         blocks = iter(copy)
@@ -153,19 +166,114 @@ def read_postgresql(connection: Connection, table: Table, run_id: str) -> pa.Tab
     return pa.Table.from_batches(batches, schema=schema)
 
 
-def read_sqlite(connection: Connection, table: Table, run_id: str, chunk: int = SQLITE_CHUNK) -> pa.Table:
+def read_postgresql_parts(connection: Connection, table: Table, run_id: str, readers: int) -> pa.Table | None:
+    """The run's columns read by ``readers`` connections of the engine's pool at once, each a consecutive part of
+    the run's ids (cut by the index on ``run_id, id``), put end to end in id order.
+
+    This connection exports its snapshot (``pg_export_snapshot``) and holds it while every part's connection reads
+    in it (``SET TRANSACTION SNAPSHOT``, repeatable read): the parts see exactly the rows one ``COPY`` would have.
+    None (the caller reads the run itself) when the run is smaller than ``PARALLEL_MIN_ROWS``, when this connection
+    is not in a transaction or has written in it (the parts would not see its own writes), and when any part
+    fails."""
+    from psycopg import sql
+
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    if raw.autocommit or raw.info.server_version < 130000:  # pg_current_xact_id_if_assigned: PostgreSQL 13
+        return None
+    with raw.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {table.name} WHERE run_id = %s", (run_id,))
+        rows = int(cursor.fetchone()[0])
+        if rows < PARALLEL_MIN_ROWS:
+            return None
+        starts: list[int] = []
+        for part in range(1, readers):
+            cursor.execute(
+                f'SELECT "id" FROM {table.name} WHERE run_id = %s ORDER BY "id" OFFSET %s LIMIT 1',
+                (run_id, rows * part // readers),
+            )
+            found = cursor.fetchone()
+            if found is not None and (not starts or int(found[0]) > starts[-1]):
+                starts.append(int(found[0]))
+        cursor.execute("SELECT pg_current_xact_id_if_assigned() IS NULL, pg_export_snapshot()")
+        unwritten, snapshot = cursor.fetchone()
+    if not unwritten:
+        return None
+    of_run = sql.SQL("run_id = {}").format(sql.Literal(run_id))
+    bounds: list[int | None] = [None, *starts, None]
+    selects = []
+    for low, high in itertools.pairwise(bounds):
+        ranges = [sql.SQL('"id" >= {}').format(sql.Literal(low))] if low is not None else []
+        ranges += [sql.SQL('"id" < {}').format(sql.Literal(high))] if high is not None else []
+        where = sql.SQL(" AND ").join([of_run, *ranges])
+        selects.append(sql.SQL(_select_sql(table, "{}")).format(where))
+
+    def read_part(select: Any) -> pa.Table | None:
+        part = connection.engine.raw_connection()
+        try:
+            part_raw = part.driver_connection
+            assert part_raw is not None
+            with part_raw.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                cursor.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+            columns = _copy_csv(part_raw, select)
+            part_raw.rollback()
+            return columns
+        except Exception as error:  # the connection or the snapshot is gone: this connection reads the run
+            _log.info("a part of run %s could not be read: %s", run_id, error)
+            return None
+        finally:
+            part.close()
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(selects), thread_name_prefix="frame-part") as pool:
+        parts = list(pool.map(read_part, selects))
+    if any(part is None for part in parts):
+        return None
+    return pa.concat_tables(cast(list[pa.Table], parts))
+
+
+def read_sqlite(
+    connection: Connection,
+    table: Table,
+    run_id: str,
+    chunk: int = SQLITE_CHUNK,
+    *,
+    readers: int = 1,
+    state: Callable[[], str | None] | None = None,
+) -> pa.Table:
     """The run's columns from SQLite: a run of ``ARROW_CHILD_MIN_ROWS`` or more through ADBC's SQLite driver in a
     child process (:func:`read_sqlite_arrow`, Arrow batches built in C) when it can read what this connection would,
-    else from the driver's tuples (:func:`read_sqlite_tuples`). Either reads the rows as :func:`sqlite_where` says."""
+    else from the driver's tuples (:func:`read_sqlite_tuples`). Either reads the rows as :func:`sqlite_where` says.
+
+    With ``readers`` > 1 and ``state`` (what the run's report depends on, read by this connection; None while the
+    run is running: ``report_cache.finished_state``), a run of ``PARALLEL_MIN_ROWS`` or more is read by that many
+    children at once, each a consecutive part of its ids (:func:`read_sqlite_parts`). The parts are read in
+    snapshots of their own, so they are kept only when ``state`` is the same after them as before the plan was
+    read: no write to the run committed in between, so every part read the rows one snapshot would have. Else one
+    child reads the run again, in one snapshot."""
+    before = state() if readers > 1 and state is not None else None
+    rows, first, last = _id_range(connection, table, run_id)
+    where = _by_span(table) if _spans(rows, first, last) else BY_INDEX
+    database = adbc_database(connection) if rows >= ARROW_CHILD_MIN_ROWS else None
     columns = None
-    rows, where = sqlite_where(connection, table, run_id)
-    if adbc_database(connection) is not None and rows >= ARROW_CHILD_MIN_ROWS:
+    if database is not None and state is not None and before is not None and rows >= PARALLEL_MIN_ROWS:
+        parts = _part_wheres(connection, table, run_id, (rows, first, last), readers)
+        columns = read_sqlite_parts(database, table, run_id, chunk, parts)
+        if columns is not None and state() != before:
+            _log.info("run %s was written while its parts were read: read again by one child", run_id)
+            columns = None
+    if database is not None and columns is None:
         columns = read_sqlite_arrow(connection, table, run_id, chunk, where)
     return columns if columns is not None else read_sqlite_tuples(connection, table, run_id, chunk, where)
 
 
 ARROW_CHILD_MIN_ROWS = 50_000
 """Rows from which a run is read by the child process: starting it costs about 0.3 s, the tuples about 7 us a row."""
+
+PARALLEL_MIN_ROWS = 200_000
+"""Rows from which a run is read by several children (``DJ_FRAME_READERS``): each costs about 0.3 s to start."""
 
 SPAN_FACTOR = 4
 """A run whose ids span at most this many times its rows is read by a scan of that id range (:func:`sqlite_where`)."""
@@ -192,6 +300,12 @@ def sqlite_where(connection: Connection, table: Table, run_id: str) -> tuple[int
     its first and last id are scanned instead (the unary ``+`` keeps SQLite off the index) and the other runs' rows
     among them skipped: 5x faster at 1M. The bounds are subqueries of the same statement, so the rows are those of
     one snapshot, as the index's are; the count decides only the plan."""
+    rows, first, last = _id_range(connection, table, run_id)
+    return rows, (_by_span(table) if _spans(rows, first, last) else BY_INDEX)
+
+
+def _id_range(connection: Connection, table: Table, run_id: str) -> tuple[int, int, int]:
+    """The run's rows, first and last id (0, 0, 0 when it has none)."""
     raw = connection.connection.driver_connection
     assert raw is not None
     cursor = raw.cursor()
@@ -200,9 +314,54 @@ def sqlite_where(connection: Connection, table: Table, run_id: str) -> tuple[int
         rows, first, last = cursor.fetchone()
     finally:
         cursor.close()
-    if not rows or last - first + 1 > SPAN_FACTOR * rows:
-        return int(rows), BY_INDEX
-    return int(rows), _by_span(table)
+    return (int(rows), int(first), int(last)) if rows else (0, 0, 0)
+
+
+def _spans(rows: int, first: int, last: int) -> bool:
+    """Whether the run is read by a scan of its id range (:func:`sqlite_where`)."""
+    return bool(rows) and last - first + 1 <= SPAN_FACTOR * rows
+
+
+def _part_wheres(
+    connection: Connection, table: Table, run_id: str, id_range: tuple[int, int, int], parts: int
+) -> list[str]:
+    """The run's rows cut into ``parts`` consecutive id ranges of about equal rows, as WHERE clauses (one parameter,
+    ``?1``: the run's id) read as :func:`sqlite_where` would (a scan of each range, or the index on ``run_id``
+    within it). The first id of each part after the first is found by that index, whose entries are in id order.
+    The ranges cover the run's ids as ``id_range`` (:func:`_id_range`) saw them: the caller checks that no write
+    came after."""
+    rows, first, last = id_range
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    cursor = raw.cursor()
+    starts = [first]
+    try:
+        for part in range(1, parts):
+            cursor.execute(
+                f'SELECT "id" FROM {table.name} WHERE run_id = ? ORDER BY "id" LIMIT 1 OFFSET ?',
+                (run_id, rows * part // parts),
+            )
+            found = cursor.fetchone()
+            if found is not None and int(found[0]) > starts[-1]:
+                starts.append(int(found[0]))
+    finally:
+        cursor.close()
+    ends = [start - 1 for start in starts[1:]] + [last]
+    of_run = "+run_id = CAST(?1 AS TEXT)" if _spans(rows, first, last) else BY_INDEX
+    return [f'"id" BETWEEN {low} AND {high} AND {of_run}' for low, high in zip(starts, ends, strict=True)]
+
+
+def read_sqlite_parts(database: str, table: Table, run_id: str, chunk: int, wheres: list[str]) -> pa.Table | None:
+    """The run's columns read by one child per WHERE clause, all at once (each child's stream is received by a
+    thread of this process), then put end to end in the clauses' order. None when any part is: the caller reads
+    the run again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(wheres), thread_name_prefix="frame-part") as pool:
+        parts = list(pool.map(lambda where: _read_child(database, table, run_id, chunk, where), wheres))
+    if any(part is None for part in parts):
+        return None
+    return pa.concat_tables(cast(list[pa.Table], parts))
 
 
 def adbc_database(connection: Connection) -> str | None:
@@ -241,6 +400,11 @@ def read_sqlite_arrow(
     database = adbc_database(connection)
     if database is None:
         return None
+    return _read_child(database, table, run_id, chunk, where)
+
+
+def _read_child(database: str, table: Table, run_id: str, chunk: int, where: str) -> pa.Table | None:
+    """The rows ``where`` selects, read by ``sqlite_arrow_reader`` from ``database`` (:func:`read_sqlite_arrow`)."""
     typed = {STRING: "''", INT: "0", FLOAT: "0.5", BOOL: "0"}
     first = ", ".join(f'{-(2**63) if column == "id" else typed[kind]} AS "{column}"' for _, column, kind in COLUMNS)
     names = ", ".join(f'"{column}"' for _, column, _ in COLUMNS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -9,6 +10,7 @@ import pandas as pd
 from sqlalchemy import Table, bindparam, select
 from sqlalchemy.orm import Session
 
+from judge_api.config import get_settings
 from judge_api.facts import fact_sheet
 from judge_api.models import (
     HumanRating,
@@ -116,9 +118,13 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     connection = session.connection()
     table = cast(Table, Judgment.__table__)
     if connection.dialect.name == "postgresql":
-        columns = frame_columns.read_postgresql(connection, table, run_id)
+        columns = frame_columns.read_postgresql(connection, table, run_id, readers=get_settings().frame_readers)
     elif connection.dialect.name == "sqlite":
-        columns = frame_columns.read_sqlite(connection, table, run_id, FRAME_CHUNK)
+        from judge_api.repository.report_cache import finished_state
+
+        readers = get_settings().frame_readers
+        state = functools.partial(finished_state, session, run_id)
+        columns = frame_columns.read_sqlite(connection, table, run_id, FRAME_CHUNK, readers=readers, state=state)
     else:
         return _finish(_rows_frame(session, run_id))
     if not columns.num_rows:

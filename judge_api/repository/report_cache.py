@@ -105,6 +105,15 @@ def run_state(session: Session, run_id: str, *, settle_s: float = 0.0) -> str:
     return f"{state}|{'settled' if settles is None or settles <= utcnow() else 'unsettled'}"
 
 
+def finished_state(session: Session, run_id: str) -> str | None:
+    """:func:`run_state` of a finished run, None while it runs (or when there is no such run). A finished run has no
+    verdict in flight whose stamp could commit out of order (the settle window), so two equal states read around
+    some reads mean that no write to the run committed between them (``frame_columns.read_sqlite``'s parts)."""
+    query = select(Run.data_version, _last_write(Run.id), Run.finished_at).where(Run.id == run_id)
+    row = session.execute(query).one_or_none()
+    return _state_of(*row) if row is not None and row[2] is not None else None
+
+
 def _settles_at(last_write: Any, finished_at: Any, settle_s: float) -> datetime | None:
     """When a running run's state is settled (``settle_s`` after its last judgment write); None when it is now
     (finished, or no judgment written)."""
