@@ -197,7 +197,7 @@ def test_a_part_that_fails_makes_one_child_read_the_run(
     readers(1)
     expected = _frame(run_id)
     readers(3)
-    real = frame_columns._read_child
+    real = frame_columns._start_child
     calls: list[str] = []
 
     def second_part_fails(database: str, table: Table, run_id_: str, chunk: int, where: str) -> Any:
@@ -206,7 +206,7 @@ def test_a_part_that_fails_makes_one_child_read_the_run(
             return None
         return real(database, table, run_id_, chunk, where)
 
-    monkeypatch.setattr(frame_columns, "_read_child", second_part_fails)
+    monkeypatch.setattr(frame_columns, "_start_child", second_part_fails)
     frame = _frame(run_id)
     assert len(calls) == 4  # three parts, then the run by one child
     pd.testing.assert_frame_equal(frame, expected)
