@@ -10,6 +10,8 @@ FAILING (findings):
   count(*) and cuts) while it waits, in Python, for the parts; a queued ACCESS EXCLUSIVE (migration, TRUNCATE,
   ALTER) waits for the session and the parts' ACCESS SHARE queues behind it: a deadlock PostgreSQL cannot see. The
   read hangs until the locker is cancelled, and every other query on judgments queues behind the locker meanwhile.
+- test_pg_a_frame_read_inside_a_savepoint_falls_back: inside ``session.begin_nested()`` the unwritten check passes
+  and ``pg_export_snapshot()`` raises "cannot export a snapshot from a subtransaction" (low: no route does so today).
 
 PASSING (held): the rest.
 """
@@ -445,3 +447,21 @@ def test_sqlite_writes_between_plan_and_parts_are_seen(
     readers(1)
     after = _frame(run_id)
     pd.testing.assert_frame_equal(frame, after)
+
+
+@POSTGRESQL
+def test_pg_a_frame_read_inside_a_savepoint_falls_back(
+    store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch
+) -> None:
+    """FAILS. Severity: low (no route reads the frame inside ``begin_nested`` today; report_cache and webhooks use
+    savepoints). A subtransaction that has not written passes the ``pg_current_xact_id_if_assigned() IS NULL``
+    check, then ``pg_export_snapshot()`` raises "cannot export a snapshot from a subtransaction" on the session's
+    own connection: the read raises (and the savepoint is left aborted) instead of the session's COPY."""
+    run_id = _store(store_run, 5, "a")
+    _set_readers(settings_env, 1)
+    expected = _frame(run_id)
+    _set_readers(settings_env, 2)
+    with session_scope() as session:
+        with session.begin_nested():
+            frame = frames.judgments_frame(session, run_id)
+    pd.testing.assert_frame_equal(frame, expected)
