@@ -168,7 +168,7 @@ def _copy_csv(raw: Any, select: Any) -> pa.Table:
 
 
 def read_postgresql_parts(connection: Connection, table: Table, run_id: str, readers: int) -> pa.Table | None:
-    """The run's columns read by ``readers`` connections of the engine's pool at once, each a consecutive part of
+    """The run's columns read by ``readers`` new connections at once, each a consecutive part of
     the run's ids (cut by the index on ``run_id, id``), put end to end in id order.
 
     This connection exports its snapshot (``pg_export_snapshot``) and holds it while every part's connection reads
@@ -180,7 +180,8 @@ def read_postgresql_parts(connection: Connection, table: Table, run_id: str, rea
 
     raw = connection.connection.driver_connection
     assert raw is not None
-    if raw.autocommit or raw.info.server_version < 130000:  # pg_current_xact_id_if_assigned: PostgreSQL 13
+    # pg_current_xact_id_if_assigned: PostgreSQL 13; a snapshot cannot be exported from a savepoint (review r53a)
+    if raw.autocommit or raw.info.server_version < 130000 or connection.in_nested_transaction():
         return None
     with raw.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {table.name} WHERE run_id = %s", (run_id,))
@@ -209,22 +210,30 @@ def read_postgresql_parts(connection: Connection, table: Table, run_id: str, rea
         where = sql.SQL(" AND ").join([of_run, *ranges])
         selects.append(sql.SQL(_select_sql(table, "{}")).format(where))
 
+    dialect = connection.engine.dialect
+    connect_args, connect_params = dialect.create_connect_args(connection.engine.url)
+
     def read_part(select: Any) -> pa.Table | None:
-        part = connection.engine.raw_connection()
+        # a connection of its own, not the pool's: a part waiting for the pool would hold this session's connection
+        # meanwhile, and reports at once on a busy pool waited on each other (review r53a)
+        part_raw: Any = None
         try:
-            part_raw = part.driver_connection
-            assert part_raw is not None
+            part_raw = dialect.connect(*connect_args, **{"connect_timeout": PART_CONNECT_TIMEOUT_S, **connect_params})
             with part_raw.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 cursor.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+                # this session holds its lock on the table while it waits for the parts: a part queued behind an
+                # exclusive lock that waits for this session would wait for good, unseen by the deadlock detector
+                cursor.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{PART_LOCK_TIMEOUT_MS}ms")))
             columns = _copy_csv(part_raw, select)
             part_raw.rollback()
             return columns
-        except Exception as error:  # the connection or the snapshot is gone: this connection reads the run
+        except Exception as error:  # no connection, the snapshot or a lock not had: this session reads the run
             _log.info("a part of run %s could not be read: %s", run_id, error)
             return None
         finally:
-            part.close()
+            if part_raw is not None:
+                part_raw.close()
 
     from concurrent.futures import ThreadPoolExecutor
 
@@ -274,6 +283,9 @@ ARROW_CHILD_MIN_ROWS = 50_000
 """Rows from which a run is read by the child process: starting it costs about 0.3 s, the tuples about 7 us a row."""
 
 PARALLEL_MIN_ROWS = 200_000
+PART_CONNECT_TIMEOUT_S = 5
+PART_LOCK_TIMEOUT_MS = 1000
+"""A PostgreSQL part's connection and lock waits: past them the session reads the run itself."""
 """Rows from which a run is read by several children (``DJ_FRAME_READERS``): each costs about 0.3 s to start."""
 
 SPAN_FACTOR = 4

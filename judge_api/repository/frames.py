@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -117,12 +118,12 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     categoricals with sorted categories, marked ``stats.frames.ENCODED``: the report keeps them encoded."""
     connection = session.connection()
     table = cast(Table, Judgment.__table__)
+    readers = min(get_settings().frame_readers, available_cpus())
     if connection.dialect.name == "postgresql":
-        columns = frame_columns.read_postgresql(connection, table, run_id, readers=get_settings().frame_readers)
+        columns = frame_columns.read_postgresql(connection, table, run_id, readers=readers)
     elif connection.dialect.name == "sqlite":
         from judge_api.repository.report_cache import finished_state
 
-        readers = get_settings().frame_readers
         state = functools.partial(finished_state, session, run_id)
         columns = frame_columns.read_sqlite(connection, table, run_id, FRAME_CHUNK, readers=readers, state=state)
     else:
@@ -130,6 +131,15 @@ def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
     if not columns.num_rows:
         return _finish(pd.DataFrame.from_records([], columns=_QUERY_COLUMNS, coerce_float=False))
     return frame_columns.to_pandas(columns, run_id, _rubric_scale)
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on: ``DJ_FRAME_READERS`` readers beyond them only wait for each other (each
+    child also pays its start: 16 on 2 cores took 19.5 s where one took 4.6, review r53a)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _rubric_scale(rubric_id: str) -> tuple[float, float]:

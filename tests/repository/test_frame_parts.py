@@ -55,33 +55,6 @@ def _append_copies(run_id: str, count: int, tag: str) -> None:
             )
 
 
-@pytest.fixture
-def readers(settings_env: pytest.MonkeyPatch) -> Callable[[int], None]:
-    """Sets ``DJ_FRAME_READERS``; every run is read by the children whatever its size."""
-    settings_env.setattr(frame_columns, "ARROW_CHILD_MIN_ROWS", 0)
-    settings_env.setattr(frame_columns, "PARALLEL_MIN_ROWS", 0)
-
-    def set_readers(count: int) -> None:
-        settings_env.setenv("DJ_FRAME_READERS", str(count))
-        reset_settings_cache()
-
-    return set_readers
-
-
-@pytest.fixture
-def parts_read(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The WHERE clauses of each parallel read, as ``read_sqlite_parts`` was given them."""
-    calls: list[list[str]] = []
-    real = frame_columns.read_sqlite_parts
-
-    def spy(database: str, table: Table, run_id: str, chunk: int, wheres: list[str]) -> Any:
-        calls.append(list(wheres))
-        return real(database, table, run_id, chunk, wheres)
-
-    monkeypatch.setattr(frame_columns, "read_sqlite_parts", spy)
-    return calls
-
-
 def _frame(run_id: str) -> pd.DataFrame:
     with session_scope() as session:
         return frames.judgments_frame(session, run_id)
@@ -215,22 +188,6 @@ def test_a_part_that_fails_makes_one_child_read_the_run(
 POSTGRESQL = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 
 
-@pytest.fixture
-def pg_parts(settings_env: pytest.MonkeyPatch) -> list[int]:
-    """Every run is read in parts whatever its size; the number of parts each parallel read made."""
-    settings_env.setattr(frame_columns, "PARALLEL_MIN_ROWS", 0)
-    made: list[int] = []
-    real = frame_columns.read_postgresql_parts
-
-    def spy(connection: Any, table: Table, run_id: str, readers: int) -> Any:
-        read = real(connection, table, run_id, readers)
-        made.append(-1 if read is None else readers)
-        return read
-
-    settings_env.setattr(frame_columns, "read_postgresql_parts", spy)
-    return made
-
-
 @POSTGRESQL
 @pytest.mark.parametrize("count", [2, 3, 7])
 @pytest.mark.parametrize("interleaved", [False, True], ids=["contiguous", "among-another-run"])
@@ -328,3 +285,27 @@ def test_postgresql_a_part_that_fails_leaves_the_read_to_the_connection(
     with session_scope() as session:  # no part's connection was left in its transaction (the snapshot released)
         idle = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in%'"
         assert session.execute(text(idle)).scalar() == 0
+
+
+@SQLITE
+@pytest.mark.parametrize("cpus", [1, 2, 3])
+def test_no_more_readers_than_the_process_has_cpus(
+    store_run: StoreRun,
+    readers: Callable[[int], None],
+    parts_read: list[list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    cpus: int,
+) -> None:
+    run_id = _store(store_run, 5, "a")
+    _finish(run_id)
+    monkeypatch.setattr(frames, "available_cpus", lambda: cpus)
+    readers(16)
+    frame = _frame(run_id)
+    assert [len(wheres) for wheres in parts_read] == ([] if cpus == 1 else [cpus])
+    assert frame["judgment_id"].tolist() == _ids(run_id)
+
+
+def test_available_cpus_is_this_process_affinity() -> None:
+    import os
+
+    assert frames.available_cpus() == len(os.sched_getaffinity(0))

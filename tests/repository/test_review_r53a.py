@@ -1,6 +1,7 @@
 """Review r53a: hostile tests of the frame read in parts (62d9391, 99f796d).
 
-FAILING (findings):
+Findings (each failed before its fix; the parts now take connections of their own, not the pool's, wait at
+most 1 s for a lock, and are not read inside a savepoint):
 - test_pg_parts_fall_back_when_the_pool_is_exhausted: a part's ``engine.raw_connection()`` is outside the part's
   ``try``; a busy pool raises ``sqlalchemy.exc.TimeoutError`` out of ``judgments_frame`` (a 500) after
   ``pool_timeout`` (30 s) instead of the session reading the run itself.
@@ -13,20 +14,19 @@ FAILING (findings):
 - test_pg_a_frame_read_inside_a_savepoint_falls_back: inside ``session.begin_nested()`` the unwritten check passes
   and ``pg_export_snapshot()`` raises "cannot export a snapshot from a subtransaction" (low: no route does so today).
 
-PASSING (held): the rest.
+Held from the start: the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import psycopg
@@ -39,22 +39,14 @@ from judge_api.db import get_engine, session_scope
 from judge_api.repository import frame_columns, frames
 
 from .conftest import StoreRun
-from .test_frame_parts import (  # noqa: F401  (fixtures)
-    _append_copies,
-    _finish,
-    _frame,
-    _ids,
-    _store,
-    parts_read,
-    pg_parts,
-    readers,
-)
+from .test_frame_parts import _append_copies, _finish, _frame, _ids, _store
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 POSTGRESQL = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 
 
 def _set_readers(env: pytest.MonkeyPatch, count: int) -> None:
+    env.setattr(frames, "available_cpus", lambda: 64)  # the readers asked, whatever this machine's CPUs
     env.setenv("DJ_FRAME_READERS", str(count))
     reset_settings_cache()
 
@@ -66,7 +58,8 @@ def _set_readers(env: pytest.MonkeyPatch, count: int) -> None:
 def test_pg_parts_fall_back_when_the_pool_is_exhausted(
     store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch
 ) -> None:
-    """FAILS. Severity: high. Every other connection of the pool (10 + 20 overflow) is held by other requests: the
+    """Fixed (r53a). Severity: high. Every other connection of the pool (10 + 20 overflow) is held by other requests:
+    the
     parts cannot get one. Promised: a part failing -> the session's own COPY. Got: TimeoutError out of
     judgments_frame (the route answers 500) after pool_timeout."""
     run_id = _store(store_run, 5, "a")
@@ -95,7 +88,7 @@ def test_pg_parts_fall_back_when_the_pool_is_exhausted(
 def test_pg_concurrent_reports_on_a_busy_pool_do_not_stall_and_fail(
     store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch
 ) -> None:
-    """FAILS. Severity: high. Two reports at once, the pool's other connections busy: each session holds one
+    """Fixed (r53a). Severity: high. Two reports at once, the pool's other connections busy: each session holds one
     connection and waits for two more for its parts, which only the other's end would free."""
     run_id = _store(store_run, 5, "a")
     _set_readers(settings_env, 1)
@@ -124,7 +117,7 @@ def test_pg_concurrent_reports_on_a_busy_pool_do_not_stall_and_fail(
     def report(slot: int) -> None:
         try:
             results[slot] = _frame(run_id)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             results[slot] = error
 
     try:
@@ -148,7 +141,8 @@ def test_pg_concurrent_reports_on_a_busy_pool_do_not_stall_and_fail(
 def test_pg_parts_do_not_hang_behind_a_queued_exclusive_lock(
     store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch, store_db: str
 ) -> None:
-    """FAILS. Severity: high (an API thread hangs for good, and all queries on judgments queue behind the locker)."""
+    """Fixed (r53a). Severity: high (an API thread hangs for good, and all queries on judgments queue behind the
+    locker)."""
     run_id = _store(store_run, 5, "a")
     _set_readers(settings_env, 2)
     dsn = store_db.replace("postgresql+psycopg://", "postgresql://")
@@ -159,10 +153,8 @@ def test_pg_parts_do_not_hang_behind_a_queued_exclusive_lock(
     def locker() -> None:
         with psycopg.connect(dsn) as conn:
             locker_pid.append(conn.info.backend_pid)
-            try:
+            with contextlib.suppress(psycopg.errors.QueryCanceled):
                 conn.execute("LOCK TABLE judgments IN ACCESS EXCLUSIVE MODE")
-            except psycopg.errors.QueryCanceled:
-                pass
             conn.rollback()
 
     def waiting(pid: int) -> bool:
@@ -263,11 +255,9 @@ def _nasty(run_id: str) -> None:
         "scale_min", "scale_max",
     ]  # fmt: skip
     with session_scope() as session:
-        notnull = {
-            row[1] for row in session.execute(text("PRAGMA table_info(judgments)")).all() if row[3]
-        }
+        notnull = {row[1] for row in session.execute(text("PRAGMA table_info(judgments)")).all() if row[3]}
         for index, judgment_id in enumerate(ids):
-            row = dict(values[index % len(values)])
+            row: dict[str, Any] = dict(cast(dict[str, Any], values[index % len(values)]))
             if index % 4 == 1:
                 row.update({c: None for c in nullable if c not in notnull})
             sets = ", ".join(f'"{c}" = :{c}' for c in row if c not in notnull or row[c] is not None)
@@ -424,8 +414,9 @@ def test_sqlite_writes_between_plan_and_parts_are_seen(
             if write == "retry":
                 from judge_api.repository.runs import retry_failed
 
-                session.execute(text("UPDATE judgments SET status = 'failed', source = NULL WHERE id = :id"),
-                                {"id": ids[-1]})
+                session.execute(
+                    text("UPDATE judgments SET status = 'failed', source = NULL WHERE id = :id"), {"id": ids[-1]}
+                )
                 session.commit()
                 retry_failed(session, run_id)
             elif write == "delete-run-row-judgments":
@@ -453,7 +444,8 @@ def test_sqlite_writes_between_plan_and_parts_are_seen(
 def test_pg_a_frame_read_inside_a_savepoint_falls_back(
     store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch
 ) -> None:
-    """FAILS. Severity: low (no route reads the frame inside ``begin_nested`` today; report_cache and webhooks use
+    """Fixed (r53a). Severity: low (no route reads the frame inside ``begin_nested`` today; report_cache and webhooks
+    use
     savepoints). A subtransaction that has not written passes the ``pg_current_xact_id_if_assigned() IS NULL``
     check, then ``pg_export_snapshot()`` raises "cannot export a snapshot from a subtransaction" on the session's
     own connection: the read raises (and the savepoint is left aborted) instead of the session's COPY."""
@@ -461,7 +453,6 @@ def test_pg_a_frame_read_inside_a_savepoint_falls_back(
     _set_readers(settings_env, 1)
     expected = _frame(run_id)
     _set_readers(settings_env, 2)
-    with session_scope() as session:
-        with session.begin_nested():
-            frame = frames.judgments_frame(session, run_id)
+    with session_scope() as session, session.begin_nested():
+        frame = frames.judgments_frame(session, run_id)
     pd.testing.assert_frame_equal(frame, expected)
