@@ -309,3 +309,27 @@ def test_available_cpus_is_this_process_affinity() -> None:
     import os
 
     assert frames.available_cpus() == len(os.sched_getaffinity(0))
+
+
+@POSTGRESQL
+@pytest.mark.parametrize(("cpus", "parts"), [(1, -1), (2, -1), (3, -1), (4, 2), (9, 4)])
+def test_postgresql_reads_one_part_per_two_cpus(
+    store_run: StoreRun, settings_env: pytest.MonkeyPatch, cpus: int, parts: int
+) -> None:
+    """A COPY keeps two CPUs busy (the server writes, this process parses): fewer than four, and one COPY reads."""
+    run_id = _store(store_run, 4, "a")
+    settings_env.setattr(frame_columns, "PARALLEL_MIN_ROWS", 0)
+    settings_env.setattr(frames, "available_cpus", lambda: cpus)
+    settings_env.setenv("DJ_FRAME_READERS", "16")
+    reset_settings_cache()
+    asked: list[int] = []
+    real = frame_columns.read_postgresql_parts
+
+    def spy(connection: Any, table: Table, run_id_: str, readers: int) -> Any:
+        asked.append(readers)
+        return real(connection, table, run_id_, readers)
+
+    settings_env.setattr(frame_columns, "read_postgresql_parts", spy)
+    frame = _frame(run_id)
+    assert asked == ([] if parts == -1 else [parts])
+    assert frame["judgment_id"].tolist() == _ids(run_id)
