@@ -18,9 +18,11 @@ Held (PASS): the rest.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
@@ -304,3 +306,82 @@ def test_pg_parts_refused_by_a_connection_limit_fall_back_log_no_secret_and_leak
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f"DROP OWNED BY {role}")
             conn.execute(f"DROP ROLE {role}")
+
+
+@POSTGRESQL
+def test_pg_parts_that_time_out_after_another_part_was_read_fall_back_to_the_whole_run(
+    store_db: str, store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch
+) -> None:
+    """PASSES (held). The first part is read whole; then an ACCESS EXCLUSIVE lock is queued behind the session and
+    the other parts' COPYs wait: each gives up after lock_timeout (1 s), the session reads the run itself, and the
+    frame is exactly one COPY's (not the first part's rows, nor the first part twice)."""
+    run_id = _store(store_run, 8, "a")
+    _set_readers(settings_env, 1)
+    expected = _frame(run_id)
+    _set_readers(settings_env, 3)
+    admin = _admin(store_db)
+    real_copy = frame_columns._copy_csv
+    first_done = threading.Event()
+    locker_pid: list[int] = []
+
+    def locker() -> None:
+        with psycopg.connect(admin) as conn:
+            locker_pid.append(conn.info.backend_pid)
+            with contextlib.suppress(psycopg.errors.QueryCanceled):
+                conn.execute("LOCK TABLE judgments IN ACCESS EXCLUSIVE MODE")
+            conn.rollback()
+
+    def queued(pid: int) -> bool:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            row = conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+            return row is not None and row[0] == "Lock"
+
+    def ordered(raw: Any, select: Any) -> pa.Table:
+        if not _in_part():
+            return real_copy(raw, select)
+        rendered = select.as_string(raw)
+        if '"id" >=' not in rendered:  # the first part: read whole, then the lock is queued
+            table = real_copy(raw, select)
+            threading.Thread(target=locker, daemon=True).start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not (locker_pid and queued(locker_pid[0])):
+                time.sleep(0.05)
+            first_done.set()
+            return table
+        first_done.wait(15)
+        return real_copy(raw, select)
+
+    settings_env.setattr(frame_columns, "_copy_csv", ordered)
+    done: list[Any] = []
+    started = time.monotonic()
+    reader = threading.Thread(target=lambda: done.append(_frame(run_id)), daemon=True)
+    reader.start()
+    reader.join(20)
+    elapsed = time.monotonic() - started
+    if locker_pid:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("SELECT pg_cancel_backend(%s)", (locker_pid[0],))
+    reader.join(20)
+    assert locker_pid, "the locker never started"
+    assert elapsed < 20, "the read hung"
+    assert pg_parts == [-1]
+    pd.testing.assert_frame_equal(done[0], expected)
+
+
+@POSTGRESQL
+def test_pg_a_frame_read_after_an_sql_savepoint_falls_back(
+    store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch
+) -> None:
+    """FAILS. Severity: low (no route issues SAVEPOINT as SQL today). The r53a fix checks
+    ``connection.in_nested_transaction()``, SQLAlchemy's own savepoints only; a savepoint opened by SQL (or by
+    another layer on the raw connection) passes the check, ``pg_export_snapshot()`` raises "cannot export a snapshot
+    from a subtransaction" and the transaction is aborted: the read raises instead of falling back."""
+    run_id = _store(store_run, 5, "a")
+    _set_readers(settings_env, 1)
+    expected = _frame(run_id)
+    _set_readers(settings_env, 2)
+    with session_scope() as session:
+        session.execute(text("SAVEPOINT by_sql"))
+        frame = frames.judgments_frame(session, run_id)
+        session.execute(text("RELEASE SAVEPOINT by_sql"))
+    pd.testing.assert_frame_equal(frame, expected)
