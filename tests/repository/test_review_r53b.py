@@ -385,3 +385,51 @@ def test_pg_a_frame_read_after_an_sql_savepoint_falls_back(
         frame = frames.judgments_frame(session, run_id)
         session.execute(text("RELEASE SAVEPOINT by_sql"))
     pd.testing.assert_frame_equal(frame, expected)
+
+
+def _pg_nasty(run_id: str) -> None:
+    """Every nullable frame column NULL on some rows; strings with unicode, commas, quotes, newlines, backslashes,
+    numbers as text and empty strings; floats NaN, infinities, -0.0, 1e308 and 5e-324."""
+    ids = _ids(run_id)
+    values: list[dict[str, Any]] = [
+        {"item_key": 'a,"b"\nc', "judge": "ünï,cødé\r\n'x'", "aspect": "", "outcome": None, "score": float("nan")},
+        {"item_key": "42", "judge": "042", "aspect": "NULL", "outcome": "\\N", "score": -0.0},
+        {"item_key": "\\.", "judge": "😀", "aspect": "a\tb", "outcome": "", "score": float("inf")},
+        {"item_key": " x ", "judge": '""', "aspect": "t", "outcome": "f", "latency_ms": 5e-324, "score": 1e308},
+    ]
+    with session_scope() as session:
+        nullable = set(
+            session.scalars(
+                text(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = 'judgments' "
+                    "AND is_nullable = 'YES'"
+                )
+            )
+        )
+        frame_columns_ = {column for _, column, _ in frame_columns.COLUMNS}
+        for index, judgment_id in enumerate(ids):
+            row = dict(values[index % len(values)])
+            if index % 5 == 1:
+                row.update({c: None for c in nullable & frame_columns_})
+            row = {c: v for c, v in row.items() if c in nullable or v is not None}
+            sets = ", ".join(f'"{c}" = :{c}' for c in row)
+            session.execute(text(f"UPDATE judgments SET {sets} WHERE id = :id"), {**row, "id": judgment_id})
+
+
+@POSTGRESQL
+@pytest.mark.parametrize("count", [2, 5, 16])
+def test_pg_parts_equal_one_copy_on_nasty_values(
+    store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch, count: int
+) -> None:
+    """PASSES (held). Interleaved runs, NULLs in every nullable column of some rows, CSV-hostile strings, special
+    floats; readers more than the rows: the parts' frame is exactly one COPY's."""
+    run_id = _store(store_run, 3, "a")
+    _store(store_run, 2, "b")
+    _pg_nasty(run_id)
+    _set_readers(settings_env, 1)
+    one_copy = _frame(run_id)
+    _set_readers(settings_env, count)
+    in_parts = _frame(run_id)
+    assert pg_parts == [count]
+    pd.testing.assert_frame_equal(in_parts, one_copy)
+    assert in_parts["judgment_id"].tolist() == _ids(run_id)
