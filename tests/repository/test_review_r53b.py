@@ -13,7 +13,16 @@ Findings (FAIL at bb072b6):
   shorter than a part's read terminates the session: the report's next statement fails (a 500), where one COPY
   kept the session busy.
 
-Held (PASS): the rest.
+- test_pg_a_frame_read_after_an_sql_savepoint_falls_back (low): the savepoint check is SQLAlchemy's
+  ``in_nested_transaction()``; a SAVEPOINT issued as SQL passes it and ``pg_export_snapshot()`` raises
+  "cannot export a snapshot from a subtransaction", aborting the transaction.
+
+Held (PASS): DJ_FRAME_READERS bounds (0, 17, -1, abc, 2.5, "" are ValidationErrors naming it); parts connect with
+exactly the engine's arguments (password with special characters, host list, application_name, options); parts
+refused by a connection limit fall back, log no password and leave no connection; parts timing out on a lock after
+another part was read fall back to the whole run (never a partial frame); parts equal one COPY on nasty values.
+Checked by hand, no test (it locks pg_authid cluster-wide): a part's connect blocked at authentication gives up
+after connect_timeout (psycopg ConnectionTimeout), so lock waits before ``SET LOCAL lock_timeout`` are bounded.
 """
 
 from __future__ import annotations
