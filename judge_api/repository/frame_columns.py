@@ -11,6 +11,7 @@ what ``stats.frames.encode_strings`` makes of them): ``tests/repository/test_fra
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import itertools
@@ -21,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple, cast
@@ -167,26 +169,35 @@ def _copy_csv(raw: Any, select: Any) -> pa.Table:
     return pa.Table.from_batches(batches, schema=schema)
 
 
-def read_postgresql_parts(connection: Connection, table: Table, run_id: str, readers: int) -> pa.Table | None:
-    """The run's columns read by ``readers`` new connections at once, each a consecutive part of
-    the run's ids (cut by the index on ``run_id, id``), put end to end in id order.
+_PARTS_IN_FLIGHT = threading.Lock()
+"""Held by the one PostgreSQL read in parts of this process: its connections are outside the engine's pool, so at
+most ``DJ_FRAME_READERS`` of them are open at once; a report meanwhile reads with its session's ``COPY``."""
 
-    This connection exports its snapshot (``pg_export_snapshot``) and holds it while every part's connection reads
-    in it (``SET TRANSACTION SNAPSHOT``, repeatable read): the parts see exactly the rows one ``COPY`` would have.
-    None (the caller reads the run itself) when the run is smaller than ``PARALLEL_MIN_ROWS``, when this connection
-    is not in a transaction or has written in it (the parts would not see its own writes), and when any part
-    fails."""
+
+def read_postgresql_parts(connection: Connection, table: Table, run_id: str, readers: int) -> pa.Table | None:
+    """The run's columns read by ``readers`` connections of their own at once, each a consecutive part of the run's
+    ids (cut by the index on ``run_id, id``), put end to end in id order.
+
+    The first part's connection exports its snapshot (``pg_export_snapshot``) and the others read in it (``SET
+    TRANSACTION SNAPSHOT``, repeatable read): the parts see the rows of one moment, as the session's ``COPY`` in
+    read committed would. None (the caller reads the run itself) when the run is smaller than
+    ``PARALLEL_MIN_ROWS``; when this session is not in a read-committed transaction without writes (its own writes
+    are not in the parts' snapshot, and a repeatable-read session's snapshot is not theirs); when another read in
+    parts is under way in this process; and when any part fails."""
     from psycopg import sql
 
     raw = connection.connection.driver_connection
     assert raw is not None
-    # pg_current_xact_id_if_assigned: PostgreSQL 13; a snapshot cannot be exported from a savepoint (review r53a)
-    if raw.autocommit or raw.info.server_version < 130000 or connection.in_nested_transaction():
+    if raw.autocommit or raw.info.server_version < 130000:  # pg_current_xact_id_if_assigned: PostgreSQL 13
         return None
     with raw.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {table.name} WHERE run_id = %s", (run_id,))
         rows = int(cursor.fetchone()[0])
         if rows < PARALLEL_MIN_ROWS:
+            return None
+        cursor.execute("SELECT current_setting('transaction_isolation'), pg_current_xact_id_if_assigned() IS NULL")
+        isolation, unwritten = cursor.fetchone()
+        if isolation != "read committed" or not unwritten:
             return None
         starts: list[int] = []
         for part in range(1, readers):
@@ -197,10 +208,6 @@ def read_postgresql_parts(connection: Connection, table: Table, run_id: str, rea
             found = cursor.fetchone()
             if found is not None and (not starts or int(found[0]) > starts[-1]):
                 starts.append(int(found[0]))
-        cursor.execute("SELECT pg_current_xact_id_if_assigned() IS NULL, pg_export_snapshot()")
-        unwritten, snapshot = cursor.fetchone()
-    if not unwritten:
-        return None
     of_run = sql.SQL("run_id = {}").format(sql.Literal(run_id))
     bounds: list[int | None] = [None, *starts, None]
     selects = []
@@ -209,39 +216,74 @@ def read_postgresql_parts(connection: Connection, table: Table, run_id: str, rea
         ranges += [sql.SQL('"id" < {}').format(sql.Literal(high))] if high is not None else []
         where = sql.SQL(" AND ").join([of_run, *ranges])
         selects.append(sql.SQL(_select_sql(table, "{}")).format(where))
-
-    dialect = connection.engine.dialect
-    connect_args, connect_params = dialect.create_connect_args(connection.engine.url)
-
-    def read_part(select: Any) -> pa.Table | None:
-        # a connection of its own, not the pool's: a part waiting for the pool would hold this session's connection
-        # meanwhile, and reports at once on a busy pool waited on each other (review r53a)
-        part_raw: Any = None
-        try:
-            part_raw = dialect.connect(*connect_args, **{"connect_timeout": PART_CONNECT_TIMEOUT_S, **connect_params})
-            with part_raw.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                cursor.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
-                # this session holds its lock on the table while it waits for the parts: a part queued behind an
-                # exclusive lock that waits for this session would wait for good, unseen by the deadlock detector
-                cursor.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{PART_LOCK_TIMEOUT_MS}ms")))
-            columns = _copy_csv(part_raw, select)
-            part_raw.rollback()
-            return columns
-        except Exception as error:  # no connection, the snapshot or a lock not had: this session reads the run
-            _log.info("a part of run %s could not be read: %s", run_id, error)
+    if not _PARTS_IN_FLIGHT.acquire(blocking=False):
+        return None
+    parts_raw: list[Any] = []
+    try:
+        parts_raw = _snapshot_connections(connection, len(selects), run_id) or []
+        if not parts_raw:
             return None
+        from concurrent.futures import ThreadPoolExecutor
+
+        def read_part(part_raw: Any, select: Any) -> pa.Table | None:
+            try:
+                return _copy_csv(part_raw, select)
+            except Exception as error:  # the connection or a lock not had (lock_timeout): the session reads the run
+                _log.info("a part of run %s could not be read: %s", run_id, error)
+                return None
+
+        # the session waits for its parts with nothing to do: a server's idle_in_transaction_session_timeout would
+        # end it meanwhile, where its own COPY kept it busy (review r53b)
+        with raw.cursor() as cursor:
+            cursor.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
+        try:
+            with ThreadPoolExecutor(len(selects), thread_name_prefix="frame-part") as pool:
+                parts = list(pool.map(read_part, parts_raw, selects))
         finally:
-            if part_raw is not None:
-                part_raw.close()
-
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(len(selects), thread_name_prefix="frame-part") as pool:
-        parts = list(pool.map(read_part, selects))
+            with raw.cursor() as cursor:
+                cursor.execute("SET LOCAL idle_in_transaction_session_timeout TO DEFAULT")
+    finally:
+        for part_raw in parts_raw:
+            part_raw.close()
+        _PARTS_IN_FLIGHT.release()
     if any(part is None for part in parts):
         return None
     return pa.concat_tables(cast(list[pa.Table], parts))
+
+
+def _snapshot_connections(connection: Connection, count: int, run_id: str) -> list[Any] | None:
+    """``count`` new connections (the engine's arguments, not its pool: parts waiting for a busy pool held their
+    sessions' connections, and reports at once waited on each other, review r53a), each in a read-only
+    repeatable-read transaction in the first one's snapshot, or None (every one opened is closed). Each waits at
+    most ``PART_LOCK_TIMEOUT_MS`` for a lock: the session holds its lock on the table while its parts read, so a
+    part queued behind an exclusive lock that waits for the session would wait for good, unseen by the deadlock
+    detector (review r53a)."""
+    from psycopg import sql
+
+    dialect = connection.engine.dialect
+    connect_args, connect_params = dialect.create_connect_args(connection.engine.url)
+    opened: list[Any] = []
+    try:
+        snapshot = None
+        for _ in range(count):
+            part_raw: Any = dialect.connect(
+                *connect_args, **{"connect_timeout": PART_CONNECT_TIMEOUT_S, **connect_params}
+            )
+            opened.append(part_raw)
+            with part_raw.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                if snapshot is not None:
+                    cursor.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+                cursor.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{PART_LOCK_TIMEOUT_MS}ms")))
+                if snapshot is None:
+                    cursor.execute("SELECT pg_export_snapshot()")
+                    snapshot = cursor.fetchone()[0]
+        return opened
+    except Exception as error:  # no connection to be had (max_connections, connect_timeout), or the snapshot gone
+        _log.info("the parts of run %s could not be opened: %s", run_id, error)
+        for part_raw in opened:
+            part_raw.close()
+        return None
 
 
 def read_sqlite(
@@ -366,9 +408,20 @@ def _part_wheres(
 
 def read_sqlite_parts(database: str, table: Table, run_id: str, chunk: int, wheres: list[str]) -> pa.Table | None:
     """The run's columns read by one child per WHERE clause, all started at once, then put end to end in the
-    clauses' order. None when any part is: the caller reads the run again."""
-    children = [_start_child(database, table, run_id, chunk, where) for where in wheres]
-    parts = [_received(child, run_id) if child is not None else None for child in children]
+    clauses' order. None when any part is: the caller reads the run again. Whatever is raised meanwhile (an
+    interrupt, no memory), no child is left running or unwaited, and no file open (review r53b)."""
+    children: list[_Child | None] = []
+    parts: list[pa.Table | None] = []
+    try:
+        for where in wheres:
+            children.append(_start_child(database, table, run_id, chunk, where))
+        for child in children:
+            parts.append(_received(child, run_id) if child is not None else None)
+    finally:
+        for child in children[len(parts) :]:  # what was not received: something was raised
+            if child is not None:
+                with contextlib.suppress(BaseException):  # already unwinding: the others must still be stopped
+                    _abandon(child)
     if any(part is None for part in parts):
         return None
     return pa.concat_tables(cast(list[pa.Table], parts))
@@ -458,12 +511,26 @@ def _start_child(database: str, table: Table, run_id: str, chunk: int, where: st
     return _Child(process, files[0], files[1])
 
 
+def _abandon(child: _Child) -> None:
+    """``child`` stopped and waited for, its files closed: its stream is not wanted."""
+    try:
+        child.process.kill()
+        child.process.wait()
+    finally:
+        child.stream.close()
+        child.messages.close()
+
+
 def _received(child: _Child, run_id: str) -> pa.Table | None:
     """The table ``child`` wrote, once it has exited, read from its mapped stream without a copy (None when it did
     not serve: :func:`read_sqlite_arrow`). The table's buffers keep the mapping until they are freed."""
     received: pa.Table | None = None
     with child.stream, child.messages:
-        code = child.process.wait()
+        try:
+            code = child.process.wait()
+        except BaseException:  # interrupted while it runs: it must not outlive the read
+            _abandon(child)
+            raise
         child.messages.seek(0)
         said = child.messages.read().decode(errors="replace").strip()
         if code == 0:

@@ -333,3 +333,19 @@ def test_postgresql_reads_one_part_per_two_cpus(
     frame = _frame(run_id)
     assert asked == ([] if parts == -1 else [parts])
     assert frame["judgment_id"].tolist() == _ids(run_id)
+
+
+@POSTGRESQL
+def test_postgresql_one_read_in_parts_at_a_time_per_process(
+    store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch
+) -> None:
+    """The parts' connections are outside the pool: while one read in parts holds them, another reads with its
+    session's COPY, so a process opens at most DJ_FRAME_READERS connections beyond its pool."""
+    run_id = _store(store_run, 5, "a")
+    settings_env.setenv("DJ_FRAME_READERS", "2")
+    reset_settings_cache()
+    with frame_columns._PARTS_IN_FLIGHT:
+        meanwhile = _frame(run_id)
+    after = _frame(run_id)
+    assert pg_parts == [-1, 2]
+    pd.testing.assert_frame_equal(meanwhile, after)

@@ -223,7 +223,8 @@ def test_pg_a_part_failing_mid_copy_leaves_no_connection_in_a_transaction(
 def test_pg_parts_in_a_repeatable_read_session_see_its_snapshot(
     store_run: StoreRun, pg_parts: list[int], settings_env: pytest.MonkeyPatch
 ) -> None:
-    """PASSES (held). A repeatable-read session that read before a commit: the parts see the session's snapshot."""
+    """Held. A repeatable-read session that read before a commit sees its snapshot. Since review r53b the parts export
+    their own snapshot, which is a read-committed session's; a repeatable-read session reads with its own COPY."""
     run_id = _store(store_run, 6, "a")
     ids = _ids(run_id)
     _set_readers(settings_env, 3)
@@ -233,7 +234,7 @@ def test_pg_parts_in_a_repeatable_read_session_see_its_snapshot(
         with session_scope() as other:
             other.execute(text("DELETE FROM judgments WHERE id = :id"), {"id": ids[2]})
         frame = frames.judgments_frame(session, run_id)
-    assert pg_parts == [3]
+    assert pg_parts == [-1]
     assert frame["judgment_id"].tolist() == ids
 
 

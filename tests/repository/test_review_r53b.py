@@ -93,7 +93,7 @@ def test_sqlite_an_error_receiving_one_part_leaves_no_child_running_or_file_open
     real_start = frame_columns._start_child
 
     def start(*args: Any) -> Any:
-        child = real_start(*args)
+        child: Any = real_start(*args)
         if not started:  # the first child's wait is interrupted (KeyboardInterrupt, or any error in _received)
             real_wait = child.process.wait
 
@@ -164,18 +164,20 @@ def test_pg_parts_keep_the_process_within_its_pool_connection_budget(
         if _in_part():
             barrier.wait()
             with psycopg.connect(_admin(store_db), autocommit=True, application_name="r53b-count") as conn:
-                peak.append(conn.execute(COUNT).fetchone()[0])
+                peak.append(conn.execute(COUNT).fetchone()[0])  # type: ignore[index]
             barrier.wait()
         return real_copy(raw, select)
 
     settings_env.setattr(frame_columns, "_copy_csv", counted)
     ids = _ids(run_id)  # the pool's one connection is open from here on
     with psycopg.connect(_admin(store_db), autocommit=True, application_name="r53b-count") as conn:
-        before = conn.execute(COUNT).fetchone()[0]
+        before = conn.execute(COUNT).fetchone()[0]  # type: ignore[index]
     frame = _frame(run_id)
     assert pg_parts == [3]
     assert frame["judgment_id"].tolist() == ids
-    assert max(peak) <= before, f"the read opened {max(peak) - before} connections beyond the pool's (of 1)"
+    # fixed as a bound: the parts' connections are outside the pool (a part waiting for a busy pool deadlocked,
+    # r53a), and one read in parts at a time per process opens them: at most DJ_FRAME_READERS beyond the pool
+    assert max(peak) - before <= 3, f"the read opened {max(peak) - before} connections beyond the pool's (of 1)"
 
 
 @POSTGRESQL
@@ -191,7 +193,7 @@ def test_pg_the_session_survives_idle_in_transaction_timeout_while_parts_read(
     _set_readers(settings_env, 2)
     expected_ids = _ids(run_id)
     with psycopg.connect(_admin(store_db), autocommit=True) as conn:
-        name = conn.execute("SELECT current_database()").fetchone()[0]
+        name = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
         conn.execute(f'ALTER DATABASE "{name}" SET idle_in_transaction_session_timeout = 1000')
     reset_engines()  # new connections take the setting
     real_copy = frame_columns._copy_csv
@@ -245,7 +247,8 @@ def test_pg_parts_connect_as_the_engine_does(
     real_copy = frame_columns._copy_csv
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        calls.append(("part" if _in_part() else "engine", dict(kwargs)))
+        part = kwargs.get("connect_timeout") == frame_columns.PART_CONNECT_TIMEOUT_S  # opened before the threads
+        calls.append(("part" if part else "engine", dict(kwargs)))
         return real_connect(*args, **kwargs)
 
     def observed(raw: Any, select: Any) -> pa.Table:
@@ -287,7 +290,7 @@ def test_pg_parts_refused_by_a_connection_limit_fall_back_log_no_secret_and_leak
     secret = "Pa55:w/o@rd#%&?=secret"
     admin = _admin(store_db)
     with psycopg.connect(admin, autocommit=True) as conn:
-        name = conn.execute("SELECT current_database()").fetchone()[0]
+        name = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
         conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{secret}' CONNECTION LIMIT 1")
         conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
         conn.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
@@ -302,13 +305,13 @@ def test_pg_parts_refused_by_a_connection_limit_fall_back_log_no_secret_and_leak
             frame = _frame(run_id)
         pd.testing.assert_frame_equal(frame, expected)
         assert pg_parts == [-1]
-        assert "could not be read" in caplog.text
+        assert "could not be opened" in caplog.text
         for shown in (secret, urllib.parse.quote(secret, safe=""), "Pa55"):
             assert shown not in caplog.text
         with psycopg.connect(admin, autocommit=True) as conn:
             count = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND state <> 'idle'", (role,)
-            ).fetchone()[0]
+            ).fetchone()[0]  # type: ignore[index]
         assert count == 0
     finally:
         reset_engines()
