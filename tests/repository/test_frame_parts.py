@@ -12,7 +12,7 @@ from typing import Any, cast
 import pandas as pd
 import pyarrow as pa
 import pytest
-from sqlalchemy import Table, select, text, update
+from sqlalchemy import Table, text, update
 
 from judge_api.config import reset_settings_cache
 from judge_api.db import session_scope
@@ -20,6 +20,7 @@ from judge_api.models import Judgment, Run, utcnow
 from judge_api.repository import frame_columns, frames
 
 from .conftest import StoreRun, item
+from .test_frame_span import _append_copies, _ids
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 TABLE = cast(Table, Judgment.__table__)
@@ -33,26 +34,6 @@ def _store(store_run: StoreRun, n: int, prefix: str) -> str:
 def _finish(run_id: str) -> None:
     with session_scope() as session:
         session.execute(update(Run).where(Run.id == run_id).values(finished_at=utcnow()))
-
-
-def _ids(run_id: str) -> list[int]:
-    with session_scope() as session:
-        return list(session.scalars(select(Judgment.id).where(Judgment.run_id == run_id).order_by(Judgment.id)))
-
-
-def _append_copies(run_id: str, count: int, tag: str) -> None:
-    """``count`` more judgments of the run, stored after every row there is now (copies of its first ones)."""
-    names = [c.name for c in TABLE.columns if c.name not in ("id", "dedup_key")]
-    quoted = ", ".join(f'"{n}"' for n in names)
-    with session_scope() as session:
-        for source in _ids(run_id)[:count]:
-            session.execute(
-                text(
-                    f"INSERT INTO judgments (dedup_key, {quoted}) "
-                    f"SELECT dedup_key || :tag, {quoted} FROM judgments WHERE id = :id"
-                ),
-                {"tag": tag, "id": source},
-            )
 
 
 def _frame(run_id: str) -> pd.DataFrame:

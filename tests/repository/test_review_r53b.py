@@ -50,7 +50,8 @@ from judge_api.db import reset_engines, session_scope
 from judge_api.repository import frame_columns, frames
 
 from .conftest import StoreRun
-from .test_frame_parts import _finish, _frame, _ids, _store
+from .test_frame_parts import _finish, _frame, _store
+from .test_frame_span import _ids
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 POSTGRESQL = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
