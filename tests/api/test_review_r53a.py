@@ -11,7 +11,7 @@ from sqlalchemy import select
 from judge_api.config import reset_settings_cache
 from judge_api.db import session_scope
 from judge_api.models import Run
-from judge_api.repository import frame_columns
+from judge_api.repository import frame_columns, frames
 from tests.api.conftest import ApiFactory
 from tests.api.test_report_cache import _figures, _judge, _judgment_ids, _report, _run
 
@@ -26,6 +26,7 @@ def test_the_report_of_a_finished_run_read_in_parts_equals_one_readers(
     api = api_factory(database_url=url, DJ_REPORT_CACHE="false", DJ_REPORT_FRESH_SECONDS="0")
     monkeypatch.setattr(frame_columns, "ARROW_CHILD_MIN_ROWS", 0)
     monkeypatch.setattr(frame_columns, "PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr(frames, "available_cpus", lambda: 64)  # the parts asked, whatever this machine's CPUs
     used: list[str] = []
     real_sqlite = frame_columns.read_sqlite_parts
     real_pg = frame_columns.read_postgresql_parts
