@@ -110,7 +110,8 @@ class Settings(BaseSettings):
     # the run (repository.report_cache); a run still judging may be answered from a report this many seconds old
     # without reading its state (0: never; the answer's computed_at)
     report_cache: bool = Field(default=True, alias="DJ_REPORT_CACHE")
-    # child processes that read a large SQLite run's frame at once, each a part of its ids (1: one child)
+    # readers of a large run's frame at once, each a part of its ids: SQLite children, PostgreSQL connections of
+    # their own (one per two CPUs); never more than the process's CPUs (repository.frame_columns; 1: one reader)
     frame_readers: int = Field(default=2, ge=1, le=16, alias="DJ_FRAME_READERS")
     report_fresh_s: float = Field(default=3.0, ge=0, le=300, alias="DJ_REPORT_FRESH_SECONDS")
     # a running run's report computed this soon after its last judgment write is computed again once that much time

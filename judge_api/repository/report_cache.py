@@ -96,8 +96,7 @@ def run_state(session: Session, run_id: str, *, settle_s: float = 0.0) -> str:
     With ``settle_s`` > 0 the string also says whether the state is settled (the run finished, or ``settle_s`` has
     passed since its last write): an answer kept on an unsettled state is not the settled state's, so a cache keyed
     by this string computes it once more after the window (the module docstring: commits out of stamp order)."""
-    query = select(Run.data_version, _last_write(Run.id), Run.finished_at).where(Run.id == run_id)
-    row = session.execute(query).one_or_none()
+    row = _state_row(session, run_id)
     state = _state_of(*row) if row is not None else _state_of(0, None)
     if settle_s <= 0 or row is None:
         return state
@@ -109,9 +108,15 @@ def finished_state(session: Session, run_id: str) -> str | None:
     """:func:`run_state` of a finished run, None while it runs (or when there is no such run). A finished run has no
     verdict in flight whose stamp could commit out of order (the settle window), so two equal states read around
     some reads mean that no write to the run committed between them (``frame_columns.read_sqlite``'s parts)."""
-    query = select(Run.data_version, _last_write(Run.id), Run.finished_at).where(Run.id == run_id)
-    row = session.execute(query).one_or_none()
+    row = _state_row(session, run_id)
     return _state_of(*row) if row is not None and row[2] is not None else None
+
+
+def _state_row(session: Session, run_id: str) -> Any:
+    """The run's ``data_version``, last judgment write and ``finished_at`` (None when there is no such run)."""
+    return session.execute(
+        select(Run.data_version, _last_write(Run.id), Run.finished_at).where(Run.id == run_id)
+    ).one_or_none()
 
 
 def _settles_at(last_write: Any, finished_at: Any, settle_s: float) -> datetime | None:
