@@ -11,7 +11,6 @@ import pandas as pd
 from sqlalchemy import Table, bindparam, select
 from sqlalchemy.orm import Session
 
-from judge_api.config import get_settings
 from judge_api.facts import fact_sheet
 from judge_api.models import (
     HumanRating,
@@ -110,15 +109,18 @@ def _chunk_frame(rows: Sequence[Any]) -> pd.DataFrame:
     return part
 
 
-def judgments_frame(session: Session, run_id: str) -> pd.DataFrame:
+def judgments_frame(session: Session, run_id: str, *, readers: int = 1) -> pd.DataFrame:
     """The run's judgments as the statistics library's frame (docs/data-contract.md).
 
     Read as columns (``repository.frame_columns``: PostgreSQL's COPY parsed by pyarrow, SQLite's tuples turned
     into Arrow columns chunk by chunk), never as a Python object per value (issue 39). The string columns are
-    categoricals with sorted categories, marked ``stats.frames.ENCODED``: the report keeps them encoded."""
+    categoricals with sorted categories, marked ``stats.frames.ENCODED``: the report keeps them encoded.
+
+    A large run is read by up to ``readers`` readers at once (the API passes ``DJ_FRAME_READERS``), never more than
+    this process's CPUs (:func:`frame_columns.read_sqlite`, :func:`frame_columns.read_postgresql`)."""
     connection = session.connection()
     table = cast(Table, Judgment.__table__)
-    readers = min(get_settings().frame_readers, available_cpus())
+    readers = min(readers, available_cpus())
     if connection.dialect.name == "postgresql":
         # a COPY keeps two CPUs busy already (the server writes the CSV as this process parses it): one part per two
         # (on 2 CPUs two parts took 6.59 s where one COPY took 5.77, at 1M)

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from judge_api import repository
 from judge_api.auth import Principal
+from judge_api.config import get_settings
 from judge_api.deps import get_session, require, run_or_404
 from judge_api.errors import field_error
 from judge_api.schemas import LabelQueueIn
@@ -22,7 +23,8 @@ router = APIRouter(tags=["reports"])
 
 def _labeled_items(session: Session, run_id: str) -> set[str]:
     """Items rated for every system judged on them (``stats.label_sampling.labeled_items``)."""
-    return labeled_items(repository.judgments_frame(session, run_id), repository.ratings_frame(session, run_id))
+    judgments = repository.judgments_frame(session, run_id, readers=get_settings().frame_readers)
+    return labeled_items(judgments, repository.ratings_frame(session, run_id))
 
 
 def _queue_out(run_id: str, queue: repository.LabelQueue, labeled: set[str]) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def create_label_queue(
     run_or_404(session, run_id, principal)
     if repository.label_queue(session, run_id) is not None:
         raise HTTPException(409, "this run has a label queue already: GET /v1/runs/{id}/label-queue shows it")
-    judgments = repository.judgments_frame(session, run_id)
+    judgments = repository.judgments_frame(session, run_id, readers=get_settings().frame_readers)
     items = eligible_items(judgments)
     if not items:
         raise HTTPException(

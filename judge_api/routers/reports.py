@@ -157,7 +157,7 @@ def _summary(session: Session, run: Any) -> Any:
 
 
 def _build(session: Session, run_id: str, config: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
-    judgments = repository.judgments_frame(session, run_id)
+    judgments = repository.judgments_frame(session, run_id, readers=get_settings().frame_readers)
     ratings = repository.ratings_frame(session, run_id)
     return build_report(
         judgments,
@@ -208,7 +208,7 @@ def agreement(
     if not len(ratings):
         raise HTTPException(409, "this run has no human ratings yet: POST /v1/runs/{id}/human-ratings first")
     result = build_report(
-        repository.judgments_frame(session, run_id),
+        repository.judgments_frame(session, run_id, readers=get_settings().frame_readers),
         ratings,
         n_boot=200,
         human_prefix=human_prefix,
@@ -229,7 +229,7 @@ def calibrated(
     run = run_or_404(session, run_id, principal)
     ratings = repository.ratings_frame(session, run_id)
     section = calibrated_report(
-        repository.judgments_frame(session, run_id),
+        repository.judgments_frame(session, run_id, readers=get_settings().frame_readers),
         ratings if len(ratings) else None,
         ci=ci,
         human_prefix=human_prefix,

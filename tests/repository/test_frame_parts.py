@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import Table, text, update
 
-from judge_api.config import reset_settings_cache
+from judge_api.config import get_settings, reset_settings_cache
 from judge_api.db import session_scope
 from judge_api.models import Judgment, Run, utcnow
 from judge_api.repository import frame_columns, frames
@@ -38,7 +38,7 @@ def _finish(run_id: str) -> None:
 
 def _frame(run_id: str) -> pd.DataFrame:
     with session_scope() as session:
-        return frames.judgments_frame(session, run_id)
+        return frames.judgments_frame(session, run_id, readers=get_settings().frame_readers)
 
 
 @SQLITE
@@ -214,7 +214,7 @@ def test_postgresql_parts_read_the_exporting_transactions_snapshot_not_a_later_c
 
     settings_env.setattr(frame_columns, "_copy_csv", write_first)
     with session_scope() as session:
-        before = frames.judgments_frame(session, run_id)
+        before = frames.judgments_frame(session, run_id, readers=get_settings().frame_readers)
     assert pg_parts == [2] and wrote
     assert before["judgment_id"].tolist() == ids  # the deleted row is still there
     assert 42.0 not in before["score"].tolist()
@@ -234,7 +234,7 @@ def test_postgresql_a_connection_that_wrote_reads_the_run_itself(
     reset_settings_cache()
     with session_scope() as session:
         session.execute(update(Judgment).where(Judgment.id == ids[0]).values(score=42.0))
-        frame = frames.judgments_frame(session, run_id)
+        frame = frames.judgments_frame(session, run_id, readers=get_settings().frame_readers)
         session.rollback()
     assert pg_parts == [-1]
     assert frame.loc[frame["judgment_id"] == ids[0], "score"].tolist() == [42.0]

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import exc, text
 
-from judge_api.config import reset_settings_cache
+from judge_api.config import get_settings, reset_settings_cache
 from judge_api.db import get_engine, session_scope
 from judge_api.repository import frame_columns, frames
 
@@ -78,7 +78,7 @@ def test_pg_parts_fall_back_when_the_pool_is_exhausted(
                 break
         held.pop().close()  # one left: the session's
         with session_scope() as session:
-            frame = frames.judgments_frame(session, run_id)
+            frame = frames.judgments_frame(session, run_id, readers=get_settings().frame_readers)
     finally:
         for connection in held:
             connection.close()
@@ -234,7 +234,7 @@ def test_pg_parts_in_a_repeatable_read_session_see_its_snapshot(
         session.execute(text("SELECT count(*) FROM judgments")).scalar()
         with session_scope() as other:
             other.execute(text("DELETE FROM judgments WHERE id = :id"), {"id": ids[2]})
-        frame = frames.judgments_frame(session, run_id)
+        frame = frames.judgments_frame(session, run_id, readers=get_settings().frame_readers)
     assert pg_parts == [-1]
     assert frame["judgment_id"].tolist() == ids
 
@@ -456,5 +456,5 @@ def test_pg_a_frame_read_inside_a_savepoint_falls_back(
     expected = _frame(run_id)
     _set_readers(settings_env, 2)
     with session_scope() as session, session.begin_nested():
-        frame = frames.judgments_frame(session, run_id)
+        frame = frames.judgments_frame(session, run_id, readers=get_settings().frame_readers)
     pd.testing.assert_frame_equal(frame, expected)

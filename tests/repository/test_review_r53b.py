@@ -208,7 +208,7 @@ def test_pg_the_session_survives_idle_in_transaction_timeout_while_parts_read(
     error: BaseException | None = None
     try:
         with session_scope() as session:
-            frame = frames.judgments_frame(session, run_id)
+            frame = frames.judgments_frame(session, run_id, readers=get_settings().frame_readers)
             session.execute(text("SELECT 1"))  # what the report does next with its session
     except Exception as caught:
         error = caught
@@ -395,7 +395,7 @@ def test_pg_a_frame_read_after_an_sql_savepoint_falls_back(
     _set_readers(settings_env, 2)
     with session_scope() as session:
         session.execute(text("SAVEPOINT by_sql"))
-        frame = frames.judgments_frame(session, run_id)
+        frame = frames.judgments_frame(session, run_id, readers=get_settings().frame_readers)
         session.execute(text("RELEASE SAVEPOINT by_sql"))
     pd.testing.assert_frame_equal(frame, expected)
 
