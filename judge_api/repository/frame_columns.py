@@ -199,15 +199,7 @@ def read_postgresql_parts(connection: Connection, table: Table, run_id: str, rea
         isolation, unwritten = cursor.fetchone()
         if isolation != "read committed" or not unwritten:
             return None
-        starts: list[int] = []
-        for part in range(1, readers):
-            cursor.execute(
-                f'SELECT "id" FROM {table.name} WHERE run_id = %s ORDER BY "id" OFFSET %s LIMIT 1',
-                (run_id, rows * part // readers),
-            )
-            found = cursor.fetchone()
-            if found is not None and (not starts or int(found[0]) > starts[-1]):
-                starts.append(int(found[0]))
+        starts = _part_starts(cursor, table, run_id, rows, readers, "%s")
     of_run = sql.SQL("run_id = {}").format(sql.Literal(run_id))
     bounds: list[int | None] = [None, *starts, None]
     selects = []
@@ -389,21 +381,29 @@ def _part_wheres(
     raw = connection.connection.driver_connection
     assert raw is not None
     cursor = raw.cursor()
-    starts = [first]
     try:
-        for part in range(1, parts):
-            cursor.execute(
-                f'SELECT "id" FROM {table.name} WHERE run_id = ? ORDER BY "id" LIMIT 1 OFFSET ?',
-                (run_id, rows * part // parts),
-            )
-            found = cursor.fetchone()
-            if found is not None and int(found[0]) > starts[-1]:
-                starts.append(int(found[0]))
+        starts = [first, *(start for start in _part_starts(cursor, table, run_id, rows, parts, "?") if start > first)]
     finally:
         cursor.close()
     ends = [start - 1 for start in starts[1:]] + [last]
     of_run = "+run_id = CAST(?1 AS TEXT)" if _spans(rows, first, last) else BY_INDEX
     return [f'"id" BETWEEN {low} AND {high} AND {of_run}' for low, high in zip(starts, ends, strict=True)]
+
+
+def _part_starts(cursor: Any, table: Table, run_id: str, rows: int, parts: int, marker: str) -> list[int]:
+    """The first id of each part after the first, ``rows`` cut into ``parts`` of about equal rows, found by the
+    index on ``run_id`` (its entries are in id order); increasing, none repeated (``marker``: the driver's
+    parameter marker)."""
+    starts: list[int] = []
+    for part in range(1, parts):
+        cursor.execute(
+            f'SELECT "id" FROM {table.name} WHERE run_id = {marker} ORDER BY "id" LIMIT 1 OFFSET {marker}',
+            (run_id, rows * part // parts),
+        )
+        found = cursor.fetchone()
+        if found is not None and (not starts or int(found[0]) > starts[-1]):
+            starts.append(int(found[0]))
+    return starts
 
 
 def read_sqlite_parts(database: str, table: Table, run_id: str, chunk: int, wheres: list[str]) -> pa.Table | None:
