@@ -229,25 +229,23 @@ def store_responses(
     }
     texts = {r.response_id: r.payload["candidates"] for r in sampled}
     costs = batch.costs if batch.costs is not None else [None] * len(planned)
-    judgment_rows = [
-        judgment_row(
-            monitor.run_id,
-            p,
-            pks[p.item_id],
-            texts[p.item_id],
-            judge_params,
-            now,
-            enqueued_at=now,
-            estimated_cost_usd=c,
-        )
-        for p, c in zip(planned, costs, strict=True)
-    ]
     ids: list[int] = []
-    for start in range(0, len(judgment_rows), CHUNK):
-        ids += [
-            int(i)
-            for i in session.scalars(insert(Judgment).returning(Judgment.id), judgment_rows[start : start + CHUNK])
+    # the rows of one insert at a time, not the request's all at once (issue 39)
+    for start in range(0, len(planned), CHUNK):
+        judgment_rows = [
+            judgment_row(
+                monitor.run_id,
+                p,
+                pks[p.item_id],
+                texts[p.item_id],
+                judge_params,
+                now,
+                enqueued_at=now,
+                estimated_cost_usd=c,
+            )
+            for p, c in zip(planned[start : start + CHUNK], costs[start : start + CHUNK], strict=True)
         ]
+        ids += [int(i) for i in session.scalars(insert(Judgment).returning(Judgment.id), judgment_rows)]
     session.execute(
         update(Run)
         .where(Run.id == monitor.run_id)

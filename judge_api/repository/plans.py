@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from judge_api.models import TERMINAL_STATUSES, Judgment, Run, RunItem, utcnow
 from judge_api.planning import PlannedJudgment
-from judge_api.repository.rows import judgment_row
+from judge_api.repository.rows import INSERT_CHUNK, judgment_row
 from judge_api.repository.rubric_snapshots import rubric_snapshot
 from judge_api.repository.sql import insert_ignoring
 from judge_api.rubrics import Rubric, get_registry
@@ -107,10 +107,15 @@ def insert_planned(session: Session, run: Run, planned: Sequence[PlannedJudgment
     if run.config.get("outcome_map"):
         params["outcome_map"] = dict(run.config["outcome_map"])
     now = utcnow()
-    rows = [judgment_row(run.id, p, item_pks[p.item_id], texts[p.item_id], params, now, now) for p in planned]
     table = cast(Table, Judgment.__table__)
     statement = insert_ignoring(session.get_bind(), table, ["dedup_key"]).returning(table.c.id)
-    ids = [int(i) for i in session.scalars(statement, rows)]
+    ids: list[int] = []
+    for start in range(0, len(planned), INSERT_CHUNK):  # the rows of one insert at a time (issue 39)
+        rows = [
+            judgment_row(run.id, p, item_pks[p.item_id], texts[p.item_id], params, now, now)
+            for p in planned[start : start + INSERT_CHUNK]
+        ]
+        ids += [int(i) for i in session.scalars(statement, rows)]
     if ids:
         session.execute(update(Run).where(Run.id == run.id).values(n_judgments=Run.n_judgments + len(ids)))
     return ids

@@ -14,6 +14,9 @@ from judge_api.models import Judgment, fresh_judgment_fields
 from judge_api.planning import PlannedJudgment
 
 INSERT_JUDGMENTS = insert(Judgment).execution_options(render_nulls=True)
+INSERT_CHUNK = 5000
+"""Judgment rows per insert when planned judgments are stored: the rows of one insert are built at a time (issue 39:
+a million row dicts at once held about 1.1 GB in the API)."""
 """The bulk INSERT of judgment rows (``session.execute(INSERT_JUDGMENTS, rows)``). ``render_nulls``: a None is
 sent as NULL, not left out, so rows of different shapes (single and pairwise: no ``system_b``, ``order``) are one
 executemany instead of a statement per run of same-shaped rows. On PostgreSQL each statement fires the

@@ -28,7 +28,7 @@ from judge_api.repository.batches import batch_counts
 from judge_api.repository.exports import count_judgments, judgment_conditions
 from judge_api.repository.generations import generation_counts
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
-from judge_api.repository.rows import INSERT_JUDGMENTS, judgment_row
+from judge_api.repository.rows import INSERT_CHUNK, INSERT_JUDGMENTS, judgment_row
 from judge_api.repository.rubric_snapshots import store_rubric_snapshots
 from judge_api.rubrics import Rubric
 from judge_api.schemas import (
@@ -96,9 +96,12 @@ def create_run(
     if request.outcome_map:
         judge_params["outcome_map"] = dict(request.outcome_map)
     now = utcnow()
-    rows = [judgment_row(run.id, p, item_pks[p.item_id], candidates[p.item_id], judge_params, now) for p in planned]
-    for start in range(0, len(rows), 5000):
-        session.execute(INSERT_JUDGMENTS, rows[start : start + 5000])
+    for start in range(0, len(planned), INSERT_CHUNK):
+        rows = [
+            judgment_row(run.id, p, item_pks[p.item_id], candidates[p.item_id], judge_params, now)
+            for p in planned[start : start + INSERT_CHUNK]
+        ]
+        session.execute(INSERT_JUDGMENTS, rows)
     return run
 
 

@@ -522,3 +522,31 @@ def scalar_count(database_url: str, table: str) -> int:
             return int(connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
     finally:
         engine.dispose()
+
+
+def test_a_sampled_request_larger_than_one_insert_stores_every_judgment_once_in_order(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judgments of a request are built and inserted one chunk at a time (issue 39: not all row dicts at once);
+    every sampled response gets its judgments, each once, with its expected cost, in plan order."""
+    from judge_api.repository import monitors as monitor_rows
+
+    monkeypatch.setattr(monitor_rows, "CHUNK", 4)
+    judge = "anthropic:claude-sonnet-4-5"  # priced: each judgment is stored with its expected cost
+    monitor = create(
+        api, judges=[judge], sample_rate=1.0, aspects=["consistency", "coherence"], alerts=[], daily_budget_usd=1000
+    )
+    answer = api.client.post(f"/v1/monitors/{monitor['id']}/responses", json=[response(i) for i in range(9)])
+    assert answer.json() == {"accepted": 9, "sampled": 9, "duplicates": 0, "paused": False}
+    engine = create_engine(api.database_url)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text("SELECT item_key, aspect, estimated_cost_usd FROM judgments WHERE run_id = :r ORDER BY id"),
+            {"r": monitor["run_id"]},
+        ).all()
+    engine.dispose()
+    assert len(rows) == 18  # 9 responses x 2 aspects: five inserts of 4 or fewer
+    assert len({(r.item_key, r.aspect) for r in rows}) == 18
+    assert [r.item_key for r in rows[::2]] == [f"resp-{i}" for i in range(9)]
+    assert all(r.estimated_cost_usd is not None and r.estimated_cost_usd > 0 for r in rows)
+    assert api.client.get(f"/v1/runs/{monitor['run_id']}").json()["n_judgments"] == 18
