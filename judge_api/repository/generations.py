@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from judge_api.models import Generation, Judgment, Run, RunItem, utcnow
 from judge_api.planning import plan_generated_item, run_rubrics
-from judge_api.repository.rows import INSERT_JUDGMENTS, judgment_row
+from judge_api.repository.rows import insert_judgment_rows, judgment_row
 from judge_api.repository.rubric_snapshots import store_rubric_snapshots
 from judge_api.rubrics import RubricRegistry
 from judge_api.schemas import GenerationCounts
@@ -235,7 +235,7 @@ def release_item(session: Session, item_pk: int, registry: RubricRegistry) -> li
             judge_params["outcome_map"] = dict(request.outcome_map)
         now = utcnow()
         rows = [judgment_row(run.id, p, item_pk, candidates, judge_params, now) for p in planned]
-        session.execute(INSERT_JUDGMENTS, rows)
+        insert_judgment_rows(session, rows)
         session.execute(
             update(Run).where(Run.id == run.id).values(n_judgments=Run.n_judgments + len(rows), finished_at=None)
         )

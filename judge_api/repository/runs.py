@@ -28,7 +28,7 @@ from judge_api.repository.batches import batch_counts
 from judge_api.repository.exports import count_judgments, judgment_conditions
 from judge_api.repository.generations import generation_counts
 from judge_api.repository.projects import DEFAULT_PROJECT, ensure_project
-from judge_api.repository.rows import INSERT_CHUNK, INSERT_JUDGMENTS, judgment_row
+from judge_api.repository.rows import INSERT_CHUNK, insert_judgment_rows, judgment_row
 from judge_api.repository.rubric_snapshots import store_rubric_snapshots
 from judge_api.rubrics import Rubric
 from judge_api.schemas import (
@@ -101,7 +101,7 @@ def create_run(
             judgment_row(run.id, p, item_pks[p.item_id], candidates[p.item_id], judge_params, now)
             for p in planned[start : start + INSERT_CHUNK]
         ]
-        session.execute(INSERT_JUDGMENTS, rows)
+        insert_judgment_rows(session, rows)
     return run
 
 

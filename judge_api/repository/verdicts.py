@@ -21,7 +21,7 @@ from judge_api.judges import JudgeSpecError, parse_judge
 from judge_api.models import Judgment, Run, fresh_judgment_fields, utcnow
 from judge_api.planning import PlannedJudgment, judge_refusal
 from judge_api.reference_metrics import REFERENCE_JUDGE
-from judge_api.repository.rows import INSERT_JUDGMENTS
+from judge_api.repository.rows import INSERT_CHUNK, insert_judgment_rows
 from judge_api.repository.runs import get_items, item_pks_for
 from judge_api.rubrics import get_registry
 from judge_api.schemas import VerdictIn, VerdictSource
@@ -191,8 +191,8 @@ def import_verdicts(
             f"run {run.id} holds {run.n_judgments} judgments: {len(rows)} more verdicts exceed the limit of "
             f"{max_judgments} per run (DJ_MAX_JUDGMENTS)",
         )
-    for start in range(0, len(rows), 5000):
-        session.execute(INSERT_JUDGMENTS, rows[start : start + 5000])
+    for start in range(0, len(rows), INSERT_CHUNK):
+        insert_judgment_rows(session, rows[start : start + INSERT_CHUNK])
     if rows:
         session.execute(update(Run).where(Run.id == run.id).values(n_judgments=Run.n_judgments + len(rows)))
     judges = sorted({v.judge for _, v in verdicts})

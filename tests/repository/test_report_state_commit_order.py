@@ -40,6 +40,7 @@ def test_a_report_computed_between_two_commits_out_of_stamp_order_is_computed_ag
     with session_scope() as session:
         ids = session.scalars(select(Judgment.id).where(Judgment.run_id == run_id).order_by(Judgment.id)).all()
         first, second = ids[0], ids[1]
+    time.sleep(0.05)  # the rows' creation stamps are older than `early` (a run is stored in a few ms with COPY)
     engine = get_engine()
     early = utcnow() - timedelta(milliseconds=5)
     with engine.connect() as a, engine.connect() as b:

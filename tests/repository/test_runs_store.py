@@ -47,12 +47,27 @@ def test_a_failing_insert_leaves_nothing_behind(store_run: StoreRun) -> None:
 
     engine = get_engine()
     event.listen(engine, "before_cursor_execute", exploding)
+    # PostgreSQL stores the judgments with COPY (rows.insert_judgment_rows): the connection fails in the middle of it
+    import psycopg
+
+    sent = [0]
+    real_write_row = psycopg.Copy.write_row
+
+    def write_row_then_fail(self: Any, row: Any) -> None:
+        sent[0] += 1
+        if sent[0] == 2:
+            raise RuntimeError("disk full")
+        real_write_row(self, row)
+
     try:
-        with pytest.raises(RuntimeError, match="disk full"):
-            store_run(items=[item("i2", {"a": "x", "b": "y"})])
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(psycopg.Copy, "write_row", write_row_then_fail)
+            with pytest.raises(RuntimeError, match="disk full"):
+                store_run(items=[item("i2", {"a": "x", "b": "y"})])
     finally:
         event.remove(engine, "before_cursor_execute", exploding)
     assert counts() == before
+    assert sent[0] == (2 if engine.dialect.name == "postgresql" else 0)
 
 
 def test_summary_counts_statuses_and_retry_resets_only_failed(store_run: StoreRun) -> None:

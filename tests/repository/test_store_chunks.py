@@ -9,14 +9,17 @@ leaves nothing behind.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import JSON, String, event, func, select
 
 from judge_api import planning
 from judge_api.db import get_engine, session_scope
 from judge_api.models import Judgment, Run, RunItem
+from judge_api.planning import PlannedJudgment
 from judge_api.repository import plans, rows, runs
 from judge_api.rubrics import get_registry
 from judge_api.schemas import RunCreate
@@ -33,15 +36,20 @@ class RowsBuilt:
         self.since_insert = 0
         self.most = 0
         self.inserts = 0
+        self.in_insert_rows = False
 
     def built(self) -> None:
         self.since_insert += 1
 
+    def insert(self) -> None:
+        self.most = max(self.most, self.since_insert)
+        self.since_insert = 0
+        self.inserts += 1
+
     def inserted(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO JUDGMENTS"):
-            self.most = max(self.most, self.since_insert)
-            self.since_insert = 0
-            self.inserts += 1
+        """An INSERT statement sent through SQLAlchemy (``plans``' insert ... returning)."""
+        if statement.lstrip().upper().startswith("INSERT INTO JUDGMENTS") and not self.in_insert_rows:
+            self.insert()
 
 
 @pytest.fixture
@@ -56,6 +64,16 @@ def rows_built(store_db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RowsB
             return dict(_real(*args, **kwargs))
 
         monkeypatch.setattr(module, "judgment_row", counted)
+
+    def insert_rows(session: Any, built: Any) -> None:  # runs' inserts: COPY on PostgreSQL, no INSERT to see
+        counter.insert()
+        counter.in_insert_rows = True
+        try:
+            rows.insert_judgment_rows(session, built)
+        finally:
+            counter.in_insert_rows = False
+
+    monkeypatch.setattr(runs, "insert_judgment_rows", insert_rows)
     engine = get_engine()
     event.listen(engine, "before_cursor_execute", counter.inserted)
     yield counter
@@ -141,3 +159,72 @@ def test_planned_judgments_added_to_a_run_are_inserted_one_chunk_at_a_time(
         run = session.get(Run, run_id)
         assert run is not None and run.n_judgments == 36
     assert [(r.item_key, r.aspect) for r in stored] == [(p.item_id, p.aspect) for p in more]
+
+
+HOSTILE_TEXTS = [
+    "tab\there",
+    "new\nline and\r\nreturn",
+    "back\\slash \\N \\. end",
+    "quote ' and \" and ,comma",
+    "unicode: Rex 🐕 ünïcödé 中文",
+    "",
+    "\\",
+]
+
+
+def _raw_rows(run_id: str) -> list[tuple[Any, ...]]:
+    """Every stored column of the run's judgments (the JSON ones as the database holds their text), in id order."""
+    table = Judgment.__table__
+    skip = {"id", "run_id", "dedup_key", "item_pk"}
+    columns = [c for c in table.columns if c.name not in skip]
+    as_text = [c.cast(String) if isinstance(c.type, JSON) else c for c in columns]
+    with session_scope() as session:
+        return [
+            tuple(r)
+            for r in session.execute(
+                select(*as_text).where(Judgment.run_id == run_id, Judgment.judge == "ext").order_by(Judgment.id)
+            )
+        ]
+
+
+def test_copy_stores_what_the_insert_stored_column_by_column(store_run: StoreRun) -> None:
+    """PostgreSQL stores judgment rows with COPY (issue 39); every column equals what the multi-row INSERT
+    (``INSERT_JUDGMENTS``) stores, the JSON columns' text included, for hostile text, NULLs, floats and timestamps
+    (on SQLite both are the INSERT: the same test holds)."""
+    copied, inserted = store_run(items=_items(1)), store_run(items=_items(1))
+    now = datetime(2026, 11, 30, 8, 30, 1, 123456)
+    planned = [
+        PlannedJudgment("i00", "single", "a", None, None, "rsum-single", "1", f"asp{k}", "ext", k % 3, k % 4 == 0)
+        for k in range(len(HOSTILE_TEXTS) * 2)
+    ] + [PlannedJudgment("i00", "pairwise", "a", "b", "ab", "rsum-pairwise", "1", "x", "ext", 0, False)]
+    with session_scope() as session:
+        for run_id, insert_rows in ((copied, rows.insert_judgment_rows), (inserted, _inserted)):
+            pks = runs.item_pks_for(session, run_id)
+            built = []
+            for k, p in enumerate(planned):
+                text = HOSTILE_TEXTS[k % len(HOSTILE_TEXTS)]
+                params = {"temperature": 0.1 * k, "tab\t": text, "nested": [1, 2.5, None, {"ü": True}]}
+                row = rows.judgment_row(run_id, p, pks[p.item_id], {"a": text, "b": "b"}, params, now, now, 1e-300 * k)
+                row.update(explanation=text or None, verdict=text[:100], preference=[0.1, None, -2.0][k % 3])
+                built.append(row)
+            insert_rows(session, built)
+    mine, before = _raw_rows(copied), _raw_rows(inserted)
+    assert len(mine) == len(planned) and mine == before
+
+
+def _inserted(session: Any, built: list[dict[str, Any]]) -> None:
+    session.execute(rows.INSERT_JUDGMENTS, built)
+
+
+def test_rows_of_different_columns_are_refused(store_run: StoreRun) -> None:
+    run_id = store_run(items=_items(1))
+    now = datetime(2026, 11, 30)
+    p = PlannedJudgment("i00", "single", "a", None, None, "rsum-single", "1", "z", "ext", 0)
+    with session_scope() as session:
+        pk = runs.item_pks_for(session, run_id)["i00"]
+        one = rows.judgment_row(run_id, p, pk, {"a": "x"}, {}, now)
+        other = {k: v for k, v in rows.judgment_row(run_id, replace(p, aspect="y"), pk, {"a": "x"}, {}, now).items()}
+        other["source"] = "sha"
+        if session.get_bind().dialect.name == "postgresql":
+            with pytest.raises(ValueError, match="same columns"):
+                rows.insert_judgment_rows(session, [one, other])
