@@ -229,6 +229,8 @@ def store_responses(
     }
     texts = {r.response_id: r.payload["candidates"] for r in sampled}
     costs = batch.costs if batch.costs is not None else [None] * len(planned)
+    if len(costs) != len(planned):
+        raise ValueError(f"store_responses: {len(costs)} expected costs for {len(planned)} planned judgments")
     ids: list[int] = []
     # the rows of one insert at a time, not the request's all at once (issue 39)
     for start in range(0, len(planned), CHUNK):

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import JSON, Table, insert
+from sqlalchemy import JSON, Connection, Table, insert
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from judge_api.models import Judgment, fresh_judgment_fields
@@ -38,26 +39,42 @@ def insert_judgment_rows(session: Session, rows: Sequence[Mapping[str, Any]]) ->
     ``INSERT_JUDGMENTS``."""
     if not rows:
         return
-    connection = session.connection()
-    if connection.dialect.name != "postgresql":
+    if session.get_bind().dialect.name != "postgresql":
         session.execute(INSERT_JUDGMENTS, list(rows))
         return
     columns = list(rows[0])
     if any(len(row) != len(columns) or row.keys() != rows[0].keys() for row in rows):
         raise ValueError("insert_judgment_rows: every row must have the same columns")
-    dumps = getattr(connection.dialect, "_json_serializer", None) or json.dumps
-    quote = connection.dialect.identifier_preparer.quote
-    statement = f"COPY judgments ({', '.join(quote(c) for c in columns)}) FROM STDIN"
+    session.flush()  # as session.execute would: the rows may refer to objects only added to the session
+    connection = session.connection()
+    dialect = connection.dialect
+    dumps = getattr(dialect, "_json_serializer", None) or json.dumps
+    statement = f"COPY judgments ({', '.join(dialect.identifier_preparer.quote(c) for c in columns)}) FROM STDIN"
     json_at = [k for k, c in enumerate(columns) if c in _JSON_COLUMNS]
     raw = connection.connection.driver_connection
     assert raw is not None
-    with raw.cursor() as cursor, cursor.copy(statement) as copy:
-        for row in rows:
-            values = list(row.values())
-            for k in json_at:
-                if values[k] is not None:
-                    values[k] = dumps(values[k])
-            copy.write_row(values)
+    try:
+        with raw.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows:
+                values = list(row.values())
+                for k in json_at:
+                    if values[k] is not None:
+                        values[k] = dumps(values[k])
+                copy.write_row(values)
+    except dialect.loaded_dbapi.Error as error:
+        # SQLAlchemy's exception classes, as its INSERT raised them: the callers answer an IntegrityError (a
+        # concurrent import: 409), an OperationalError (a lock timeout, a deadlock: 503), a lost connection
+        raise _as_sqlalchemy_error(connection, statement, error) from error
+
+
+def _as_sqlalchemy_error(connection: Connection, statement: str, error: Exception) -> BaseException:
+    dialect = connection.dialect
+    lost = dialect.is_disconnect(cast(Any, error), connection.connection.dbapi_connection, None)
+    if lost:
+        connection.invalidate(error)
+    return sa_exc.DBAPIError.instance(
+        statement, None, error, dialect.loaded_dbapi.Error, connection_invalidated=lost, dialect=dialect
+    )
 
 
 def judgment_row(

@@ -66,7 +66,9 @@ def test_a_concurrent_import_of_the_same_verdicts_is_a_409_not_a_500(
             with session_scope() as other:
                 run = other.get(Run, rid)
                 assert run is not None
-                verdicts = [([k], VerdictIn.model_validate(r)) for k, r in enumerate(_verdict_rows(3))]
+                verdicts: list[tuple[list[str | int], VerdictIn]] = [
+                    ([k], VerdictIn.model_validate(r)) for k, r in enumerate(_verdict_rows(3))
+                ]
                 source = VerdictSource(name="other.jsonl", sha256="f" * 64, format="rows")
                 verdicts_module.import_verdicts(other, run, verdicts, source)
         return real_item_pks_for(session, rid)
