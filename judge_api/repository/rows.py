@@ -45,7 +45,8 @@ def insert_judgment_rows(session: Session, rows: Sequence[Mapping[str, Any]]) ->
     columns = list(rows[0])
     if any(len(row) != len(columns) or row.keys() != rows[0].keys() for row in rows):
         raise ValueError("insert_judgment_rows: every row must have the same columns")
-    session.flush()  # as session.execute would: the rows may refer to objects only added to the session
+    if session.autoflush:  # as session.execute would (not inside no_autoflush): the rows may refer to added objects
+        session.flush()
     connection = session.connection()
     dialect = connection.dialect
     dumps = getattr(dialect, "_json_serializer", None) or json.dumps
@@ -70,7 +71,8 @@ def insert_judgment_rows(session: Session, rows: Sequence[Mapping[str, Any]]) ->
 def _as_sqlalchemy_error(connection: Connection, statement: str, error: Exception) -> BaseException:
     dialect = connection.dialect
     lost = dialect.is_disconnect(cast(Any, error), connection.connection.dbapi_connection, None)
-    if lost:
+    if lost:  # as SQLAlchemy's own handler does: every older pooled connection is replaced at its next checkout
+        connection.engine.pool._invalidate(connection.connection, error)
         connection.invalidate(error)
     return sa_exc.DBAPIError.instance(
         statement, None, error, dialect.loaded_dbapi.Error, connection_invalidated=lost, dialect=dialect

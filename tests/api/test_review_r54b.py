@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -35,7 +35,7 @@ def _arm(monkeypatch: pytest.MonkeyPatch, module: Any, admin: str, action: str, 
     real = module.insert_judgment_rows
 
     def recording(session: Any, built: Any) -> None:
-        state["pid"] = session.connection().connection.driver_connection.info.backend_pid
+        state["pid"] = cast(Any, session.connection().connection.driver_connection).info.backend_pid
         try:
             real(session, built)
         finally:
@@ -67,7 +67,7 @@ def _healthy(api: Any, n: int = 12) -> None:
         assert response.status_code == 202, (k, response.status_code, response.text)
         got = api.client.get(f"/v1/runs/{response.json()['id']}")
         assert got.status_code == 200, (k, got.status_code, got.text)
-    assert get_engine().pool.checkedout() == 0
+    assert cast(Any, get_engine().pool).checkedout() == 0
 
 
 @pytest.mark.parametrize("action", ["kill", "python"])
@@ -171,7 +171,7 @@ def test_the_worker_release_of_an_item_losing_its_connection_mid_copy_is_retried
         generations.release_item(session, task.item_pk, get_registry())
     assert state["fired"]
     assert raised.value.connection_invalidated and database_unreachable(raised.value)
-    assert get_engine().pool.checkedout() == 0
+    assert cast(Any, get_engine().pool).checkedout() == 0
     with session_scope() as session:
         assert generations.unreleased_settled_items(session) == [task.item_pk]
         assert session.scalar(select(func.count()).where(Judgment.run_id == run_id)) == 0

@@ -10,7 +10,7 @@ import contextlib
 import json
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -70,7 +70,7 @@ def _healthy() -> None:
     for _ in range(15):
         with session_scope() as session:
             session.scalar(select(func.count()).select_from(Run))
-    assert get_engine().pool.checkedout() == 0
+    assert cast(Any, get_engine().pool).checkedout() == 0
 
 
 def test_a_connection_lost_mid_copy_is_an_invalidated_operational_error(
@@ -82,7 +82,7 @@ def test_a_connection_lost_mid_copy_is_an_invalidated_operational_error(
     state = _fail_mid_copy(monkeypatch, lambda: _terminate(admin, pid[0]))
     with pytest.raises(sa_exc.OperationalError) as raised, session_scope() as session:
         pk = runs.item_pks_for(session, run_id)["i1"]
-        pid.append(session.connection().connection.driver_connection.info.backend_pid)
+        pid.append(cast(Any, session.connection().connection.driver_connection).info.backend_pid)
         state["armed"] = True
         rows.insert_judgment_rows(session, _rows(run_id, pk, 500))
     assert raised.value.connection_invalidated
@@ -103,7 +103,7 @@ def test_a_connection_lost_mid_copy_in_a_savepoint(
     with pytest.raises(sa_exc.OperationalError) as raised, session_scope() as session:
         pk = runs.item_pks_for(session, run_id)["i1"]
         rows.insert_judgment_rows(session, _rows(run_id, pk, 3, "kept"))
-        pid.append(session.connection().connection.driver_connection.info.backend_pid)
+        pid.append(cast(Any, session.connection().connection.driver_connection).info.backend_pid)
         state["armed"] = True
         try:
             with session.begin_nested():
@@ -196,7 +196,7 @@ def test_a_connection_lost_while_the_copy_waits_for_a_lock(store_run: StoreRun, 
         thread = threading.Thread(target=killer)
         thread.start()
         with pytest.raises(sa_exc.OperationalError) as raised, session_scope() as session:
-            pid.append(session.connection().connection.driver_connection.info.backend_pid)
+            pid.append(cast(Any, session.connection().connection.driver_connection).info.backend_pid)
             rows.insert_judgment_rows(session, _rows(run_id, pk, 50))
         thread.join()
         holder.rollback()
