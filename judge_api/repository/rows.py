@@ -25,7 +25,7 @@ versions each time: a run of 20k judgments took 105 s to store, two statements p
 leave None has no default, so NULL is what leaving it out gave). :func:`insert_judgment_rows` sends them."""
 INSERT_CHUNK = 5000
 """Judgment rows per insert when planned judgments are stored: the rows of one insert are built at a time (issue 39:
-a million row dicts at once held about 1.1 GB in the API)."""
+a million row dicts at once held about 0.9 GB in the API)."""
 _JSON_COLUMNS = frozenset(c.name for c in cast(Table, Judgment.__table__).columns if isinstance(c.type, JSON))
 
 
@@ -34,7 +34,7 @@ def insert_judgment_rows(session: Session, rows: Sequence[Mapping[str, Any]]) ->
 
     On PostgreSQL they go through one ``COPY ... FROM STDIN`` (issue 39): the multi-row INSERT's text, 36
     placeholders a row, was parsed by the driver for every statement, three quarters of storing a run there (a run of
-    500,000 judgments took 195 s to store). ``COPY`` fires the same triggers (the ``data_version`` statement trigger
+    500,000 judgments took 160-195 s to store). ``COPY`` fires the same triggers (the ``data_version`` statement trigger
     once per ``COPY``), and the JSON columns get the text SQLAlchemy's JSON type would have sent. Elsewhere:
     ``INSERT_JUDGMENTS``."""
     if not rows:
