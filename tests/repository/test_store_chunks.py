@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import JSON, String, event, func, select
+from sqlalchemy import JSON, String, event, func, insert, select
 
 from judge_api import planning
 from judge_api.db import get_engine, session_scope
@@ -188,9 +188,9 @@ def _raw_rows(run_id: str) -> list[tuple[Any, ...]]:
 
 
 def test_copy_stores_what_the_insert_stored_column_by_column(store_run: StoreRun) -> None:
-    """PostgreSQL stores judgment rows with COPY (issue 39); every column equals what the multi-row INSERT
-    (``INSERT_JUDGMENTS``) stores, the JSON columns' text included, for hostile text, NULLs, floats and timestamps
-    (on SQLite both are the INSERT: the same test holds)."""
+    """``insert_judgment_rows`` (PostgreSQL: COPY; SQLite: the Core INSERT) stores, column by column and the JSON
+    columns' text included, what the ORM's bulk INSERT stored before (issue 39), for hostile text, NULLs, floats
+    and timestamps."""
     copied, inserted = store_run(items=_items(1)), store_run(items=_items(1))
     now = datetime(2026, 11, 30, 8, 30, 1, 123456)
     planned = [
@@ -213,7 +213,8 @@ def test_copy_stores_what_the_insert_stored_column_by_column(store_run: StoreRun
 
 
 def _inserted(session: Any, built: list[dict[str, Any]]) -> None:
-    session.execute(rows.INSERT_JUDGMENTS, built)
+    """What storing judgment rows sent before session 54: the ORM's bulk INSERT, a None sent as NULL."""
+    session.execute(insert(Judgment).execution_options(render_nulls=True), built)
 
 
 def test_rows_of_different_columns_are_refused(store_run: StoreRun) -> None:
