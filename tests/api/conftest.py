@@ -18,6 +18,9 @@ from sqlalchemy import create_engine, text
 from judge_api.config import reset_settings_cache
 from judge_api.db import reset_engines, session_scope
 from judge_api.migrate import upgrade
+from judge_api.repository import rows as rows_module
+from judge_api.repository import runs as runs_module
+from judge_api.repository import verdicts as verdicts_module
 
 TABLES = (
     "projects",
@@ -165,3 +168,17 @@ def secured(api_factory: ApiFactory) -> Api:
     built.create_key("alpha", ["admin"], "alpha-admin")
     built.create_key("beta", ["submit", "read"], "beta")
     return built
+
+
+def _insert_as_sqlite_does(session: Any, built: Any) -> None:
+    session.execute(rows_module.INSERT_JUDGMENTS, list(built))
+
+
+@pytest.fixture(params=["copy", "insert"])
+def store_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How judgment rows are stored on PostgreSQL: ``copy`` (``rows.insert_judgment_rows``, as the service does) or
+    ``insert`` (the bulk INSERT it sent before session 54, as on SQLite): reviews r54a/r54b compare the two."""
+    if request.param == "insert":
+        for module in (runs_module, verdicts_module):
+            monkeypatch.setattr(module, "insert_judgment_rows", _insert_as_sqlite_does)
+    return str(request.param)

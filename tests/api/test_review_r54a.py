@@ -23,23 +23,9 @@ from sqlalchemy import func, select, text
 
 from judge_api.db import session_scope
 from judge_api.models import Judgment, Run
-from judge_api.repository import rows as rows_module
-from judge_api.repository import runs as runs_module
 from judge_api.repository import verdicts as verdicts_module
 from judge_api.schemas import VerdictIn, VerdictSource
 from tests.api.conftest import ApiFactory, run_body
-
-
-def _old_insert(session: Any, built: Any) -> None:
-    session.execute(rows_module.INSERT_JUDGMENTS, list(built))
-
-
-@pytest.fixture(params=["copy", "insert"])
-def store_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "insert":
-        for module in (runs_module, verdicts_module):
-            monkeypatch.setattr(module, "insert_judgment_rows", _old_insert)
-    return str(request.param)
 
 
 def _verdict_rows(n: int) -> list[dict[str, Any]]:

@@ -4,28 +4,17 @@ and by the worker's release of an item. Every test here passes on 5b97da6 (the p
 from __future__ import annotations
 
 import json
-import time
 from typing import Any, cast
 
-import psycopg
 import pytest
 from sqlalchemy import func, select
 
 from judge_api.db import get_engine, session_scope
 from judge_api.models import Judgment, Run
-from judge_api.repository import rows as rows_module
 from judge_api.repository import runs as runs_module
 from judge_api.repository import verdicts as verdicts_module
 from tests.api.conftest import ApiFactory, run_body
-
-
-def _terminate(admin: str, pid: int) -> None:
-    with psycopg.connect(admin, autocommit=True) as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [pid])
-        for _ in range(100):
-            if not other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
-                return
-            time.sleep(0.05)
+from tests.repository.test_review_r54b import _terminate
 
 
 def _arm(monkeypatch: pytest.MonkeyPatch, module: Any, admin: str, action: str, at: int = 50) -> dict[str, Any]:
@@ -106,18 +95,6 @@ def test_verdict_import_failing_mid_copy(
     with session_scope() as session:
         assert session.scalar(select(func.count()).where(Judgment.judge == "ext")) == 0
     _healthy(api)
-
-
-def _old_insert(session: Any, built: Any) -> None:
-    session.execute(rows_module.INSERT_JUDGMENTS, list(built))
-
-
-@pytest.fixture(params=["copy", "insert"])
-def store_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "insert":
-        for module in (runs_module, verdicts_module):
-            monkeypatch.setattr(module, "insert_judgment_rows", _old_insert)
-    return str(request.param)
 
 
 @pytest.mark.parametrize("field,value", [("explanation", "a\x00b"), ("explanation", "a\ud800b"), ("judge", "j\x00")])

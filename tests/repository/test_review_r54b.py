@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, cast
 
@@ -211,21 +212,7 @@ def test_every_pooled_connection_lost_mid_copy(
     """A server restart: every backend of the pool ends while one of them streams a COPY."""
     admin = _pg(store_db)
     run_id = store_run(items=[item("i1", {"a": "x"})])
-    engine = get_engine()
-    held = [engine.connect() for _ in range(8)]
-    for c in held:
-        c.exec_driver_sql("SELECT 1")
-    for c in held:
-        c.close()
-    dbname = engine.url.database
-
-    def kill_all() -> None:
-        with psycopg.connect(admin, autocommit=True) as other:
-            other.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                [dbname],
-            )
-            time.sleep(0.5)
+    kill_all = _pool_of(8, admin)
 
     state = _fail_mid_copy(monkeypatch, kill_all)
     with pytest.raises(sa_exc.OperationalError), session_scope() as session:
@@ -274,8 +261,26 @@ def test_a_disconnect_mid_copy_invalidates_the_pool_as_sqlalchemy_does(
 
     admin = _pg(store_db)
     run_id = store_run(items=[item("i1", {"a": "x"})])
+    kill_all = _pool_of(4, admin)
+
+    monkeypatch.setattr(db, "socket_quiet", lambda _c: True)  # the dead sockets say nothing
+    with pytest.raises(sa_exc.OperationalError) as raised, session_scope() as session:
+        pk = runs.item_pks_for(session, run_id)["i1"]
+        kill_all()  # the server goes away with the transaction open
+        if path == "copy":
+            rows.insert_judgment_rows(session, _rows(run_id, pk, 50))
+        else:
+            session.execute(rows.INSERT_JUDGMENTS, _rows(run_id, pk, 50))
+    assert raised.value.connection_invalidated
+    with session_scope() as session:  # the next request
+        assert session.scalar(select(func.count()).where(Judgment.judge == "ext")) == 0
+
+
+def _pool_of(count: int, admin: str) -> Callable[[], None]:
+    """Open ``count`` connections and give them back to the pool; returns what ends every other backend of the
+    database (a server restart, a failover)."""
     engine = get_engine()
-    held = [engine.connect() for _ in range(4)]
+    held = [engine.connect() for _ in range(count)]
     for c in held:
         c.exec_driver_sql("SELECT 1")
     for c in held:
@@ -290,14 +295,4 @@ def test_a_disconnect_mid_copy_invalidates_the_pool_as_sqlalchemy_does(
             )
             time.sleep(0.5)
 
-    monkeypatch.setattr(db, "socket_quiet", lambda _c: True)  # the dead sockets say nothing
-    with pytest.raises(sa_exc.OperationalError) as raised, session_scope() as session:
-        pk = runs.item_pks_for(session, run_id)["i1"]
-        kill_all()  # the server goes away with the transaction open
-        if path == "copy":
-            rows.insert_judgment_rows(session, _rows(run_id, pk, 50))
-        else:
-            session.execute(rows.INSERT_JUDGMENTS, _rows(run_id, pk, 50))
-    assert raised.value.connection_invalidated
-    with session_scope() as session:  # the next request
-        assert session.scalar(select(func.count()).where(Judgment.judge == "ext")) == 0
+    return kill_all
