@@ -122,13 +122,7 @@ def test_a_connection_lost_mid_copy_in_a_savepoint(
 def test_a_python_error_mid_copy_in_a_savepoint_lets_the_transaction_carry_on(
     store_run: StoreRun, store_db: str, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]
 ) -> None:
-    _pg(store_db)
-    run_id = store_run(items=[item("i1", {"a": "x"})])
-
-    def fail() -> None:
-        raise error("mid-COPY")
-
-    state = _fail_mid_copy(monkeypatch, fail)
+    run_id, state = _python_error_mid_copy(store_run, store_db, monkeypatch, error)
     with session_scope() as session:
         pk = runs.item_pks_for(session, run_id)["i1"]
         rows.insert_judgment_rows(session, _rows(run_id, pk, 3, "kept"))
@@ -149,13 +143,7 @@ def test_a_python_error_mid_copy_in_a_savepoint_lets_the_transaction_carry_on(
 def test_a_python_error_mid_copy_then_the_pooled_connection_works(
     store_run: StoreRun, store_db: str, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]
 ) -> None:
-    _pg(store_db)
-    run_id = store_run(items=[item("i1", {"a": "x"})])
-
-    def fail() -> None:
-        raise error("mid-COPY")
-
-    state = _fail_mid_copy(monkeypatch, fail)
+    run_id, state = _python_error_mid_copy(store_run, store_db, monkeypatch, error)
     with pytest.raises(error), session_scope() as session:
         pk = runs.item_pks_for(session, run_id)["i1"]
         state["armed"] = True
@@ -296,3 +284,16 @@ def _pool_of(count: int, admin: str) -> Callable[[], None]:
             time.sleep(0.5)
 
     return kill_all
+
+
+def _python_error_mid_copy(
+    store_run: StoreRun, store_db: str, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]
+) -> tuple[str, dict[str, Any]]:
+    """A stored run, and the switch that makes the next COPY raise ``error`` from Python code midway."""
+    _pg(store_db)
+    run_id = store_run(items=[item("i1", {"a": "x"})])
+
+    def fail() -> None:
+        raise error("mid-COPY")
+
+    return run_id, _fail_mid_copy(monkeypatch, fail)
