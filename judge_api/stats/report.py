@@ -54,8 +54,8 @@ from judge_api.stats.panel import (
     panel_rows,
     resolve_quorum,
 )
+from judge_api.stats.preferences import PAIR_KEYS, combine_orders, pairwise_rows, preference_summary
 from judge_api.stats.preferences import STATUS_ROW_COLUMNS as PREFERENCE_STATUS_COLUMNS
-from judge_api.stats.preferences import combine_orders, pairwise_rows, preference_summary
 from judge_api.stats.ranking import bradley_terry
 from judge_api.stats.scores import STATUS_ROW_COLUMNS as SCORE_STATUS_COLUMNS
 from judge_api.stats.scores import (
@@ -383,7 +383,12 @@ def _without_pseudo_judges(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of the real judges (not the panel nor the reference metrics); the frame itself when it has no others,
     not a copy of every column of it (issue 39: a million rows)."""
     pseudo = frame[F.JUDGE].isin(PSEUDO_JUDGES).to_numpy()
-    return frame[~pseudo] if pseudo.any() else frame
+    if not pseudo.any():
+        return frame
+    first = int(np.argmax(pseudo))
+    if pseudo[first:].all():  # the panel's rows, appended after the stored ones: a view of the rows before them
+        return frame.iloc[:first]
+    return frame[~pseudo]
 
 
 def _status_rows(stored: pd.DataFrame, panel: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -426,13 +431,38 @@ def _with_panel(
     )
     if rows.empty:
         return members, stored, rows, stored_items, stored_combined
+    named_like_panel = bool((stored[F.JUDGE] == PANEL_JUDGE).any())
+    if not stack and not named_like_panel:
+        # only their item scores, outcomes and status rows are read: not their 32 columns (issue 39: 56 MB at 1M)
+        rows = rows[PANEL_ROW_COLUMNS]
     rows = F.encode_strings(rows.assign(**{F.JUDGMENT_ID: -np.arange(1, len(rows) + 1)}))
-    if (stored[F.JUDGE] == PANEL_JUDGE).any():  # a stored judge named like the panel: its groups would merge
+    if named_like_panel:  # a stored judge named like the panel: its groups would merge
         df = _stacked(stored, rows)
         return members, df, rows, item_scores(df, validated=True), combine_orders(df, validated=True)
     items = F.stack_encoded(stored_items, item_scores(rows, validated=True))
     combined = F.stack_encoded(stored_combined, combine_orders(rows, validated=True))
     return members, _stacked(stored, rows) if stack else None, rows, items, combined
+
+
+PANEL_ROW_COLUMNS = list(
+    dict.fromkeys(
+        [
+            *PAIR_KEYS,
+            *SCORE_STATUS_COLUMNS,
+            *PREFERENCE_STATUS_COLUMNS,
+            F.MODE,
+            F.ORDER,
+            F.SCORE,
+            F.SCALE_MIN,
+            F.SCALE_MAX,
+            F.PREFERENCE,
+            F.OUTCOME,
+            F.LEN_A,
+            F.LEN_B,
+        ]
+    )
+)
+"""The columns of the panel's rows that ``item_scores``, ``combine_orders`` and ``_status_rows`` read."""
 
 
 def _stacked(stored: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
