@@ -298,7 +298,6 @@ def build_report(
     n_panel_rows = len(panel_judgments)
     del panel_judgments  # its rows x 32 columns are not kept through the sections (issue 39: 57 MB at 1M)
     real = _without_pseudo_judges(stored)
-    paper = paper_items(items)
     report: dict[str, Any] = {
         "meta": {
             "n_boot": n_boot,
@@ -317,27 +316,35 @@ def build_report(
         "counts": {**counts_section(stored), "imported": imported},
         "scores": score_summary(frame, n_boot=n_boot, seed=seed, ci=ci, items=items, status_rows=single_status),
         "paired": paired_comparisons(frame, n_boot=n_boot, seed=seed, ci=ci, items=items),
-        "paper_table": _paper_section(
-            paper_table(frame, items=items, paper=paper), paper_cell_counts(items, paper=paper)
-        ),
-        "preferences": preference_summary(frame, ci=ci, combined=combined, status_rows=pair_status),
-        "ranking": bradley_terry(frame, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
-        "agreement": None,
-        "calibrated": None,
-        "bias": bias_report(
-            real,
-            thresholds=thresholds,
-            families=families,
-            combined=_without_pseudo_judges(combined),
-            items=_without_pseudo_judges(items),
-        ),
-        "cost": cost_section(stored),
-        "self_consistency": self_consistency_section(stored, validated=True),
-        "panel": None,
-        "facts": facts_section(fact_labels, n_boot=n_boot, seed=seed, ci=ci),
-        "memory_audit": memory_audit_section(memory_audit, n_boot=n_boot, seed=seed, ci=ci),
-        "reference_metrics": dict(reference_metrics) if reference_metrics else None,
     }
+    del single_status
+    # the paper table's items are a copy of most item scores: kept only while its section is made (issue 39)
+    paper = paper_items(items)
+    report["paper_table"] = _paper_section(
+        paper_table(frame, items=items, paper=paper), paper_cell_counts(items, paper=paper)
+    )
+    del paper
+    report.update(
+        {
+            "preferences": preference_summary(frame, ci=ci, combined=combined, status_rows=pair_status),
+            "ranking": bradley_terry(frame, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
+            "agreement": None,
+            "calibrated": None,
+            "bias": bias_report(
+                real,
+                thresholds=thresholds,
+                families=families,
+                combined=_without_pseudo_judges(combined),
+                items=_without_pseudo_judges(items),
+            ),
+            "cost": cost_section(stored),
+            "self_consistency": self_consistency_section(stored, validated=True),
+            "panel": None,
+            "facts": facts_section(fact_labels, n_boot=n_boot, seed=seed, ci=ci),
+            "memory_audit": memory_audit_section(memory_audit, n_boot=n_boot, seed=seed, ci=ci),
+            "reference_metrics": dict(reference_metrics) if reference_metrics else None,
+        }
+    )
     if len(members) >= 2:
         report["panel"] = {
             "judge": PANEL_JUDGE,
