@@ -42,6 +42,24 @@ async def database_unavailable(request: Request, exc: Exception) -> JSONResponse
     )
 
 
+SERVER_ENDED_TRANSACTION = frozenset({"25P03", "25P04", "57P01", "57P02", "57P03"})
+"""SQLSTATEs of a transaction the server ended or refused (``idle_in_transaction_session_timeout``,
+``transaction_timeout``, an administrator's or a crash's shutdown, a server starting): nothing was committed. psycopg
+raises the first two as an ``InternalError``, which is no ``OperationalError``."""
+
+
+def _server_ended_transaction(exc: sa_exc.DBAPIError) -> bool:
+    return bool(exc.connection_invalidated) or getattr(exc.orig, "sqlstate", None) in SERVER_ENDED_TRANSACTION
+
+
+async def database_error(request: Request, exc: Exception) -> JSONResponse:
+    # a database error of no outage class: an outage still when the server ended the transaction or the connection
+    # was lost with it (a 503 the client may retry); anything else is a bug, answered as before (a logged 500)
+    if isinstance(exc, sa_exc.DBAPIError) and _server_ended_transaction(exc):
+        return await database_unavailable(request, exc)
+    raise exc
+
+
 async def nested_too_deeply(request: Request, exc: Exception) -> JSONResponse:
     # a body nested thousands of levels deep (e.g. 100,000 "[") exhausts the parser's recursion: whichever reader hit
     # it (a JSON Lines line, a bundle, a verdict file), nothing was stored and it is the request's fault, not a 500
@@ -64,3 +82,4 @@ def install_exception_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RecursionError, nested_too_deeply)
     for outage in DATABASE_OUTAGES:
         app.add_exception_handler(outage, database_unavailable)
+    app.add_exception_handler(sa_exc.DBAPIError, database_error)
