@@ -4,14 +4,17 @@ the client may retry, never a 500."""
 from __future__ import annotations
 
 import logging
-from typing import cast
+from contextvars import ContextVar
+from typing import Any, cast
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy import Engine, event
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -32,30 +35,60 @@ async def validation_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": errors}, status_code=422)
 
 
+_request_commits: ContextVar[list[bool] | None] = ContextVar("dj_request_commits", default=None)
+"""Per request: whether any of its transactions committed (a route may commit in several, e.g. a prune run by run)."""
+
+
+def _note_commit(_connection: Any) -> None:
+    commits = _request_commits.get()
+    if commits is not None and not commits:
+        commits.append(True)
+
+
+class CommitTracker:
+    """Gives each HTTP request the list its commits are noted in (``_note_commit``, a listener on every engine's
+    commits), so that a 503 says "nothing was stored" only when nothing of the request was (review r55a)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        token = _request_commits.set([])  # a list: a route run on a thread mutates the same one
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _request_commits.reset(token)
+
+
 async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    # the connection dropped or the server is away: nothing was committed; the client may simply retry
+    # the connection dropped or the server is away: the request's open transaction was not committed; the client may
+    # simply retry. A transaction of the request committed before (a prune, run by run) is kept: the answer says so
     log.warning("database unavailable during %s %s: %s", request.method, request.url.path, type(exc).__name__)
-    return JSONResponse(
-        {"detail": "the database is unavailable right now; nothing was stored, retry shortly"},
-        status_code=503,
-        headers={"Retry-After": "2"},
-    )
+    if _request_commits.get():
+        detail = (
+            "the database became unavailable part-way through this request: what it had stored before is kept, "
+            "the rest was not stored; check the resource and retry shortly"
+        )
+    else:
+        detail = "the database is unavailable right now; nothing was stored, retry shortly"
+    return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "2"})
 
 
-SERVER_ENDED_TRANSACTION = frozenset({"25P03", "25P04", "57P01", "57P02", "57P03"})
-"""SQLSTATEs of a transaction the server ended or refused (``idle_in_transaction_session_timeout``,
-``transaction_timeout``, an administrator's or a crash's shutdown, a server starting): nothing was committed. psycopg
-raises the first two as an ``InternalError``, which is no ``OperationalError``."""
+SERVER_ENDED_TRANSACTION = frozenset({"25P03", "25P04"})
+"""SQLSTATEs of a transaction the server ended (``idle_in_transaction_session_timeout``, ``transaction_timeout``):
+nothing of it was committed. psycopg raises them as an ``InternalError``, which is no ``OperationalError`` (a
+shutdown, 57P01-57P03, is one already)."""
 
 
-def _server_ended_transaction(exc: sa_exc.DBAPIError) -> bool:
-    return bool(exc.connection_invalidated) or getattr(exc.orig, "sqlstate", None) in SERVER_ENDED_TRANSACTION
-
-
-async def database_error(request: Request, exc: Exception) -> JSONResponse:
-    # a database error of no outage class: an outage still when the server ended the transaction or the connection
-    # was lost with it (a 503 the client may retry); anything else is a bug, answered as before (a logged 500)
-    if isinstance(exc, sa_exc.DBAPIError) and _server_ended_transaction(exc):
+async def server_ended_transaction(request: Request, exc: Exception) -> JSONResponse:
+    # an InternalError is an outage when the server ended the transaction or the connection was lost with it (a 503
+    # the client may retry); anything else is a bug, answered as before (a logged 500). Only InternalError has this
+    # handler: a ProgrammingError raised after a streamed response started stays itself (review r55a)
+    error = cast(sa_exc.DBAPIError, exc)
+    if error.connection_invalidated or getattr(error.orig, "sqlstate", None) in SERVER_ENDED_TRANSACTION:
         return await database_unavailable(request, exc)
     raise exc
 
@@ -82,4 +115,6 @@ def install_exception_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RecursionError, nested_too_deeply)
     for outage in DATABASE_OUTAGES:
         app.add_exception_handler(outage, database_unavailable)
-    app.add_exception_handler(sa_exc.DBAPIError, database_error)
+    app.add_exception_handler(sa_exc.InternalError, server_ended_transaction)
+    if not event.contains(Engine, "commit", _note_commit):
+        event.listen(Engine, "commit", _note_commit)

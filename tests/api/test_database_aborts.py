@@ -44,7 +44,7 @@ def test_an_import_whose_transaction_the_server_ended_is_a_503(
     ]
     response = api.client.post(f"/v1/runs/{run_id}/verdicts", json={"verdicts": rows})
     assert response.status_code == 503, (store_path, response.status_code, response.text)
-    assert response.headers["Retry-After"]
+    assert response.headers["Retry-After"] and "nothing was stored" in response.json()["detail"]
     with session_scope() as session:
         assert session.scalar(select(func.count()).where(Judgment.run_id == run_id, Judgment.judge == "ext")) == 0
     monkeypatch.undo()
@@ -78,11 +78,12 @@ class _DriverError(Exception):
     [
         (sa_exc.InternalError("SELECT 1", None, _DriverError("25P03")), 503),  # idle_in_transaction_session_timeout
         (sa_exc.InternalError("SELECT 1", None, _DriverError("25P04")), 503),  # transaction_timeout
-        (sa_exc.DatabaseError("SELECT 1", None, _DriverError("57P01")), 503),  # an administrator's shutdown
+        (sa_exc.OperationalError("SELECT 1", None, _DriverError("57P01")), 503),  # a shutdown: by its class
         (sa_exc.InternalError("SELECT 1", None, _DriverError("XX000"), connection_invalidated=True), 503),
         (sa_exc.InternalError("SELECT 1", None, _DriverError("XX000")), 500),  # a server's internal error: a bug
         (sa_exc.ProgrammingError("SELECT nope", None, _DriverError("42703")), 500),  # a query's bug stays a 500
         (sa_exc.DataError("SELECT 1", None, _DriverError(None)), 500),
+        (sa_exc.DataError("SELECT 1", None, _DriverError("25P03")), 500),  # only an InternalError is looked into
     ],
 )
 def test_which_database_errors_are_a_503(error: Exception, status: int) -> None:
