@@ -92,7 +92,9 @@ def test_prune_answers_nothing_was_stored_after_deleting_a_run(
     first, second = api.submit(body=run_body(2))["id"], api.submit(body=run_body(2))["id"]
     with session_scope() as session:  # both runs two days old, the first the older (prune goes by created_at)
         for run_id, days in ((first, 3), (second, 2)):
-            session.get(Run, run_id).created_at = utcnow() - timedelta(days=days)
+            run = session.get(Run, run_id)
+            assert run is not None
+            run.created_at = utcnow() - timedelta(days=days)
     monkeypatch.setattr(retention, "delete_run", _idle_first(retention.delete_run, on_call=2))
     response = api.client.post("/v1/runs/prune", params={"older_than": "1d"})
     left = _run_ids()
@@ -117,7 +119,9 @@ def test_monitor_update_answers_nothing_was_stored_after_committing_it(
     monkeypatch.setattr(spans_store, "default_monitor_id", _idle_first(spans_store.default_monitor_id))
     response = api.client.patch(f"/v1/monitors/{monitor_id}", json={"sample_rate": 0.1})
     with session_scope() as session:
-        stored_rate = session.get(Monitor, monitor_id).sample_rate
+        monitor = session.get(Monitor, monitor_id)
+        assert monitor is not None
+        stored_rate = monitor.sample_rate
     assert response.status_code == 503, response.text
     assert stored_rate == 0.1  # committed before the read the server cut short
     detail = response.json()["detail"]
