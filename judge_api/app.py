@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from judge_api import __version__, logs, tracing
 from judge_api.auth import AUTH_OFF_NOTICE
 from judge_api.config import Settings, get_settings
-from judge_api.errors import CommitTracker, install_exception_handlers
+from judge_api.errors import install_exception_handlers
 from judge_api.middleware import BodySizeLimit, InputGuard
 from judge_api.migrate import upgrade
 from judge_api.routers import ROUTERS
@@ -92,10 +92,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.submit_limit = SubmitRateLimit(settings.resolved_redis_url())
-    app.add_middleware(CommitTracker)  # innermost: the exception handlers read what it noted
+    install_exception_handlers(app)  # its DatabaseOutages middleware first: the innermost
     app.add_middleware(InputGuard)
     app.add_middleware(BodySizeLimit)  # added last: runs first
-    install_exception_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import Engine, event
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +36,65 @@ async def validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 _request_commits: ContextVar[list[bool] | None] = ContextVar("dj_request_commits", default=None)
-"""Per request: whether any of its transactions committed (a route may commit in several, e.g. a prune run by run)."""
+"""Per request: whether any of its transactions may have committed (a route may commit in several, e.g. a prune run
+by run); None outside a request."""
+
+SERVER_ENDED_TRANSACTION = frozenset({"25P03", "25P04"})
+"""SQLSTATEs of a transaction the server ended (``idle_in_transaction_session_timeout``, ``transaction_timeout``):
+nothing of it was committed. psycopg raises them as an ``InternalError``, which is no ``OperationalError`` (a
+shutdown, 57P01-57P03, is one already)."""
+
+_WRITES = ("INSERT", "UPDATE", "DELETE", "MERGE", "COPY")
 
 
-def _note_commit(_connection: Any) -> None:
-    commits = _request_commits.get()
+def is_database_outage(exc: BaseException) -> bool:
+    """The database is away or ended the transaction: nothing of that transaction was committed, and the client may
+    retry (``DATABASE_OUTAGES``; an ``InternalError`` with which the connection was lost, or whose SQLSTATE is in
+    ``SERVER_ENDED_TRANSACTION``). Any other database error is a bug (a 500)."""
+    if isinstance(exc, DATABASE_OUTAGES):
+        return True
+    if isinstance(exc, sa_exc.InternalError):
+        return bool(exc.connection_invalidated) or getattr(exc.orig, "sqlstate", None) in SERVER_ENDED_TRANSACTION
+    return False
+
+
+def _note(commits: list[bool] | None) -> None:
     if commits is not None and not commits:
         commits.append(True)
 
 
-class CommitTracker:
-    """Gives each HTTP request the list its commits are noted in (``_note_commit``, a listener on every engine's
-    commits), so that a 503 says "nothing was stored" only when nothing of the request was (review r55a)."""
+def _note_commit(_connection: Any) -> None:
+    # fired before the COMMIT is sent: a COMMIT the server refuses is noted too, so the answer says "may have been"
+    _note(_request_commits.get())
+
+
+def _note_autocommit_write(
+    connection: Any, _cursor: Any, statement: str, *_args: Any
+) -> None:  # a write in autocommit is stored as it runs: no COMMIT to note (review r55b: the status poll's)
+    commits = _request_commits.get()
+    if commits is None or commits:
+        return
+    autocommit = connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+    if autocommit and statement.lstrip()[:6].upper() in _WRITES:
+        commits.append(True)
+
+
+def outage_detail() -> str:
+    """What a 503 for a database outage says: "nothing was stored" only when no transaction of the request may have
+    committed before."""
+    if _request_commits.get():
+        return (
+            "the database became unavailable part-way through this request: a step of it may have been stored "
+            "before (what was is kept), the rest was not stored; check the resource and retry shortly"
+        )
+    return "the database is unavailable right now; nothing was stored, retry shortly"
+
+
+class DatabaseOutages:
+    """A database outage (``is_database_outage``) raised before the response started is a 503 with Retry-After and
+    ``outage_detail()``; raised after it started (a streamed export), the error goes on as itself, as any other
+    error does (an exception handler could only turn it into Starlette's "response already started", review r55a /
+    r55b). Each HTTP request gets the list its commits are noted in (listeners on every engine)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -56,41 +103,29 @@ class CommitTracker:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = False
+
+        async def noting_start(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
         token = _request_commits.set([])  # a list: a route run on a thread mutates the same one
         try:
-            await self.app(scope, receive, send)
+            try:
+                await self.app(scope, receive, noting_start)
+            except Exception as exc:
+                if started or not is_database_outage(exc):
+                    raise
+                # the request's open transaction was not committed; the client may simply retry
+                log.warning(
+                    "database unavailable during %s %s: %s", scope.get("method"), scope.get("path"), type(exc).__name__
+                )
+                response = JSONResponse({"detail": outage_detail()}, status_code=503, headers={"Retry-After": "2"})
+                await response(scope, receive, send)
         finally:
             _request_commits.reset(token)
-
-
-async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    # the connection dropped or the server is away: the request's open transaction was not committed; the client may
-    # simply retry. A transaction of the request committed before (a prune, run by run) is kept: the answer says so
-    log.warning("database unavailable during %s %s: %s", request.method, request.url.path, type(exc).__name__)
-    if _request_commits.get():
-        detail = (
-            "the database became unavailable part-way through this request: what it had stored before is kept, "
-            "the rest was not stored; check the resource and retry shortly"
-        )
-    else:
-        detail = "the database is unavailable right now; nothing was stored, retry shortly"
-    return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "2"})
-
-
-SERVER_ENDED_TRANSACTION = frozenset({"25P03", "25P04"})
-"""SQLSTATEs of a transaction the server ended (``idle_in_transaction_session_timeout``, ``transaction_timeout``):
-nothing of it was committed. psycopg raises them as an ``InternalError``, which is no ``OperationalError`` (a
-shutdown, 57P01-57P03, is one already)."""
-
-
-async def server_ended_transaction(request: Request, exc: Exception) -> JSONResponse:
-    # an InternalError is an outage when the server ended the transaction or the connection was lost with it (a 503
-    # the client may retry); anything else is a bug, answered as before (a logged 500). Only InternalError has this
-    # handler: a ProgrammingError raised after a streamed response started stays itself (review r55a)
-    error = cast(sa_exc.DBAPIError, exc)
-    if error.connection_invalidated or getattr(error.orig, "sqlstate", None) in SERVER_ENDED_TRANSACTION:
-        return await database_unavailable(request, exc)
-    raise exc
 
 
 async def nested_too_deeply(request: Request, exc: Exception) -> JSONResponse:
@@ -110,11 +145,12 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 def install_exception_handlers(app: FastAPI) -> None:
+    """The error handlers, and ``DatabaseOutages`` (add it before the other middleware: it must be the innermost)."""
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RecursionError, nested_too_deeply)
-    for outage in DATABASE_OUTAGES:
-        app.add_exception_handler(outage, database_unavailable)
-    app.add_exception_handler(sa_exc.InternalError, server_ended_transaction)
+    app.add_middleware(DatabaseOutages)
     if not event.contains(Engine, "commit", _note_commit):
         event.listen(Engine, "commit", _note_commit)
+    if not event.contains(Engine, "after_cursor_execute", _note_autocommit_write):
+        event.listen(Engine, "after_cursor_execute", _note_autocommit_write)

@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from judge_api.config import Settings
 from judge_api.db import session_factory
 from judge_api.deps import authorize
-from judge_api.errors import DATABASE_OUTAGES
+from judge_api.errors import is_database_outage
 from judge_api.otlp.decode import Encoding, OtlpError, decode, encoding_of, inflate
 from judge_api.otlp.intake import Outcome, export_in_flight, receive, received_event
 
@@ -152,7 +152,9 @@ async def export_traces(request: Request) -> Response:
             principal = await run_in_threadpool(authorize, request, session, "submit")
         except HTTPException as exc:
             return error_response(exc.status_code, str(exc.detail), encoding, dict(exc.headers or {}))
-        except DATABASE_OUTAGES as exc:
+        except Exception as exc:
+            if not is_database_outage(exc):
+                raise
             return outage_response(request, exc, encoding)
         if unsupported is not None:
             return error_response(unsupported.status, unsupported.message, "json")
@@ -176,9 +178,10 @@ async def export_traces(request: Request) -> Response:
         except HTTPException as exc:
             detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
             return error_response(exc.status_code, detail, encoding)
-        except DATABASE_OUTAGES as exc:  # nothing was committed: the exporter retries a 503
-            return outage_response(request, exc, encoding)
-        except Exception:  # a fault of ours: still an OTLP answer, never a bare text 500
+        except Exception as exc:
+            if is_database_outage(exc):  # the spans' transaction was not committed: the exporter retries a 503
+                return outage_response(request, exc, encoding)
+            # a fault of ours: still an OTLP answer, never a bare text 500
             log.exception("OTLP export failed (%d bytes)", int(request.headers.get("content-length") or 0))
             return error_response(500, "the export could not be processed (a server error; it was logged)", encoding)
     finally:
