@@ -44,7 +44,10 @@ SERVER_ENDED_TRANSACTION = frozenset({"25P03", "25P04"})
 nothing of it was committed. psycopg raises them as an ``InternalError``, which is no ``OperationalError`` (a
 shutdown, 57P01-57P03, is one already)."""
 
-_WRITES = ("INSERT", "UPDATE", "DELETE", "MERGE", "COPY")
+_READS = ("SELECT", "SHOW", "SET", "VALUES")
+"""The first words of a statement that stores nothing (``SET`` changes a setting of the session only); any other
+statement run in autocommit is taken as a write (a MERGE, a COPY, ``WITH ... INSERT``, a statement after a comment:
+review r55c)."""
 
 
 def is_database_outage(exc: BaseException) -> bool:
@@ -53,6 +56,8 @@ def is_database_outage(exc: BaseException) -> bool:
     ``SERVER_ENDED_TRANSACTION``). Any other database error is a bug (a 500)."""
     if isinstance(exc, DATABASE_OUTAGES):
         return True
+    if isinstance(exc, BaseExceptionGroup):  # raised in a task group: an outage when every error in it is one
+        return bool(exc.exceptions) and all(is_database_outage(inner) for inner in exc.exceptions)
     if isinstance(exc, sa_exc.InternalError):
         return bool(exc.connection_invalidated) or getattr(exc.orig, "sqlstate", None) in SERVER_ENDED_TRANSACTION
     return False
@@ -68,14 +73,19 @@ def _note_commit(_connection: Any) -> None:
     _note(_request_commits.get())
 
 
-def _note_autocommit_write(
-    connection: Any, _cursor: Any, statement: str, *_args: Any
-) -> None:  # a write in autocommit is stored as it runs: no COMMIT to note (review r55b: the status poll's)
+def _in_autocommit(connection: Any) -> bool:
+    if connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        return True
+    # an engine made with isolation_level="AUTOCOMMIT" says so on the driver's connection only (psycopg's attribute)
+    return getattr(connection.connection.dbapi_connection, "autocommit", False) is True
+
+
+def _note_autocommit_write(connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    # a write in autocommit is stored as it runs: no COMMIT to note (review r55b: the status poll's upsert)
     commits = _request_commits.get()
     if commits is None or commits:
         return
-    autocommit = connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
-    if autocommit and statement.lstrip()[:6].upper() in _WRITES:
+    if not statement.lstrip()[:6].upper().startswith(_READS) and _in_autocommit(connection):
         commits.append(True)
 
 

@@ -2,6 +2,10 @@
 database outages are answered by an ASGI middleware (the innermost user middleware) instead of exception handlers;
 each request's commits and autocommit writes are noted so the 503 says "nothing was stored" only when true.
 
+Fixed since: any statement run in autocommit that is not a read (``_READS``) is noted, and an engine-wide
+AUTOCOMMIT is seen on the driver's connection (findings 1-2); an exception group of outages is an outage (finding 4).
+Finding 3 is left open: a strict xfail.
+
 Findings:
 
 1. BROKEN (low) -- ``test_an_autocommit_merge_is_noted_as_a_write``: ``_note_autocommit_write`` compares
@@ -57,12 +61,11 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 from fastapi import BackgroundTasks, Depends, FastAPI, Request, WebSocket
 from fastapi.testclient import TestClient
@@ -110,7 +113,7 @@ def _stored(url: str) -> int:
         engine.dispose()
 
 
-def _write_then_outage(url: str, statement: str, engine_autocommit: bool = False) -> httpx.Response:
+def _write_then_outage(url: str, statement: str, engine_autocommit: bool = False) -> Any:
     engine = create_engine(url, isolation_level="AUTOCOMMIT") if engine_autocommit else create_engine(url)
     app = _app()
 
@@ -159,6 +162,11 @@ def test_a_plain_autocommit_insert_is_noted(pg_table: str) -> None:
     assert response.status_code == 503 and PART_WAY in response.json()["detail"], response.text
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="left open (session 55): every OperationalError is an outage; telling a driver's deterministic bug from an "
+    "outage needs a classification of its messages (workers/writer.py's does the opposite, for retries)",
+)
 def test_a_genuine_bug_raised_as_operational_error_is_a_503(pg_url: str, tmp_path: Path) -> None:
     """FAILS (pre-existing, eb702f6 the same). Deterministic bugs psycopg / sqlite3 raise as OperationalError (over
     65,535 bind parameters; "no such table") are answered 503 "retry shortly", not a logged 500."""
@@ -187,7 +195,8 @@ def test_a_genuine_bug_raised_as_operational_error_is_a_503(pg_url: str, tmp_pat
 
 
 def test_an_outage_inside_an_exception_group_is_a_500() -> None:
-    """FAILS (pre-existing, latent). An outage raised in an anyio task group arrives as an ExceptionGroup: a 500."""
+    """FIXED (was pre-existing, latent). An outage raised in an anyio task group arrives as an ExceptionGroup: it was
+    a 500; ``is_database_outage`` looks inside the group now."""
     app = _app()
 
     @app.get("/group")
@@ -242,8 +251,8 @@ def test_an_outage_in_a_background_task_is_not_answered_twice() -> None:
         async def receive() -> dict[str, Any]:
             return {"type": "http.request", "body": b"", "more_body": False}
 
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
 
         with pytest.raises(sa_exc.OperationalError):
             await app(scope, receive, send)
