@@ -18,8 +18,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
-# the driver lost the connection or the server is away: nothing was committed
 MAX_JSON_DEPTH = 100  # levels of arrays and objects a request's JSON may nest (judge_api.guards.loads_json)
+# the driver lost the connection or the server is away: nothing of the transaction was committed
 DATABASE_OUTAGES: tuple[type[Exception], ...] = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 
 

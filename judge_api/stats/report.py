@@ -296,7 +296,7 @@ def build_report(
     frame = stored if df is None else df
     single_status, pair_status = _status_rows(stored, panel_judgments) if df is None else (None, None)
     n_panel_rows = len(panel_judgments)
-    del panel_judgments  # its rows x 32 columns are not kept through the sections (issue 39: 57 MB at 1M)
+    del panel_judgments  # its rows are not kept through the sections (issue 39: 57 MB at 1M with every column)
     real = _without_pseudo_judges(stored)
     report: dict[str, Any] = {
         "meta": {
