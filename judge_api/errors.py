@@ -100,6 +100,23 @@ def outage_detail() -> str:
     return "the database is unavailable right now; nothing was stored, retry shortly"
 
 
+class _StartNoted:
+    """``send``, noting whether the response started. An object, not a closure over the middleware's frame: a closure
+    kept the frames of a failed request (and a session's connection in them) alive until the garbage collector ran
+    (review r54b's mid-COPY Python error left a connection checked out)."""
+
+    __slots__ = ("send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+
 class DatabaseOutages:
     """A database outage (``is_database_outage``) raised before the response started is a 503 with Retry-After and
     ``outage_detail()``; raised after it started (a streamed export), the error goes on as itself, as any other
@@ -113,20 +130,13 @@ class DatabaseOutages:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def noting_start(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        sender = _StartNoted(send)
         token = _request_commits.set([])  # a list: a route run on a thread mutates the same one
         try:
             try:
-                await self.app(scope, receive, noting_start)
+                await self.app(scope, receive, sender)
             except Exception as exc:
-                if started or not is_database_outage(exc):
+                if sender.started or not is_database_outage(exc):
                     raise
                 # the request's open transaction was not committed; the client may simply retry
                 log.warning(
