@@ -16,6 +16,8 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from judge_api.dberrors import cannot_be_retried, server_ended_transaction
+
 log = logging.getLogger(__name__)
 
 MAX_JSON_DEPTH = 100  # levels of arrays and objects a request's JSON may nest (judge_api.guards.loads_json)
@@ -39,11 +41,6 @@ _request_commits: ContextVar[list[bool] | None] = ContextVar("dj_request_commits
 """Per request: whether any of its transactions may have committed (a route may commit in several, e.g. a prune run
 by run); None outside a request."""
 
-SERVER_ENDED_TRANSACTION = frozenset({"25P03", "25P04"})
-"""SQLSTATEs of a transaction the server ended (``idle_in_transaction_session_timeout``, ``transaction_timeout``):
-nothing of it was committed. psycopg raises them as an ``InternalError``, which is no ``OperationalError`` (a
-shutdown, 57P01-57P03, is one already)."""
-
 _READS = ("SELECT", "SHOW", "SET", "VALUES")
 """The first words of a statement that stores nothing (``SET`` changes a setting of the session only); any other
 statement run in autocommit is taken as a write (a MERGE, a COPY, ``WITH ... INSERT``, a statement after a comment:
@@ -52,15 +49,14 @@ review r55c)."""
 
 def is_database_outage(exc: BaseException) -> bool:
     """The database is away or ended the transaction: nothing of that transaction was committed, and the client may
-    retry (``DATABASE_OUTAGES``; an ``InternalError`` with which the connection was lost, or whose SQLSTATE is in
-    ``SERVER_ENDED_TRANSACTION``). Any other database error is a bug (a 500)."""
+    retry (``DATABASE_OUTAGES``, but for a driver's deterministic error raised as an ``OperationalError``:
+    ``dberrors.cannot_be_retried``; an ``InternalError`` with which the connection was lost, or whose SQLSTATE is in
+    ``dberrors.SERVER_ENDED_TRANSACTION``). Any other database error is a bug (a 500)."""
     if isinstance(exc, DATABASE_OUTAGES):
-        return True
+        return not (isinstance(exc, sa_exc.DBAPIError) and cannot_be_retried(exc))
     if isinstance(exc, BaseExceptionGroup):  # raised in a task group: an outage when every error in it is one
         return bool(exc.exceptions) and all(is_database_outage(inner) for inner in exc.exceptions)
-    if isinstance(exc, sa_exc.InternalError):
-        return bool(exc.connection_invalidated) or getattr(exc.orig, "sqlstate", None) in SERVER_ENDED_TRANSACTION
-    return False
+    return server_ended_transaction(exc)
 
 
 def _note(commits: list[bool] | None) -> None:

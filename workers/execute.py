@@ -22,9 +22,10 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 
 from judge_api import logs, metrics
+from judge_api.dberrors import database_unreachable
 from judge_api.judges import parse_judge
 from judge_api.models import TERMINAL_STATUSES
 from judge_api.reference_metrics import is_reference_judge
@@ -36,7 +37,7 @@ from workers.dispatch import dispatch
 from workers.judgecache import cache_mode, cached_reply
 from workers.stages import Asked, BatchStagePort, Loaded, Prepared
 from workers.verdicts import parse_scored, verdict_values
-from workers.writer import VerdictWrite, database_unreachable
+from workers.writer import VerdictWrite
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class JudgeEngine(Asker):
             try:
                 self._run_batch_once(remaining, token, result, realtime)
                 return result
-            except (OperationalError, InterfaceError) as exc:
+            except (OperationalError, InterfaceError, InternalError) as exc:
                 failed_at = time.monotonic()
                 if not database_unreachable(exc):
                     raise

@@ -11,8 +11,9 @@ takes the next call at once, so the linger and the commit never hold provider co
 owns the batch waits for ``VerdictWrite.written`` (a message is acknowledged only after its verdicts are stored), at
 most ``workers.execute.WRITE_BACKSTOP_LEASES`` claim leases: then it hands the claims back and retries.
 
-The database unreachable (``OperationalError``/``InterfaceError`` that :func:`database_unreachable` recognises:
-no connection, a server shutting down, a lock or deadlock): the writer retries the group with back-off
+The database unreachable (``OperationalError``/``InterfaceError`` that :func:`judge_api.dberrors.database_unreachable`
+recognises: no connection, a server shutting down, a lock or deadlock; an ``InternalError`` of a transaction the
+server ended, such as ``idle_in_transaction_session_timeout``): the writer retries the group with back-off
 (``_RETRY_BASE_S`` doubling up to ``_RETRY_MAX_S``) for as long as it takes (any other ``OperationalError``, such as
 SQLite's missing table, reaches the callers after ``_PERMANENT_TRIES``); the replies are stashed in Redis
 (:mod:`workers.stash`) meanwhile, so even if this process dies nothing paid is lost or paid again. After a commit
@@ -38,9 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 
 from judge_api import metrics, tracing
+from judge_api.dberrors import database_unreachable, server_ended_transaction
 from judge_api.models import utcnow
 from judge_api.repository import claims
 from workers.singleflight import Lease, SingleFlight
@@ -51,21 +53,7 @@ _IDLE_EXIT_S = 60.0  # a writer thread with nothing to write for this long ends
 _RETRY_BASE_S = 0.25  # the database unreachable: retry a group after this, doubling
 _RETRY_MAX_S = 1.0  # the database back: the group is written within a second
 _PERMANENT_TRIES = 3  # an OperationalError that is not the database being away: tries before the callers get it
-_TRANSIENT_SQLSTATE = ("08", "40", "53", "57P")  # connection, rollback (deadlock), resources, server shutdown
-_TRANSIENT_WORDS = ("connection", "server closed", "terminating", "timeout", "database is locked", "busy")
 _UNDECIDED_RETRY_S = 1.0  # a lost claim Redis could not answer about is asked again after this
-
-
-def database_unreachable(exc: OperationalError | InterfaceError) -> bool:
-    """The database is away or busy for now (retry for as long as it takes), as opposed to an error retrying cannot
-    mend (a missing table, a database file that cannot be opened)."""
-    if isinstance(exc, InterfaceError) or exc.connection_invalidated:
-        return True
-    sqlstate = getattr(exc.orig, "sqlstate", None)
-    if sqlstate:
-        return str(sqlstate).startswith(_TRANSIENT_SQLSTATE)
-    message = str(exc.orig).lower()
-    return any(word in message for word in _TRANSIENT_WORDS)
 
 
 @dataclass
@@ -194,7 +182,9 @@ class VerdictWriter:
                         stamp=stamp,
                         paid_rows=[item.cache_rows for item in group],
                     )
-            except (OperationalError, InterfaceError) as exc:
+            except (OperationalError, InterfaceError, InternalError) as exc:
+                if isinstance(exc, InternalError) and not server_ended_transaction(exc):
+                    raise  # a bug, not the database: the callers hand their judgments back
                 if not database_unreachable(exc):
                     permanent_failures += 1
                     if permanent_failures >= _PERMANENT_TRIES:

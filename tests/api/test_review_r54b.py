@@ -128,10 +128,10 @@ def test_the_worker_release_of_an_item_losing_its_connection_mid_copy_is_retried
     from sqlalchemy import exc as sa_exc
 
     from judge_api.db import session_factory
+    from judge_api.dberrors import database_unreachable
     from judge_api.repository import generations
     from judge_api.rubrics import get_registry
     from tests.api.test_run_systems import CHAT, systems_body, with_item_candidates
-    from workers.writer import database_unreachable
 
     api = api_factory(database_url=pg_url)
     admin = pg_url.replace("postgresql+psycopg://", "postgresql://")

@@ -4,7 +4,7 @@ each request's commits and autocommit writes are noted so the 503 says "nothing 
 
 Fixed since: any statement run in autocommit that is not a read (``_READS``) is noted, and an engine-wide
 AUTOCOMMIT is seen on the driver's connection (findings 1-2); an exception group of outages is an outage (finding 4).
-Finding 3 is left open: a strict xfail.
+Finding 3 was left open (a strict xfail) and is fixed in session 56.
 
 Findings:
 
@@ -162,14 +162,10 @@ def test_a_plain_autocommit_insert_is_noted(pg_table: str) -> None:
     assert response.status_code == 503 and PART_WAY in response.json()["detail"], response.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left open (session 55): every OperationalError is an outage; telling a driver's deterministic bug from an "
-    "outage needs a classification of its messages (workers/writer.py's does the opposite, for retries)",
-)
-def test_a_genuine_bug_raised_as_operational_error_is_a_503(pg_url: str, tmp_path: Path) -> None:
-    """FAILS (pre-existing, eb702f6 the same). Deterministic bugs psycopg / sqlite3 raise as OperationalError (over
-    65,535 bind parameters; "no such table") are answered 503 "retry shortly", not a logged 500."""
+def test_a_genuine_bug_raised_as_operational_error_is_a_500(pg_url: str, tmp_path: Path) -> None:
+    """FIXED (session 56; pre-existing, eb702f6 the same). Deterministic bugs psycopg / sqlite3 raise as
+    OperationalError (over 65,535 bind parameters; "no such table") were answered 503 "retry shortly"; they are a
+    logged 500 now (``judge_api.dberrors.cannot_be_retried``)."""
     pg = create_engine(pg_url)
     lite = create_engine(f"sqlite:///{tmp_path / 'bug.db'}")
     app = _app()

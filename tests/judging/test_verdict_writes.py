@@ -354,6 +354,48 @@ def test_a_permanent_database_error_reaches_the_caller_instead_of_being_retried_
     assert 1 <= len(tries) <= 5
 
 
+class _ServerEnded(Exception):
+    sqlstate = "25P03"  # psycopg's IdleInTransactionSessionTimeout
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [("idle_in_transaction_session_timeout", True), ("an internal error of the server", False)],
+)
+def test_a_transaction_the_server_ended_is_retried_and_an_internal_error_handed_back(
+    db_harness: Harness, monkeypatch: pytest.MonkeyPatch, error: str, retried: bool
+) -> None:
+    """Session 56: psycopg raises a transaction the server ended (25P03) as an ``InternalError``; the writer used to
+    hand the group back at once. It is the database being away: retried until written. Any other ``InternalError``
+    still reaches the caller at once."""
+    from sqlalchemy.exc import InternalError
+
+    ids = make_run(db_harness, 1)
+    token, _ = claims.claim_many(get_engine(), ids, lease_s=600)
+    real_write = claims.write_verdicts
+    tries: list[int] = []
+
+    def ended_twice(*args: Any, **kwargs: Any) -> list[bool]:
+        tries.append(1)
+        if len(tries) <= 2:
+            orig = _ServerEnded(error) if retried else Exception(error)
+            raise InternalError("UPDATE judgments ...", {}, orig)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(claims, "write_verdicts", ended_twice)
+    writer = VerdictWriter(get_engine(), LocalSingleFlight(), linger_s=0.0, max_group=64, sleep=lambda _: None)
+    future = writer.submit(VerdictWrite(ids[0], token, done(1.0)))
+    if retried:
+        assert future.result(timeout=10) is True
+        assert len(tries) == 3
+        assert [r.status for r in db_harness.rows(run_of(ids[0]))] == ["done"]
+    else:
+        with pytest.raises(InternalError, match="internal error"):
+            future.result(timeout=10)
+        assert len(tries) == 1
+        assert [r.status for r in db_harness.rows(run_of(ids[0]))] == ["running"]
+
+
 @pytest.mark.parametrize(
     ("orig", "unreachable"),
     [
@@ -367,7 +409,7 @@ def test_a_permanent_database_error_reaches_the_caller_instead_of_being_retried_
 def test_which_database_errors_are_waited_out(orig: str, unreachable: bool) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from workers.writer import database_unreachable
+    from judge_api.dberrors import database_unreachable
 
     assert database_unreachable(OperationalError("SELECT 1", {}, Exception(orig))) is unreachable
 

@@ -19,10 +19,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
 
 from judge_api.db import get_engine, session_scope
+from judge_api.dberrors import database_unreachable
 from judge_api.models import Judgment, Run
 from judge_api.planning import PlannedJudgment
 from judge_api.repository import rows, runs
-from workers.writer import database_unreachable
 
 from .conftest import StoreRun, item
 

@@ -1,0 +1,80 @@
+"""Which database errors are the database being away (wait, retry) and which are bugs a retry cannot mend.
+
+Two questions, one classification, shared by the API (``judge_api.errors``: a 503 the client may retry, or a 500)
+and the workers (``workers.writer``, ``workers.execute``: retry a write for as long as it takes, or hand the
+judgments back):
+
+- :func:`database_unreachable`: the database is away or busy for now, recognised by its SQLSTATE class or the
+  driver's words. The workers retry these for as long as it takes, so the list is narrow: an error it does not name
+  is retried a few times only.
+- :func:`cannot_be_retried`: a driver's deterministic error (a missing table, more bind parameters than the protocol
+  carries, a statement over a program limit), which the drivers also raise as ``OperationalError``. The API answers
+  every other ``OperationalError`` with a 503, so this list is narrow the other way: what it does not name may be
+  an outage.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import exc as sa_exc
+
+SERVER_ENDED_TRANSACTION = frozenset({"25P03", "25P04"})
+"""SQLSTATEs of a transaction the server ended (``idle_in_transaction_session_timeout``, ``transaction_timeout``):
+nothing of it was committed. psycopg raises them as an ``InternalError``, which is no ``OperationalError`` (a
+shutdown, 57P01-57P03, is one already)."""
+
+_TRANSIENT_SQLSTATE = ("08", "40", "53", "57P", *SERVER_ENDED_TRANSACTION)
+"""connection, rollback (deadlock, serialisation), resources, server shutdown, a transaction the server ended"""
+_TRANSIENT_WORDS = ("connection", "server closed", "terminating", "timeout", "database is locked", "busy")
+
+_PERMANENT_SQLSTATE = ("0A", "22", "23", "42", "54", "F0", "HV")
+"""feature not supported, data, integrity, syntax or a missing object, program limit exceeded, configuration file,
+foreign data wrapper: the same statement fails the same way again"""
+_PERMANENT_WORDS = (
+    "no such table",  # SQLite: the schema is not there (a database never migrated, a wrong path)
+    "no such column",
+    "has no column named",
+    "too many sql variables",  # SQLite's bind-parameter limit
+    "number of parameters must be between",  # psycopg: more than 65,535 bind parameters, refused before sending
+    "syntax error",
+)
+
+
+def sqlstate(exc: sa_exc.DBAPIError) -> str | None:
+    """The SQLSTATE of the driver's error (psycopg's ``sqlstate``); None for SQLite and for errors raised in the
+    client before the server answered."""
+    code = getattr(exc.orig, "sqlstate", None)
+    return str(code) if code else None
+
+
+def server_ended_transaction(exc: BaseException) -> bool:
+    """An ``InternalError`` with which the connection was lost, or whose SQLSTATE says the server ended the
+    transaction (``SERVER_ENDED_TRANSACTION``)."""
+    if not isinstance(exc, sa_exc.InternalError):
+        return False
+    return bool(exc.connection_invalidated) or sqlstate(exc) in SERVER_ENDED_TRANSACTION
+
+
+def database_unreachable(exc: sa_exc.DBAPIError) -> bool:
+    """The database is away or busy for now (retry for as long as it takes), as opposed to an error retrying cannot
+    mend (a missing table, a database file that cannot be opened)."""
+    if isinstance(exc, sa_exc.InterfaceError) or exc.connection_invalidated or server_ended_transaction(exc):
+        return True
+    if not isinstance(exc, sa_exc.OperationalError):
+        return False
+    code = sqlstate(exc)
+    if code:
+        return code.startswith(_TRANSIENT_SQLSTATE)
+    message = str(exc.orig).lower()
+    return any(word in message for word in _TRANSIENT_WORDS)
+
+
+def cannot_be_retried(exc: sa_exc.DBAPIError) -> bool:
+    """A deterministic error the driver raised as an ``OperationalError`` (see the module docstring): a bug to log
+    and answer with a 500, not an outage. A lost connection never is one."""
+    if exc.connection_invalidated or database_unreachable(exc):
+        return False
+    code = sqlstate(exc)
+    if code:
+        return code.startswith(_PERMANENT_SQLSTATE)
+    message = str(exc.orig).lower()
+    return any(word in message for word in _PERMANENT_WORDS)
