@@ -59,13 +59,7 @@ def database_unreachable(exc: sa_exc.DBAPIError) -> bool:
     mend (a missing table, a database file that cannot be opened)."""
     if isinstance(exc, sa_exc.InterfaceError) or exc.connection_invalidated or server_ended_transaction(exc):
         return True
-    if not isinstance(exc, sa_exc.OperationalError):
-        return False
-    code = sqlstate(exc)
-    if code:
-        return code.startswith(_TRANSIENT_SQLSTATE)
-    message = str(exc.orig).lower()
-    return any(word in message for word in _TRANSIENT_WORDS)
+    return isinstance(exc, sa_exc.OperationalError) and _matches(exc, _TRANSIENT_SQLSTATE, _TRANSIENT_WORDS)
 
 
 def cannot_be_retried(exc: sa_exc.DBAPIError) -> bool:
@@ -73,8 +67,13 @@ def cannot_be_retried(exc: sa_exc.DBAPIError) -> bool:
     and answer with a 500, not an outage. A lost connection never is one."""
     if exc.connection_invalidated or database_unreachable(exc):
         return False
+    return _matches(exc, _PERMANENT_SQLSTATE, _PERMANENT_WORDS)
+
+
+def _matches(exc: sa_exc.DBAPIError, sqlstates: tuple[str, ...], words: tuple[str, ...]) -> bool:
+    """The error's SQLSTATE starts with one of ``sqlstates``; without a SQLSTATE, its message holds one of ``words``."""
     code = sqlstate(exc)
     if code:
-        return code.startswith(_PERMANENT_SQLSTATE)
+        return code.startswith(sqlstates)
     message = str(exc.orig).lower()
-    return any(word in message for word in _PERMANENT_WORDS)
+    return any(word in message for word in words)
