@@ -192,8 +192,19 @@ def _real_pg_errors(pg_url: str) -> dict[str, BaseException]:
             statement = text(f"SELECT 1 WHERE 1 IN ({', '.join(':' + n for n in names)})")
             connection.execute(statement, {n: i for i, n in enumerate(names)})
 
+    def too_many_arguments() -> None:
+        with engine.connect() as connection:
+            connection.execute(text(f"SELECT concat({', '.join(str(i) for i in range(101))})"))
+
+    def statement_timeout() -> None:
+        with engine.begin() as connection:
+            connection.execute(text("SET LOCAL statement_timeout = '50ms'"))
+            connection.execute(text("SELECT pg_sleep(1)"))
+
     try:
         catch("idle_in_transaction_session_timeout", idle)
+        catch("statement_timeout", statement_timeout)
+        catch("more than 100 arguments", too_many_arguments)
         catch("deadlock", deadlock)
         catch("connection refused", refused)
         catch("over 65,535 parameters", parameters)
@@ -207,13 +218,17 @@ def test_the_real_postgresql_errors_are_classified_as_promised(pg_url: str) -> N
     errors = _real_pg_errors(pg_url)
     assert set(errors) == {
         "idle_in_transaction_session_timeout",
+        "statement_timeout",
         "deadlock",
         "connection refused",
         "over 65,535 parameters",
+        "more than 100 arguments",
     }, errors
-    for name in ("idle_in_transaction_session_timeout", "deadlock", "connection refused"):
+    for name in ("idle_in_transaction_session_timeout", "statement_timeout", "deadlock", "connection refused"):
         assert is_database_outage(errors[name]), (name, errors[name])
-    assert not is_database_outage(errors["over 65,535 parameters"])
+    for name in ("over 65,535 parameters", "more than 100 arguments"):
+        assert isinstance(errors[name], sa_exc.OperationalError), (name, errors[name])
+        assert not is_database_outage(errors[name]), (name, errors[name])
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ Findings (tests that fail on 7690fdb):
    ``_finish`` logs it, and the provider calls the lost claim paid for are never recorded (its stash is already
    released, nothing asks again).
 2. Celery's ``DURABLE_TASK`` retries ``OperationalError``/``InterfaceError``/``HandedBack`` but not the
-   ``InternalError`` that ``dberrors`` now calls the database being away: a 25P03 leaving ``run_batch`` (the gate gave
-   up after ``max_wait_s``, or ``_step_adaptive_runs``) fails the task, which ``acks_late`` then acknowledges.
+   ``InternalError`` that ``dberrors`` now calls the database being away: a 25P03 in ``generate`` or
+   ``poll_batches`` (or leaving ``run_batch`` once its gate gives up) fails the task, which ``acks_late``
+   then acknowledges.
 3. A transaction the server ends on every try (``transaction_timeout`` below the group's write time, an idle step
    inside the write longer than ``idle_in_transaction_session_timeout``) is retried for as long as it takes with the
    same group: the one writer thread of the process never takes another group (before 7690fdb the callers got the
@@ -150,24 +151,26 @@ class _IdleTimeout(Exception):
 
 
 def test_celery_retries_a_task_whose_transaction_the_server_ended(monkeypatch: pytest.MonkeyPatch) -> None:
-    """FAILS on 7690fdb (finding 2). ``run_batch`` raises the database error it waited for once the gate gives up
-    (``DatabaseGate.max_wait_s``); an ``OperationalError`` is then retried by Celery (``autoretry_for``), but the
-    25P03 ``InternalError`` that dberrors calls the database being away fails the task (acknowledged: acks_late)."""
+    """FAILS on 7690fdb (finding 2). The ``generate`` task (one response of a run with systems) meets a transaction
+    the server ended (25P03): an ``OperationalError`` outage is retried by Celery (``autoretry_for``), but the
+    ``InternalError`` that dberrors calls the database being away fails the task, which ``acks_late`` acknowledges
+    (the same for ``poll_batches``, and for ``judge``/``judge_batch`` once ``run_batch``'s gate gives up)."""
     from workers import celery_app, runtime
 
     calls: list[int] = []
 
-    class Engine:
-        def run_batch(self, judgment_ids: list[int], realtime: bool = False) -> Any:
-            calls.append(1)
-            if len(calls) == 1:
-                orig = _IdleTimeout("terminating connection due to idle-in-transaction timeout")
-                raise InternalError("SELECT judgments ...", {}, orig, connection_invalidated=True)
-            return type("Result", (), {"planning": set(), "counts": {}})()
+    def generate_stored(generation_id: int, *_: Any) -> str:
+        calls.append(generation_id)
+        if len(calls) == 1:
+            orig = _IdleTimeout("terminating connection due to idle-in-transaction timeout")
+            raise InternalError("UPDATE generations ...", {}, orig, connection_invalidated=True)
+        return "done"
 
-    monkeypatch.setattr(runtime, "engine", lambda: Engine())
-    result = celery_app.judge_batch.apply(args=[[1]])
-    assert result.state == "SUCCESS" and len(calls) == 2, (result.state, result.result)
+    engine = type("Engine", (), {"settings": None, "sessions": None, "limiter": None, "stash": None})()
+    monkeypatch.setattr(runtime, "engine", lambda: engine)
+    monkeypatch.setattr(celery_app, "generate_stored", generate_stored)
+    result = celery_app.generate.apply(args=[7])
+    assert (result.state, calls) == ("SUCCESS", [7, 7]), (result.state, result.result)
 
 
 def test_a_transaction_the_server_ended_mid_judgment_is_not_a_failed_verdict(

@@ -6,6 +6,12 @@ transaction the server ended (25P03, an outage for the API and the workers since
 ours": logged with a stack trace and the monitor left aside for ``BLOCKED_RETRY_S`` (30 s) in this process; while a
 deterministic ``OperationalError`` (``cannot_be_retried``: a missing table) is taken for an outage and tried again
 at every look (about a second), for ever, as a warning.
+
+Finding (low): the workers' "wait for as long as it takes" (``database_unreachable``) takes every psycopg connect
+error for the database away, its message starting "connection failed: ...": a database that does not exist or a
+role the server does not know (a misconfiguration no retry mends) is waited for without end, and answered 503 by
+the API, where SQLite's equivalent ("unable to open database file") is tried three times, as the docstring of
+``database_unreachable`` says it should be ("a database file that cannot be opened").
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 from sqlalchemy import exc as sa_exc
 
 from judge_api.dberrors import cannot_be_retried, database_unreachable
 from judge_api.otlp import intake
+from tests.conftest import PG_ADMIN
 
 
 class _Driver(Exception):
@@ -70,3 +78,24 @@ def test_an_outage_does_not_leave_a_monitor_aside(monkeypatch: pytest.MonkeyPatc
     """HOLDS. The database away (a deadlock, a lost connection): tried again at the next look."""
     error = sa_exc.OperationalError("SELECT ...", {}, _Driver("deadlock detected", "40P01"))
     assert not _step_failing_with(monkeypatch, error)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        PG_ADMIN.rsplit("/", 1)[0] + "/dj_r56a_no_such_database",
+        PG_ADMIN.replace("postgres@", "dj_r56a_no_such_role@"),
+    ],
+    ids=["database does not exist", "role does not exist"],
+)
+def test_a_postgresql_misconfiguration_is_not_waited_for_without_end(url: str) -> None:
+    """FAILS on 7690fdb (low). The server answers, and refuses the connection for good: as SQLite's "unable to open
+    database file", not the database away."""
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with pytest.raises(sa_exc.OperationalError) as caught, engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    finally:
+        engine.dispose()
+    assert "does not exist" in str(caught.value.orig)
+    assert not database_unreachable(caught.value), str(caught.value.orig)
