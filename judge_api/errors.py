@@ -12,17 +12,14 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import Engine, event
-from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from judge_api.dberrors import cannot_be_retried, server_ended_transaction
+from judge_api.dberrors import is_outage
 
 log = logging.getLogger(__name__)
 
 MAX_JSON_DEPTH = 100  # levels of arrays and objects a request's JSON may nest (judge_api.guards.loads_json)
-# the driver lost the connection or the server is away: nothing of the transaction was committed
-DATABASE_OUTAGES: tuple[type[Exception], ...] = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 
 
 def field_error(loc: list[str | int], message: str, status_code: int = 422) -> HTTPException:
@@ -48,15 +45,11 @@ review r55c)."""
 
 
 def is_database_outage(exc: BaseException) -> bool:
-    """The database is away or ended the transaction: nothing of that transaction was committed, and the client may
-    retry (``DATABASE_OUTAGES``, but for a driver's deterministic error raised as an ``OperationalError``:
-    ``dberrors.cannot_be_retried``; an ``InternalError`` with which the connection was lost, or whose SQLSTATE is in
-    ``dberrors.SERVER_ENDED_TRANSACTION``). Any other database error is a bug (a 500)."""
-    if isinstance(exc, DATABASE_OUTAGES):
-        return not (isinstance(exc, sa_exc.DBAPIError) and cannot_be_retried(exc))
+    """The database is away or ended the transaction (``dberrors.is_outage``): nothing of that transaction was
+    committed, and the client may retry. Any other database error is a bug (a 500)."""
     if isinstance(exc, BaseExceptionGroup):  # raised in a task group: an outage when every error in it is one
         return bool(exc.exceptions) and all(is_database_outage(inner) for inner in exc.exceptions)
-    return server_ended_transaction(exc)
+    return is_outage(exc)
 
 
 def _note(commits: list[bool] | None) -> None:

@@ -18,12 +18,12 @@ from typing import Any
 
 import redis
 from sqlalchemy import Engine, update
-from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from judge_api import logs, repository, tracing
 from judge_api.cachekeys import request_options
 from judge_api.config import Settings
+from judge_api.dberrors import hand_back
 from judge_api.judges import JudgeSpec, JudgeSpecError, parse_judge
 from judge_api.models import Run, utcnow
 from judge_api.pricing import bill, load_prices
@@ -111,16 +111,16 @@ class Asker:
         try:
             with writer.asking():
                 values = loaded.settled or self._evaluate(loaded, paid)
-        except (OperationalError, InterfaceError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-            # the database or Redis went away mid-judgment: not a verdict. Hand the judgment back (if the database
-            # lets us) and let the task retry (celery autoretry_for) - the sweeper re-sends it after the lease if not.
-            # A reply already paid for stays in the stash for the retry.
-            self._hand_back(judgment_id, token, paid)
-            raise
         except KeyHeld:  # nothing paid or taken yet: the judgment waits off the slot for the key's holder
             raise
-        except Exception as exc:  # a bug must not leave the judgment claimed forever
-            log.exception("judgment %s crashed", judgment_id)
+        except Exception as exc:
+            if hand_back(exc) or isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+                # the database or Redis went away mid-judgment: not a verdict. Hand the judgment back (if the
+                # database lets us) and let the task retry (celery autoretry_for) - the sweeper re-sends it after the
+                # lease if not. A reply already paid for stays in the stash for the retry.
+                self._hand_back(judgment_id, token, paid)
+                raise
+            log.exception("judgment %s crashed", judgment_id)  # a bug must not leave the judgment claimed forever
             values = {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}"[:2000]}
         write = VerdictWrite(judgment_id, token, values, paid.cache_rows, paid.leases, paid.stash_keys)
         writer.submit(write)

@@ -18,7 +18,7 @@ import redis
 from celery import Celery, bootsteps, signals
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual as kombu_virtual
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 
 from judge_api import heartbeats, logs, metrics, tracing
 from judge_api.adaptive import steps
@@ -186,7 +186,9 @@ DURABLE_TASK: dict[str, Any] = {
     "bind": True,
     "acks_late": True,
     "reject_on_worker_lost": True,
-    "autoretry_for": (OperationalError, InterfaceError, HandedBack),
+    # InternalError: a transaction the server ended (25P03/25P04, dberrors.hand_back), and an internal error of the
+    # server, retried too: a task's work is delayed, never dropped
+    "autoretry_for": (OperationalError, InterfaceError, InternalError, HandedBack),
     "retry_backoff": True,
     "retry_backoff_max": 60,
     "max_retries": None,

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 
 from judge_api import logs, metrics
-from judge_api.dberrors import database_unreachable
+from judge_api.dberrors import database_unreachable, hand_back
 from judge_api.judges import parse_judge
 from judge_api.models import TERMINAL_STATUSES
 from judge_api.reference_metrics import is_reference_judge
@@ -201,7 +201,7 @@ class JudgeEngine(Asker):
             if error is not None and failure is None:
                 failure = error
         if failure is not None:  # the infrastructure failed (claims handed back where possible): the task retries
-            if isinstance(failure, (OperationalError, InterfaceError)) or not isinstance(failure, Exception):
+            if hand_back(failure) or not isinstance(failure, Exception):
                 raise failure  # the database away (Celery's retry), or a shutdown (SystemExit, KeyboardInterrupt)
             raise HandedBack(f"{type(failure).__name__}: {failure}") from failure
 

@@ -11,11 +11,11 @@ takes the next call at once, so the linger and the commit never hold provider co
 owns the batch waits for ``VerdictWrite.written`` (a message is acknowledged only after its verdicts are stored), at
 most ``workers.execute.WRITE_BACKSTOP_LEASES`` claim leases: then it hands the claims back and retries.
 
-The database unreachable (``OperationalError``/``InterfaceError`` that :func:`judge_api.dberrors.database_unreachable`
-recognises: no connection, a server shutting down, a lock or deadlock; an ``InternalError`` of a transaction the
-server ended, such as ``idle_in_transaction_session_timeout``): the writer retries the group with back-off
-(``_RETRY_BASE_S`` doubling up to ``_RETRY_MAX_S``) for as long as it takes (any other ``OperationalError``, such as
-SQLite's missing table, reaches the callers after ``_PERMANENT_TRIES``); the replies are stashed in Redis
+The database unreachable (what :func:`judge_api.dberrors.database_unreachable` recognises: no connection, a server
+shutting down, a deadlock, a locked SQLite file): the writer retries the group with back-off (``_RETRY_BASE_S``
+doubling up to ``_RETRY_MAX_S``) for as long as it takes (any other ``OperationalError``, such as SQLite's missing
+table, and a transaction the server ended, 25P03/25P04, which the same group may meet on every try, reach the
+callers after ``_PERMANENT_TRIES``); the replies are stashed in Redis
 (:mod:`workers.stash`) meanwhile, so even if this process dies nothing paid is lost or paid again. After a commit
 it clears the group's stashes; a judgment whose claim was lost gives its stash up and, if the calls are still its
 own to count, adds them to the row (``claims.add_unused_calls``): every provider call is counted once (when Redis
@@ -42,7 +42,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 
 from judge_api import metrics, tracing
-from judge_api.dberrors import database_unreachable, server_ended_transaction
+from judge_api.dberrors import database_unreachable, hand_back
 from judge_api.models import utcnow
 from judge_api.repository import claims
 from workers.singleflight import Lease, SingleFlight
@@ -183,7 +183,7 @@ class VerdictWriter:
                         paid_rows=[item.cache_rows for item in group],
                     )
             except (OperationalError, InterfaceError, InternalError) as exc:
-                if isinstance(exc, InternalError) and not server_ended_transaction(exc):
+                if not hand_back(exc):
                     raise  # a bug, not the database: the callers hand their judgments back
                 if not database_unreachable(exc):
                     permanent_failures += 1
@@ -234,7 +234,9 @@ class VerdictWriter:
                 claims.add_unused_calls(self.engine, unused)
                 log.info("recorded the provider calls of %d judgments whose claims were lost", len(unused))
                 return
-            except (OperationalError, InterfaceError) as exc:
+            except (OperationalError, InterfaceError, InternalError) as exc:
+                if not hand_back(exc):
+                    raise
                 log.warning("could not record unused provider calls (%s); retrying in %.2fs", exc, delay)
                 self.sleep(delay)
                 delay = min(_RETRY_MAX_S, delay * 2)

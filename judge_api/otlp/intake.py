@@ -30,11 +30,11 @@ from typing import Any
 
 from fastapi import HTTPException
 from pydantic import ValidationError
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from judge_api.admission import monitor_response_refusal
 from judge_api.config import Settings
+from judge_api.dberrors import is_outage
 from judge_api.models import Monitor, utcnow
 from judge_api.monitor_ingest import ingest, is_sampled, publish
 from judge_api.otlp.conversations import ConversationIndex, Rebuilt
@@ -543,12 +543,12 @@ def _step(session: Session, monitor_id: str, claim: int, now: datetime, settings
             "OTLP responses of monitor %s not processed (tried again in %.0f s): %s", monitor_id, BLOCKED_RETRY_S, exc
         )
         return None
-    except OperationalError as exc:  # a deadlock with another monitor's ingestion, the database away: next look
+    except Exception as exc:
         session.rollback()
-        log.warning("OTLP responses of monitor %s not processed now, retried: %s", monitor_id, exc.orig)
-        return None
-    except Exception:  # a fault of ours with this monitor's spans: the others go on
-        session.rollback()
+        if is_outage(exc):  # a deadlock with another monitor's ingestion, the database away: next look
+            log.warning("OTLP responses of monitor %s not processed now, retried: %s", monitor_id, exc)
+            return None
+        # a fault of ours with this monitor's spans (a deterministic database error too): the others go on
         _block(monitor_id, config_key)
         log.exception("OTLP responses of monitor %s not processed (tried again in %.0f s)", monitor_id, BLOCKED_RETRY_S)
         return None

@@ -12,6 +12,7 @@ Finding (low): SQLite raises other deterministic errors as ``OperationalError`` 
 does not know ("integer overflow" of a SUM, "no such function", "malformed JSON", "Expression tree is too large",
 "too many terms in compound SELECT", "attempt to write a readonly database" for a read-only file): they are still
 answered 503 "retry shortly", a client retrying for ever. None was found reachable through a route with valid input.
+Fixed in session 56 (the words added to ``dberrors._PERMANENT_WORDS``).
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ def test_a_locked_sqlite_file_is_a_503(sqlite_file: Any, tmp_path: Path) -> None
     ids=["integer overflow", "malformed JSON", "no such function", "expression tree too large", "compound select"],
 )
 def test_a_deterministic_sqlite_operational_error_is_a_500(sqlite_file: Any, sql: str) -> None:
-    """FAILS on 7690fdb (low). The same statement fails the same way on every try, yet it is answered 503 "retry
+    """FIXED (7690fdb, low). The same statement fails the same way on every try, yet it is answered 503 "retry
     shortly": ``cannot_be_retried`` knows five SQLite messages only."""
     error = _sqlite_error(sqlite_file, sql)
     assert isinstance(error, sa_exc.OperationalError)

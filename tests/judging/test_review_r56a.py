@@ -4,7 +4,7 @@ be caused for real (``idle_in_transaction_session_timeout`` ends the transaction
 
 Held: a verdict write whose transaction the server ends is retried and written once, its paid call counted once.
 
-Findings (tests that fail on 7690fdb):
+Findings (tests that failed on 7690fdb, all fixed in session 56 by judge_api.dberrors.hand_back / is_outage):
 
 1. ``VerdictWriter._count_lost`` retries ``claims.add_unused_calls`` on ``OperationalError``/``InterfaceError``
    only: a transaction the server ended (25P03, the very error 7690fdb teaches the writer to wait out) escapes,
@@ -91,7 +91,7 @@ def test_a_verdict_write_whose_transaction_the_server_ended_is_written_once(pg_h
 
 
 def test_a_lost_claims_paid_calls_are_counted_when_the_server_ends_the_count_transaction(pg_harness: Harness) -> None:
-    """FAILS on 7690fdb (finding 1). Worker A's claim lapsed and B wrote the judgment; A's two paid calls are added
+    """FIXED (7690fdb, finding 1). Worker A's claim lapsed and B wrote the judgment; A's two paid calls are added
     to the row by ``claims.add_unused_calls``. The server ends that transaction once (25P03, a real one): the writer
     retries only ``OperationalError``/``InterfaceError`` there, so the InternalError is logged by ``_finish`` and the
     calls are never counted (the run's provider_calls and cost stay below what the provider billed)."""
@@ -122,7 +122,7 @@ class _TransactionTimeout(Exception):
 def test_a_transaction_the_server_ends_on_every_try_is_not_retried_forever(
     pg_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """FAILS on 7690fdb (finding 3). The group's write always outlasts the server's ``transaction_timeout``
+    """FIXED (7690fdb, finding 3). The group's write always outlasts the server's ``transaction_timeout``
     (deterministic: the same group, the same statements, every try): 25P04 is retried for as long as it takes, the
     caller is never answered and the process's one writer thread takes no other group. Here the server relents
     after 30 tries; a bounded number of tries (then the judgments handed back, as any other repeated error) is
@@ -151,7 +151,7 @@ class _IdleTimeout(Exception):
 
 
 def test_celery_retries_a_task_whose_transaction_the_server_ended(monkeypatch: pytest.MonkeyPatch) -> None:
-    """FAILS on 7690fdb (finding 2). The ``generate`` task (one response of a run with systems) meets a transaction
+    """FIXED (7690fdb, finding 2). The ``generate`` task (one response of a run with systems) meets a transaction
     the server ended (25P03): an ``OperationalError`` outage is retried by Celery (``autoretry_for``), but the
     ``InternalError`` that dberrors calls the database being away fails the task, which ``acks_late`` acknowledges
     (the same for ``poll_batches``, and for ``judge``/``judge_batch`` once ``run_batch``'s gate gives up)."""
@@ -176,7 +176,7 @@ def test_celery_retries_a_task_whose_transaction_the_server_ended(monkeypatch: p
 def test_a_transaction_the_server_ended_mid_judgment_is_not_a_failed_verdict(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """FAILS on 7690fdb (finding 4). ``workers.asking._ask`` hands a judgment back when the database goes away
+    """FIXED (7690fdb, finding 4). ``workers.asking._ask`` hands a judgment back when the database goes away
     mid-judgment, but it recognises ``OperationalError``/``InterfaceError`` only: the check that the claim still
     holds before the provider call (``claims.claim_holds``) meeting a transaction the server ended (25P03/25P04,
     "the database away" for dberrors and run_batch) falls into "a bug must not leave the judgment claimed forever":

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 from sqlalchemy import exc as sa_exc
 
-from judge_api.dberrors import cannot_be_retried, database_unreachable, server_ended_transaction
+from judge_api.dberrors import cannot_be_retried, database_unreachable, hand_back, server_ended_transaction
 from judge_api.errors import is_database_outage
 
 
@@ -58,12 +58,36 @@ def _operational(message: str, sqlstate: str | None = None, invalidated: bool = 
         (_operational("stack depth limit exceeded", "54001"), False, False),
         (_operational("cannot pass more than 100 arguments to a function", "54023"), False, False),
         (_operational("division by zero", "22012"), False, False),
+        (_operational("temporary file size exceeds temp_file_limit", "53400"), False, False),
+        (_operational('database "dj" does not exist', "57P04"), False, False),
+        (_operational("no such function: json_extract"), False, False),
+        (_operational("integer overflow"), False, False),
+        (_operational("malformed JSON"), False, False),
+        (_operational("Expression tree is too large (maximum depth 1000)"), False, False),
+        (_operational("too many terms in compound SELECT"), False, False),
+        (_operational("attempt to write a readonly database"), False, False),
+        # the server answers and refuses the connection for good (psycopg gives no SQLSTATE): a 500, not waited for
+        (
+            _operational(
+                'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  database'
+                ' "nope" does not exist'
+            ),
+            False,
+            False,
+        ),
+        (_operational('connection failed: FATAL:  password authentication failed for user "dj"'), False, False),
         # the pool and the interface: outages
         (sa_exc.InterfaceError("SELECT 1", {}, Exception("connection already closed")), True, True),
         (sa_exc.TimeoutError("QueuePool limit of size 5 overflow 10 reached"), True, None),
         # a transaction the server ended is an InternalError: an outage; other InternalErrors are bugs
-        (sa_exc.InternalError("SELECT 1", {}, _Driver("idle-in-transaction timeout", "25P03")), True, True),
-        (sa_exc.InternalError("SELECT 1", {}, _Driver("transaction timeout", "25P04")), True, True),
+        # (the workers try it a few times only: the same transaction may outlast the timeout every time, r56a)
+        (sa_exc.InternalError("SELECT 1", {}, _Driver("idle-in-transaction timeout", "25P03")), True, False),
+        (sa_exc.InternalError("SELECT 1", {}, _Driver("transaction timeout", "25P04")), True, False),
+        (
+            sa_exc.InternalError("S", {}, _Driver("terminating connection", "25P03"), connection_invalidated=True),
+            True,
+            True,
+        ),
         (sa_exc.InternalError("SELECT 1", {}, _Driver("internal error", "XX000")), False, False),
         (sa_exc.IntegrityError("INSERT", {}, _Driver("duplicate key", "23505")), False, False),
         (ValueError("not a database error"), False, None),
@@ -92,3 +116,19 @@ def test_only_an_internal_error_can_be_a_transaction_the_server_ended() -> None:
     assert server_ended_transaction(sa_exc.InternalError("s", {}, _Driver("x", "25P03")))
     assert not server_ended_transaction(_operational("idle", "25P03"))
     assert server_ended_transaction(sa_exc.InternalError("s", {}, Exception("x"), connection_invalidated=True))
+
+
+@pytest.mark.parametrize(
+    ("error", "handed_back"),
+    [
+        (_operational("no such table: judgments"), True),  # the judgment waits for the bug's fix, never failed for it
+        (_operational("server closed the connection unexpectedly"), True),
+        (sa_exc.InterfaceError("s", {}, Exception("connection already closed")), True),
+        (sa_exc.InternalError("s", {}, _Driver("idle-in-transaction timeout", "25P03")), True),
+        (sa_exc.InternalError("s", {}, _Driver("internal error", "XX000")), False),
+        (sa_exc.IntegrityError("s", {}, _Driver("duplicate key", "23505")), False),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_which_errors_hand_a_judgment_back(error: BaseException, handed_back: bool) -> None:
+    assert hand_back(error) is handed_back

@@ -12,6 +12,8 @@ error for the database away, its message starting "connection failed: ...": a da
 role the server does not know (a misconfiguration no retry mends) is waited for without end, and answered 503 by
 the API, where SQLite's equivalent ("unable to open database file") is tried three times, as the docstring of
 ``database_unreachable`` says it should be ("a database file that cannot be opened").
+
+Both fixed in session 56 (``dberrors.is_outage`` in the processor; the connect refusals are permanent words).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def _step_failing_with(monkeypatch: pytest.MonkeyPatch, error: BaseException) ->
 
 
 def test_a_transaction_the_server_ended_does_not_leave_a_monitor_aside(monkeypatch: pytest.MonkeyPatch) -> None:
-    """FAILS on 7690fdb. 25P03 is the database ending the transaction (dberrors: an outage, the workers wait it out),
+    """FIXED (7690fdb). 25P03 is the database ending the transaction (dberrors: an outage, the workers wait it out),
     not a fault of this monitor's spans: the next look should try it again, as for an OperationalError."""
     error = sa_exc.InternalError(
         "SELECT monitors ...",
@@ -67,7 +69,7 @@ def test_a_transaction_the_server_ended_does_not_leave_a_monitor_aside(monkeypat
 
 
 def test_a_deterministic_operational_error_leaves_a_monitor_aside(monkeypatch: pytest.MonkeyPatch) -> None:
-    """FAILS on 7690fdb. "no such table" is a bug (dberrors: ``cannot_be_retried``, the API's 500): tried again at
+    """FIXED (7690fdb). "no such table" is a bug (dberrors: ``cannot_be_retried``, the API's 500): tried again at
     every look it spins the processor; as any other fault of ours it should leave the monitor aside for a while."""
     error = sa_exc.OperationalError("SELECT ...", {}, sqlite3.OperationalError("no such table: otlp_spans"))
     assert cannot_be_retried(error)
@@ -89,7 +91,7 @@ def test_an_outage_does_not_leave_a_monitor_aside(monkeypatch: pytest.MonkeyPatc
     ids=["database does not exist", "role does not exist"],
 )
 def test_a_postgresql_misconfiguration_is_not_waited_for_without_end(url: str) -> None:
-    """FAILS on 7690fdb (low). The server answers, and refuses the connection for good: as SQLite's "unable to open
+    """FIXED (7690fdb, low). The server answers, and refuses the connection for good: as SQLite's "unable to open
     database file", not the database away."""
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
     try:
