@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ def _admin(pg_url: str) -> str:
     return pg_url.replace("postgresql+psycopg://", "postgresql://")
 
 
-def _lock_timeout(session: Any, pg_url: str) -> Iterator[None]:
+def _lock_timeout(session: Any, pg_url: str) -> Generator[None]:
     """Another session holds the judgments table: the run's rows wait 50 ms for it (``SET LOCAL lock_timeout``)."""
     with psycopg.connect(_admin(pg_url)) as holder:
         holder.execute("LOCK TABLE judgments IN ACCESS EXCLUSIVE MODE")
@@ -50,18 +50,18 @@ def _lock_timeout(session: Any, pg_url: str) -> Iterator[None]:
         holder.rollback()
 
 
-def _statement_timeout(session: Any, _pg_url: str) -> Iterator[None]:
+def _statement_timeout(session: Any, _pg_url: str) -> Generator[None]:
     session.execute(text("SET LOCAL statement_timeout = '50ms'"))
     session.execute(text("SELECT pg_sleep(1)"))
     yield
 
 
-def _terminated(session: Any, _pg_url: str) -> Iterator[None]:
+def _terminated(session: Any, _pg_url: str) -> Generator[None]:
     session.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
     yield
 
 
-def _terminated_between_statements(session: Any, pg_url: str) -> Iterator[None]:
+def _terminated_between_statements(session: Any, pg_url: str) -> Generator[None]:
     pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
     with psycopg.connect(_admin(pg_url), autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -69,7 +69,7 @@ def _terminated_between_statements(session: Any, pg_url: str) -> Iterator[None]:
     yield
 
 
-OUTAGES: dict[str, Callable[[Any, str], Iterator[None]]] = {
+OUTAGES: dict[str, Callable[[Any, str], Generator[None]]] = {
     "lock_timeout": _lock_timeout,
     "statement_timeout": _statement_timeout,
     "pg_terminate_backend(own)": _terminated,
