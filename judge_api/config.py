@@ -20,6 +20,10 @@ def default_home() -> Path:
     return Path.home() / ".dialogue-judge"
 
 
+DEFAULT_REPORT_JUDGMENTS = 2_000_000
+"""``DJ_MAX_REPORT_JUDGMENTS`` unset: twice the million judgments measured within the targets of docs/scaling.md."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
@@ -106,6 +110,11 @@ class Settings(BaseSettings):
     max_turns_per_item: int = Field(default=2_000, alias="DJ_MAX_TURNS")
     max_judgments_per_run: int = Field(default=500_000, alias="DJ_MAX_JUDGMENTS")
     runs_per_minute: int = Field(default=60, alias="DJ_RUNS_PER_MINUTE")
+    # the report, the agreement, the calibrated estimate and the label queue read a run's every judgment into the
+    # API's memory (~0.8-0.9 GB at 1M): a run with more (a monitor's run grows without bound) is refused with a 409
+    # naming this instead of taking the process down (unset: 2,000,000, or DJ_MAX_JUDGMENTS when that is larger;
+    # report_judgments_limit)
+    max_report_judgments: int | None = Field(default=None, ge=1, alias="DJ_MAX_REPORT_JUDGMENTS")
     # GET /v1/runs/{id}/report, and a finished run's judgment counts (the runs list, the poll), are kept per state of
     # the run (repository.report_cache); a run still judging may be answered from a report this many seconds old
     # without reading its state (0: never; the answer's computed_at)
@@ -139,6 +148,14 @@ class Settings(BaseSettings):
     def cache_shared(self) -> bool:
         """Do all projects read and write one judge cache (``DJ_SHARED_CACHE``; default: only with auth off)?"""
         return self.shared_cache if self.shared_cache is not None else not self.auth_enabled
+
+    @property
+    def report_judgments_limit(self) -> int:
+        """The most judgments a run may hold for its whole frame to be read (``DJ_MAX_REPORT_JUDGMENTS``; default
+        2,000,000, or ``DJ_MAX_JUDGMENTS`` when larger: every run a deployment accepts in one piece is read back)."""
+        if self.max_report_judgments is not None:
+            return self.max_report_judgments
+        return max(DEFAULT_REPORT_JUDGMENTS, self.max_judgments_per_run)
 
     def judge_url_allowed(self, base_url: str) -> bool:
         """May runs send prompts (and OPENAI_COMPATIBLE_API_KEY) to this openai-compatible base URL?

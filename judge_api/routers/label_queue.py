@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from judge_api import repository
 from judge_api.auth import Principal
 from judge_api.config import get_settings
-from judge_api.deps import get_session, require, run_or_404
+from judge_api.deps import frame_readable, get_session, require, run_or_404
 from judge_api.errors import field_error
 from judge_api.schemas import LabelQueueIn
 from judge_api.stats.label_sampling import draw, eligible_items, item_uncertainty, labeled_items
@@ -51,7 +51,7 @@ def create_label_queue(
     principal: Principal = Depends(require("submit")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
-    run_or_404(session, run_id, principal)
+    frame_readable(run_or_404(session, run_id, principal))
     if repository.label_queue(session, run_id) is not None:
         raise HTTPException(409, "this run has a label queue already: GET /v1/runs/{id}/label-queue shows it")
     judgments = repository.judgments_frame(session, run_id, readers=get_settings().frame_readers)
@@ -87,7 +87,7 @@ def create_label_queue(
 def get_label_queue(
     run_id: str, principal: Principal = Depends(require("read")), session: Session = Depends(get_session)
 ) -> dict[str, Any]:
-    run_or_404(session, run_id, principal)
+    frame_readable(run_or_404(session, run_id, principal))
     queue = repository.label_queue(session, run_id)
     if queue is None:
         raise HTTPException(404, "this run has no label queue: POST /v1/runs/{id}/label-queue draws one")

@@ -21,6 +21,7 @@ class Limits(BaseModel):
     max_turns_per_item: int  # DJ_MAX_TURNS
     max_chars_per_turn: int  # DJ_MAX_CHARS_PER_TURN
     max_judgments_per_run: int  # DJ_MAX_JUDGMENTS
+    max_judgments_per_report: int  # DJ_MAX_REPORT_JUDGMENTS (report, agreement, calibrated, label queue)
     runs_per_minute: int  # DJ_RUNS_PER_MINUTE (per API key)
     max_monitors_per_project: int  # DJ_MAX_MONITORS
     max_rules_per_monitor: int  # DJ_MAX_RULES_PER_MONITOR
@@ -34,6 +35,7 @@ def get_limits(principal: Principal = Depends(require("read")), settings: Settin
         max_turns_per_item=settings.max_turns_per_item,
         max_chars_per_turn=settings.max_chars_per_turn,
         max_judgments_per_run=settings.max_judgments_per_run,
+        max_judgments_per_report=settings.report_judgments_limit,
         runs_per_minute=settings.runs_per_minute,
         max_monitors_per_project=settings.max_monitors_per_project,
         max_rules_per_monitor=settings.max_rules_per_monitor,

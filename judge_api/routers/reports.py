@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from judge_api import repository
 from judge_api.auth import Principal
 from judge_api.config import get_settings
-from judge_api.deps import get_session, require, run_or_404
+from judge_api.deps import frame_readable, get_session, require, run_or_404
 from judge_api.models import utcnow
 from judge_api.planning import panel_settings
 from judge_api.reference_metrics import LEXICAL_METRICS, REFERENCE_JUDGE
@@ -131,6 +131,7 @@ def _answer(
             kept["run"] = summary if summary is not None else _summary(session, run)
             body = json.dumps(kept, allow_nan=False)
     else:
+        frame_readable(run)
         if summary is None:
             summary = _summary(session, run)  # stamps finished_at when the run has just finished: part of the state
         # the stamp kept now (whoever made the summary), not after the build: SQLite's writers wait for no report,
@@ -207,6 +208,7 @@ def agreement(
     ratings = repository.ratings_frame(session, run_id)
     if not len(ratings):
         raise HTTPException(409, "this run has no human ratings yet: POST /v1/runs/{id}/human-ratings first")
+    frame_readable(run)
     result = build_report(
         repository.judgments_frame(session, run_id, readers=get_settings().frame_readers),
         ratings,
@@ -227,6 +229,7 @@ def calibrated(
 ) -> dict[str, Any]:
     """The judge's numbers on the humans' scale (PPI++): the report's ``calibrated`` section at level ``ci``."""
     run = run_or_404(session, run_id, principal)
+    frame_readable(run)
     ratings = repository.ratings_frame(session, run_id)
     section = calibrated_report(
         repository.judgments_frame(session, run_id, readers=get_settings().frame_readers),
