@@ -111,16 +111,16 @@ def test_a_provisional_report_is_refused_to_one_reader_and_served_to_another_on_
     api_factory: ApiFactory, settings_env: pytest.MonkeyPatch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A running run (4 pending judgments) whose report was kept within the settle window (``DJ_REPORT_SETTLE_SECONDS
-    =1``) under a larger limit; the limit is then lowered below its count (an operator's change, or the upgrade to
+    =2``) under a larger limit; the limit is then lowered below its count (an operator's change, or the upgrade to
     this commit for a monitor's run already past 2,000,000). Nothing of the run changes. The reader that recomputes
     the provisional report gets the 409, a reader arriving while another request of the process recomputes it is
     served the kept report, computed on this very state: two answers for one state. Fixed: both get the same (the
     check applied to the provisional entry served as well, or the kept entry served to both)."""
-    api = api_factory(DJ_REPORT_SETTLE_SECONDS="1", DJ_REPORT_FRESH_SECONDS="0")
+    api = api_factory(DJ_REPORT_SETTLE_SECONDS="2", DJ_REPORT_FRESH_SECONDS="0")
     run_id = api.submit(body=run_body(2))["id"]
     first = api.client.get(f"/v1/runs/{run_id}/report")
     assert first.status_code == 200 and first.json()["cached"] is False, first.text
-    time.sleep(1.2)  # the settle window passes: the kept entry is provisional from now on
+    time.sleep(2.3)  # the settle window passes: the kept entry is provisional from now on
     settings_env.setenv("DJ_MAX_REPORT_JUDGMENTS", "3")
     reset_settings_cache()
     run = api.client.get(f"/v1/runs/{run_id}").json()
@@ -281,8 +281,10 @@ def test_a_floor_rule_reads_the_monitors_whole_run_at_every_evaluation(
 # -- what held ---------------------------------------------------------------------------------------------------
 
 
-def test_n_judgments_is_the_row_count_after_creation_imports_retries_and_bundles(api_factory: ApiFactory) -> None:
-    api = api_factory()
+def test_n_judgments_is_the_row_count_after_creation_imports_retries_and_bundles(
+    api_factory: ApiFactory, db_url: str
+) -> None:
+    api = api_factory(database_url=db_url)
     run_id = api.submit(body=run_body(2, rubrics=["rsum-single", "rsum-pairwise"], mode=["single", "pairwise"]))["id"]
     assert _stored_count(api, run_id)[0] == _stored_count(api, run_id)[1]
     verdicts = [
@@ -341,7 +343,7 @@ def test_a_run_at_the_limit_exactly_is_read(api_factory: ApiFactory, path: str) 
 
 
 def test_a_monitors_run_is_refused_past_the_limit_and_read_again_once_retention_prunes_it(
-    api_factory: ApiFactory,
+    api_factory: ApiFactory, db_url: str
 ) -> None:
     """The path the docs give a monitor past the limit: ``retention_days``. Ingestion and pruning keep
     ``n_judgments`` equal to the stored rows, and the report answers again once the run is back within the limit."""
@@ -350,7 +352,7 @@ def test_a_monitors_run_is_refused_past_the_limit_and_read_again_once_retention_
     from judge_api import monitor_retention
     from judge_api.models import utcnow
 
-    api = api_factory(DJ_MAX_REPORT_JUDGMENTS="5", DJ_REPORT_FRESH_SECONDS="0")
+    api = api_factory(database_url=db_url, DJ_MAX_REPORT_JUDGMENTS="5", DJ_REPORT_FRESH_SECONDS="0")
     body = {
         "name": "prod-bot",
         "rubrics": ["rsum-single"],
