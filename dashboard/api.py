@@ -456,11 +456,12 @@ def post_ratings(conn: Conn, run_id: str, rows: Iterable[Mapping[str, Any]]) -> 
 
 
 def agreement(conn: Conn, run_id: str) -> dict[str, Any] | None:
-    """``/agreement`` now (uncached); None while the run has no human ratings (HTTP 409)."""
+    """``/agreement`` now (uncached); None while the run has no human ratings (HTTP 409 saying so; the 409 of a run
+    too large to read, ``DJ_MAX_REPORT_JUDGMENTS``, is raised as the error it is: review r56b)."""
     try:
         return _dict(_get(conn, f"/v1/runs/{seg(run_id)}/agreement"), "the agreement")
     except ApiError as exc:
-        if exc.status_code == 409:
+        if exc.status_code == 409 and "no human ratings" in str(exc):
             return None
         raise
 

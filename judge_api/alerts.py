@@ -142,9 +142,7 @@ def look_compare(rule: AlertRule, target: Target, rows: list[dict[str, Any]], st
     block, epoch = 1, 0
     if compare.by == "time":
         width, before = window_seconds(compare.candidate), window_seconds(compare.baseline)
-        epoch = int(_seconds(now) // width)
-        start = _utc(epoch * width)
-        end, base_start = start + timedelta(seconds=width), start - timedelta(seconds=before)
+        epoch, start, end, base_start = _time_windows(compare.candidate, compare.baseline, now)
         cand = [(r, v) for r, v in valued if start <= r["ts"] < end and r["id"] > start_id]
         base = [(r, v) for r, v in valued if base_start <= r["ts"] < start]
         base.sort(key=lambda rv: hashlib.sha256(str(rv[0]["response_id"]).encode()).hexdigest())
@@ -239,9 +237,32 @@ def look_kept(
     return Look(state.evidence(), ranked[:WORST], last_id, 0, slices)
 
 
+def _time_windows(candidate: str, baseline: str, now: datetime) -> tuple[int, datetime, datetime, datetime]:
+    """A time rule's window number, its candidate window's start and end, and its baseline's start."""
+    width, before = window_seconds(candidate), window_seconds(baseline)
+    epoch = int(_seconds(now) // width)
+    start = _utc(epoch * width)
+    return epoch, start, start + timedelta(seconds=width), start - timedelta(seconds=before)
+
+
+def _floor_since(rule: AlertRule, now: datetime) -> datetime | None:
+    assert rule.floor is not None
+    return now - timedelta(seconds=window_seconds(rule.floor.window)) if rule.floor.window else None
+
+
+def stream_since(rule: AlertRule, now: datetime) -> datetime | None:
+    """The oldest response time a rule's look reads, for a rule that keeps no state and reads a window (a floor
+    with a window, a time rule: its baseline's start); None: every verdict (the stream is read whole)."""
+    if rule.floor is not None:
+        return _floor_since(rule, now)
+    if rule.compare is not None and rule.compare.by == "time":
+        return _time_windows(rule.compare.candidate, rule.compare.baseline, now)[3]
+    return None
+
+
 def look_floor(rule: AlertRule, target: Target, rows: list[dict[str, Any]], now: datetime) -> Look:
     assert rule.floor is not None
-    since = now - timedelta(seconds=window_seconds(rule.floor.window)) if rule.floor.window else None
+    since = _floor_since(rule, now)
     prefix = settled_prefix(rows)
     used = [
         r | {"value": v}
@@ -458,7 +479,7 @@ def evaluate_monitor(session: Session, monitor: Monitor, now: datetime, registry
         if alert.rule not in names:
             resolve(session, monitor, alert, {"reason": "the rule was removed", "last_id": alert.last_id}, None)
             counts["resolved"] += 1
-    streams: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
+    streams: dict[tuple[str, str, str, int, datetime | None], list[dict[str, Any]]] = {}
     stateful: list[str] = []
     for rule in rules:
         try:
@@ -468,9 +489,11 @@ def evaluate_monitor(session: Session, monitor: Monitor, now: datetime, registry
             continue
         if kept(rule):
             stateful.append(rule.name)
-        key = (target.rubric_id, target.aspect, target.judge, needs_from(session, monitor, rule, target))
+        # a rule that reads a window gets its window's verdicts (and the settled prefix's end), not the whole run
+        since = stream_since(rule, now)
+        key = (target.rubric_id, target.aspect, target.judge, needs_from(session, monitor, rule, target), since)
         if key not in streams:
-            streams[key] = store.stream(session, monitor, *key[:3], after_id=key[3])
+            streams[key] = store.stream(session, monitor, *key[:3], after_id=key[3], since=since, settled=TERMINAL)
         outcome = evaluate_rule(session, monitor, rule, streams[key], target, now)
         if outcome is not None:
             counts[outcome] += 1

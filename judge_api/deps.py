@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from judge_api import repository
 from judge_api.auth import Principal, authenticate
-from judge_api.config import Settings, get_settings
+from judge_api.config import Settings
 from judge_api.db import session_factory
 from judge_api.models import Run
 from judge_api.submit_limit import SubmitRateLimit
@@ -78,19 +78,20 @@ def run_or_404(session: Session, run_id: str, principal: Principal) -> Run:
     return run
 
 
-def frame_readable(run: Run) -> None:
-    """409 when the run holds more judgments than a read of its whole frame may take (``DJ_MAX_REPORT_JUDGMENTS``):
-    the report, the agreement, the calibrated estimate and the label queue hold every judgment in memory. Called
-    before the frame is read; what reads aggregates, pages or streams (item scores, judgments, exports, a monitor's
+def frame_readable(run: Run, settings: Settings) -> None:
+    """409 when the run holds more judgments than a route may read into memory at once (``DJ_MAX_REPORT_JUDGMENTS``
+    of the app's settings, as ``GET /v1/limits`` says it): the report, the agreement, the calibrated estimate, the
+    label queue, the item scores, the comparisons and the fact labels hold every judgment (or group) of the run.
+    Called before anything is read or stored; what pages or streams (the judgments, the exports, a monitor's
     series) has no such limit."""
-    limit = get_settings().report_judgments_limit
+    limit = settings.report_judgments_limit
     if run.n_judgments > limit:
         raise HTTPException(
             409,
             f"run {run.id} holds {run.n_judgments:,} judgments, more than the {limit:,} this deployment reads into "
-            "one report (DJ_MAX_REPORT_JUDGMENTS): read it as item aggregates (GET /v1/runs/{id}/item-scores, "
-            "/order-outcomes), page or export its judgments (GET /v1/runs/{id}/judgments?format=parquet); a "
-            "monitor's run keeps fewer days with retention_days and has its series (GET /v1/monitors/{id}/series)",
+            "memory at once (DJ_MAX_REPORT_JUDGMENTS): page or export its judgments (GET /v1/runs/{id}/judgments, "
+            "?format=jsonl|csv|parquet); a monitor's run keeps fewer days with retention_days and has its series "
+            "(GET /v1/monitors/{id}/series)",
         )
 
 

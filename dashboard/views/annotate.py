@@ -140,12 +140,16 @@ def preference_form(item: dict[str, Any], aspect: str, rater: str) -> list[dict[
 
 
 def agreement_now(run_id: str) -> None:
-    result = widgets.guard(api.agreement, state.conn(), run_id, what="the updated agreement")
-    agreement = (result or {}).get("agreement") or {}
+    conn = state.conn()
+    # no ratings yet (the API's 409 for that) is none; any other failure is shown by guard and no figure is drawn
+    result = widgets.guard(lambda: api.agreement(conn, run_id) or {"n_ratings": 0}, what="the updated agreement")
+    if result is None:
+        return
+    agreement = result.get("agreement") or {}
     scores = agreement.get("scores") or []
     prefs = (agreement.get("preferences") or {}).get("judge_vs_human") or []
     cols = st.columns(3)
-    cols[0].metric("Human ratings in this run", f"{(result or {}).get('n_ratings', 0):,}")
+    cols[0].metric("Human ratings in this run", f"{result.get('n_ratings', 0):,}")
     if scores:
         best = max(scores, key=lambda r: r.get("n") or 0)
         rho = best.get("spearman")

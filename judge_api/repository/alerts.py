@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from judge_api.models import Judgment, Monitor, MonitorAlert, MonitorResponse, MonitorRuleState, RunItem, utcnow
@@ -32,11 +33,35 @@ def run_signature(session: Session, run_id: str) -> tuple[int, int]:
 
 
 def stream(
-    session: Session, monitor: Monitor, rubric_id: str, aspect: str, judge: str, after_id: int = 0
+    session: Session,
+    monitor: Monitor,
+    rubric_id: str,
+    aspect: str,
+    judge: str,
+    after_id: int = 0,
+    *,
+    since: datetime | None = None,
+    settled: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Every judgment of the monitor for (rubric, aspect, judge) with an id above ``after_id``, in judgment order
     (the order responses were sampled), with its status, score, contradiction rate (fact-check details) and the
-    response's slice keys."""
+    response's slice keys.
+
+    ``since`` (a rule that reads a window only): of the judgments whose status is in ``settled``, only those of
+    responses at or after it, and the last one before the first judgment not settled (the end of the settled
+    prefix, whatever its time): the rule's look and the prefix's end are what they are on the whole stream, without
+    reading a monitor's every verdict at every evaluation (review r56b). One statement: one snapshot."""
+    keyed = (
+        (MonitorResponse.monitor_id == monitor.id) & (MonitorResponse.response_id == Judgment.item_key),
+        (
+            Judgment.run_id == monitor.run_id,
+            Judgment.rubric_id == rubric_id,
+            Judgment.aspect == aspect,
+            Judgment.judge == judge,
+            Judgment.mode == "single",
+            Judgment.id > after_id,
+        ),
+    )
     query = (
         select(
             Judgment.id,
@@ -49,20 +74,17 @@ def stream(
             MonitorResponse.version,
             MonitorResponse.segment,
         )
-        .join(
-            MonitorResponse,
-            (MonitorResponse.monitor_id == monitor.id) & (MonitorResponse.response_id == Judgment.item_key),
-        )
-        .where(
-            Judgment.run_id == monitor.run_id,
-            Judgment.rubric_id == rubric_id,
-            Judgment.aspect == aspect,
-            Judgment.judge == judge,
-            Judgment.mode == "single",
-            Judgment.id > after_id,
-        )
+        .join(MonitorResponse, keyed[0])
+        .where(*keyed[1])
         .order_by(Judgment.id)
     )
+    if since is not None:
+        key = select(Judgment.id, Judgment.status).join(MonitorResponse, keyed[0]).where(*keyed[1]).cte("key_rows")
+        boundary = select(func.min(key.c.id)).where(key.c.status.not_in(settled)).scalar_subquery()
+        prefix_end = select(func.max(key.c.id)).where(or_(boundary.is_(None), key.c.id < boundary)).scalar_subquery()
+        query = query.where(
+            or_(MonitorResponse.ts >= since, Judgment.status.not_in(settled), Judgment.id == prefix_end)
+        )
     out = []
     for row in session.execute(query):
         details = row.details if isinstance(row.details, dict) else {}

@@ -20,8 +20,16 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from sqlalchemy.orm import Session
 
 from judge_api.auth import Principal
-from judge_api.config import get_settings
-from judge_api.deps import MAX_OFFSET, get_session, refuse_unknown_query, require, run_or_404
+from judge_api.config import Settings, get_settings
+from judge_api.deps import (
+    MAX_OFFSET,
+    app_settings,
+    frame_readable,
+    get_session,
+    refuse_unknown_query,
+    require,
+    run_or_404,
+)
 from judge_api.repository import item_aggregates, report_cache
 from judge_api.stats import compare
 from judge_api.stats.bootstrap import REPORT_N_BOOT
@@ -98,12 +106,18 @@ def _means(session: Session, run_id: str, state: str) -> pd.DataFrame:
 
 
 def _pair(
-    session: Session, run_id: str, baseline: str | None, principal: Principal, request: Request, known: frozenset[str]
+    session: Session,
+    run_id: str,
+    baseline: str | None,
+    principal: Principal,
+    request: Request,
+    known: frozenset[str],
+    settings: Settings,
 ) -> tuple[tuple[str, str], pd.DataFrame, pd.DataFrame]:
     """Both runs' states and item means: 404 for a run the caller cannot read, before anything about the query is
     said (another project's run id answers as a missing one: it is checked before ``baseline`` is required); 422
     for an unknown or repeated parameter, a missing baseline, or both runs the same."""
-    run_or_404(session, run_id, principal)
+    run = run_or_404(session, run_id, principal)
     _refuse_query(request, known)
     if baseline is None:
         raise HTTPException(422, [{"loc": ["query", "baseline"], "msg": "Field required", "type": "missing"}])
@@ -112,7 +126,10 @@ def _pair(
             422,
             [{"loc": ["query", "baseline"], "msg": "the baseline must be another run", "type": "value_error"}],
         )
-    run_or_404(session, baseline, principal)
+    # every (item, system, aspect, judge) group of both runs is read: one a judgment in a monitor's run
+    base_run = run_or_404(session, baseline, principal)
+    frame_readable(run, settings)
+    frame_readable(base_run, settings)
     settle_s = get_settings().report_settle_s  # a comparison kept within a run's settle window: computed again after
     states = (
         report_cache.run_state(session, baseline, settle_s=settle_s),
@@ -161,12 +178,13 @@ def score_deltas(
     ci: float = Query(0.95, gt=0.5, lt=1.0, description="the confidence level of the intervals"),
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
+    app: Settings = Depends(app_settings),
 ) -> dict[str, Any]:
     """Per (system, aspect), in that order: ``n_items`` scored by both runs, the ``baseline`` and ``candidate`` means
     on them, ``delta`` with its paired bootstrap CI over items (``ci_low`` / ``ci_high``, null under two items or
     with ``n_boot`` 0), ``n_worse`` / ``n_better``. A judge's score of an item is the mean over samples; an item's
     score the mean over judges."""
-    states, base, cand = _pair(session, run_id, baseline, principal, request, DELTA_PARAMS)
+    states, base, cand = _pair(session, run_id, baseline, principal, request, DELTA_PARAMS, app)
     key = ("deltas", baseline, run_id, states, n_boot, seed, ci)
     deltas = _cached(key, lambda: compare.score_deltas(base, cand, n_boot=n_boot, seed=seed, ci=ci))
     return {"run_id": run_id, "baseline": baseline, "n_boot": n_boot, "seed": seed, "ci": ci, "items": _records(deltas)}
@@ -181,10 +199,11 @@ def worse_items(
     limit: int = Query(50, ge=1, le=MAX_WORSE_PAGE, description=f"page size (at most {MAX_WORSE_PAGE})"),
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
+    app: Settings = Depends(app_settings),
 ) -> dict[str, Any]:
     """``{total, offset, limit, items}``: the (item_id, system, aspect) keys whose score is lower in this run than
     in the baseline, with both scores and ``delta``, biggest drop first (then by item)."""
-    states, base, cand = _pair(session, run_id, baseline, principal, request, WORSE_PARAMS)
+    states, base, cand = _pair(session, run_id, baseline, principal, request, WORSE_PARAMS, app)
     worse = _cached(("worse", baseline, run_id, states), lambda: compare.worse_items(base, cand))
     return {
         "run_id": run_id,

@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from judge_api import repository
 from judge_api.auth import Principal
-from judge_api.deps import MAX_OFFSET, get_session, require, run_or_404
+from judge_api.config import Settings
+from judge_api.deps import MAX_OFFSET, app_settings, frame_readable, get_session, require, run_or_404
 from judge_api.schemas import FactLabelOut, Page
 
 router = APIRouter(tags=["runs"])
@@ -40,8 +41,9 @@ def list_fact_labels(
     judge: str | None = Query(None, max_length=300),
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
+    app: Settings = Depends(app_settings),
 ) -> Page[FactLabelOut]:
-    run_or_404(session, run_id, principal)
+    frame_readable(run_or_404(session, run_id, principal), app)  # every fact label is read, then paged
     frame = repository.fact_labels_frame(session, run_id)
     frame = frame[frame["fact_id"].notna()]
     for column, value in (("label", label), ("system", system), ("item_id", item_id), ("judge", judge)):

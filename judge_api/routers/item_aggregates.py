@@ -15,8 +15,16 @@ from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
 from judge_api.auth import Principal
-from judge_api.config import get_settings
-from judge_api.deps import MAX_OFFSET, get_session, refuse_unknown_query, require, run_or_404
+from judge_api.config import Settings, get_settings
+from judge_api.deps import (
+    MAX_OFFSET,
+    app_settings,
+    frame_readable,
+    get_session,
+    refuse_unknown_query,
+    require,
+    run_or_404,
+)
 from judge_api.repository import item_aggregates, report_cache
 
 router = APIRouter(tags=["runs"])
@@ -80,11 +88,12 @@ def item_scores(
     filters: dict[str, str | None] = Depends(aggregate_filters),
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
+    app: Settings = Depends(app_settings),
 ) -> dict[str, Any]:
     """Done single-mode scores averaged over samples: ``{total, offset, limit, items}``, one item per (item_id,
     system, aspect, judge) in that order, with ``score`` (the mean), ``scale_min`` / ``scale_max`` and
     ``n_samples``."""
-    run_or_404(session, run_id, principal)
+    frame_readable(run_or_404(session, run_id, principal), app)  # every group is read, then paged
     refuse_unknown_query(request, ITEM_SCORE_PARAMS)
     key = ("item-scores", run_id, tuple(sorted(filters.items())), rated)
     rows = _cached(key, session, run_id, lambda: item_aggregates.item_scores(session, run_id, filters, rated), len)

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from judge_api import repository
 from judge_api.auth import Principal
-from judge_api.config import get_settings
-from judge_api.deps import frame_readable, get_session, require, run_or_404
+from judge_api.config import Settings, get_settings
+from judge_api.deps import app_settings, frame_readable, get_session, require, run_or_404
 from judge_api.errors import field_error
 from judge_api.schemas import LabelQueueIn
 from judge_api.stats.label_sampling import draw, eligible_items, item_uncertainty, labeled_items
@@ -50,8 +50,9 @@ def create_label_queue(
     body: LabelQueueIn,
     principal: Principal = Depends(require("submit")),
     session: Session = Depends(get_session),
+    app: Settings = Depends(app_settings),
 ) -> dict[str, Any]:
-    frame_readable(run_or_404(session, run_id, principal))
+    frame_readable(run_or_404(session, run_id, principal), app)
     if repository.label_queue(session, run_id) is not None:
         raise HTTPException(409, "this run has a label queue already: GET /v1/runs/{id}/label-queue shows it")
     judgments = repository.judgments_frame(session, run_id, readers=get_settings().frame_readers)
@@ -85,9 +86,12 @@ def create_label_queue(
 
 @router.get("/v1/runs/{run_id}/label-queue")
 def get_label_queue(
-    run_id: str, principal: Principal = Depends(require("read")), session: Session = Depends(get_session)
+    run_id: str,
+    principal: Principal = Depends(require("read")),
+    session: Session = Depends(get_session),
+    app: Settings = Depends(app_settings),
 ) -> dict[str, Any]:
-    frame_readable(run_or_404(session, run_id, principal))
+    frame_readable(run_or_404(session, run_id, principal), app)
     queue = repository.label_queue(session, run_id)
     if queue is None:
         raise HTTPException(404, "this run has no label queue: POST /v1/runs/{id}/label-queue draws one")

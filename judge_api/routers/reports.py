@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from judge_api import repository
 from judge_api.auth import Principal
-from judge_api.config import get_settings
-from judge_api.deps import frame_readable, get_session, require, run_or_404
+from judge_api.config import Settings, get_settings
+from judge_api.deps import app_settings, frame_readable, get_session, require, run_or_404
 from judge_api.models import utcnow
 from judge_api.planning import panel_settings
 from judge_api.reference_metrics import LEXICAL_METRICS, REFERENCE_JUDGE
@@ -56,11 +56,14 @@ def report(
     panel_quorum: int | None = PANEL_QUORUM,
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
+    app: Settings = Depends(app_settings),
 ) -> Response:
     """The run's report. Computed once per state of the run and query (``repository.report_cache``: any write to
     the run's judgments, ratings or label queue makes the next call compute it again); ``computed_at`` says when,
     ``cached`` whether this answer was kept from an earlier call."""
     run = run_or_404(session, run_id, principal)
+    # before the kept reports too: a run over the limit is refused alike by every reader (review r56b)
+    frame_readable(run, app)
     panel = panel_settings(run.config, panel_judge, panel_aggregate, panel_quorum)
     params = {"n_boot": n_boot, "seed": seed, "ci": ci, "human_prefix": human_prefix, "panel": panel}
     settings = get_settings()
@@ -131,7 +134,6 @@ def _answer(
             kept["run"] = summary if summary is not None else _summary(session, run)
             body = json.dumps(kept, allow_nan=False)
     else:
-        frame_readable(run)
         if summary is None:
             summary = _summary(session, run)  # stamps finished_at when the run has just finished: part of the state
         # the stamp kept now (whoever made the summary), not after the build: SQLite's writers wait for no report,
@@ -203,12 +205,13 @@ def agreement(
     human_prefix: str | None = HUMAN_PREFIX,
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
+    app: Settings = Depends(app_settings),
 ) -> dict[str, Any]:
     run = run_or_404(session, run_id, principal)
+    frame_readable(run, app)
     ratings = repository.ratings_frame(session, run_id)
     if not len(ratings):
         raise HTTPException(409, "this run has no human ratings yet: POST /v1/runs/{id}/human-ratings first")
-    frame_readable(run)
     result = build_report(
         repository.judgments_frame(session, run_id, readers=get_settings().frame_readers),
         ratings,
@@ -226,10 +229,11 @@ def calibrated(
     human_prefix: str | None = HUMAN_PREFIX,
     principal: Principal = Depends(require("read")),
     session: Session = Depends(get_session),
+    app: Settings = Depends(app_settings),
 ) -> dict[str, Any]:
     """The judge's numbers on the humans' scale (PPI++): the report's ``calibrated`` section at level ``ci``."""
     run = run_or_404(session, run_id, principal)
-    frame_readable(run)
+    frame_readable(run, app)
     ratings = repository.ratings_frame(session, run_id)
     section = calibrated_report(
         repository.judgments_frame(session, run_id, readers=get_settings().frame_readers),

@@ -17,6 +17,9 @@ FRAME_ROUTES = [
     ("GET", "/v1/runs/{id}/calibrated"),
     ("POST", "/v1/runs/{id}/label-queue"),
     ("GET", "/v1/runs/{id}/label-queue"),
+    # every group or fact label read, then paged in Python (review r56b)
+    ("GET", "/v1/runs/{id}/item-scores"),
+    ("GET", "/v1/runs/{id}/facts"),
 ]
 
 
@@ -62,7 +65,7 @@ def test_a_run_within_the_limit_is_read(api_factory: ApiFactory, method: str, pa
 def test_what_pages_or_streams_a_run_over_the_limit_still_answers(api_factory: ApiFactory) -> None:
     api = api_factory(DJ_MAX_REPORT_JUDGMENTS="3")
     run_id = api.submit(body=run_body(2))["id"]
-    for path in ("", "/judgments", "/judgments?format=jsonl", "/item-scores", "/order-outcomes"):
+    for path in ("", "/judgments", "/judgments?format=jsonl", "/judgments?format=csv", "/order-outcomes"):
         response = api.client.get(f"/v1/runs/{run_id}{path}")
         assert response.status_code == 200, (path, response.text)
     assert api.client.get("/v1/limits").json()["max_judgments_per_report"] == 3

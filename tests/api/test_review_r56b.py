@@ -25,15 +25,16 @@ error line (exit 2).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from judge_api import repository
-from judge_api.config import reset_settings_cache
 from judge_api.routers import facts as facts_router
 from judge_api.routers import reports as reports_router
 
@@ -121,16 +122,15 @@ def test_a_provisional_report_is_refused_to_one_reader_and_served_to_another_on_
     first = api.client.get(f"/v1/runs/{run_id}/report")
     assert first.status_code == 200 and first.json()["cached"] is False, first.text
     time.sleep(2.3)  # the settle window passes: the kept entry is provisional from now on
-    settings_env.setenv("DJ_MAX_REPORT_JUDGMENTS", "3")
-    reset_settings_cache()
     run = api.client.get(f"/v1/runs/{run_id}").json()
     assert run["n_judgments"] == 4 and run["finished_at"] is None
-    # another request of this process is recomputing it (reports._claim says so): this reader is served the kept
-    # entry meanwhile
-    with monkeypatch.context() as patched:
-        patched.setattr(reports_router, "_claim", lambda *_: False)
-        meanwhile = api.client.get(f"/v1/runs/{run_id}/report")
-    alone = api.client.get(f"/v1/runs/{run_id}/report")
+    # the same database served by an app with the lower limit; another request of this process is recomputing it
+    # (reports._claim says so): this reader is served the kept entry meanwhile
+    with _app_with(DJ_MAX_REPORT_JUDGMENTS=3, DJ_REPORT_SETTLE_SECONDS=2.0, DJ_REPORT_FRESH_SECONDS=0.0) as lowered:
+        with monkeypatch.context() as patched:
+            patched.setattr(reports_router, "_claim", lambda *_: False)
+            meanwhile = lowered.get(f"/v1/runs/{run_id}/report")
+        alone = lowered.get(f"/v1/runs/{run_id}/report")
     answers = {meanwhile.status_code, alone.status_code}
     assert len(answers) == 1, (
         f"same state, two answers: {meanwhile.status_code} while another request recomputes it, "
@@ -201,11 +201,24 @@ def test_the_limit_enforced_is_the_one_get_v1_limits_shows(api_factory: ApiFacto
 
     api = api_factory()
     run_id = api.submit(body=run_body(2))["id"]
-    with TestClient(create_app(Settings(max_report_judgments=3)), raise_server_exceptions=False) as client:
+    with TestClient(create_app(Settings(DJ_MAX_REPORT_JUDGMENTS=3)), raise_server_exceptions=False) as client:
         said = client.get("/v1/limits").json()["max_judgments_per_report"]
         report = client.get(f"/v1/runs/{run_id}/report")
     assert said == 3
     assert report.status_code == 409, f"/v1/limits says {said}, yet a run of 4 judgments got {report.status_code}"
+
+
+@contextlib.contextmanager
+def _app_with(**settings: Any) -> Iterator[Any]:
+    """A second app on the test's database (``DATABASE_URL`` of the environment) with these settings: an operator
+    lowering the limit while runs and kept reports exist."""
+    from fastapi.testclient import TestClient
+
+    from judge_api.app import create_app
+    from judge_api.config import Settings
+
+    with TestClient(create_app(Settings(**settings)), raise_server_exceptions=False) as client:
+        yield client
 
 
 def _monitor(api: Api, n: int, old: int = 0, **overrides: Any) -> tuple[str, str]:
@@ -324,10 +337,9 @@ def test_the_409_of_a_run_found_finished_at_the_report_stores_no_stamp(
     run_id = api.submit(body=run_body(2))["id"]
     assert api.client.get(f"/v1/runs/{run_id}/report").status_code == 200
     _sql(api, "UPDATE judgments SET status = 'done', score = 5 WHERE run_id = :r", r=run_id)
-    settings_env.setenv("DJ_MAX_REPORT_JUDGMENTS", "3")
-    reset_settings_cache()
     before = _sql(api, "SELECT count(*) FROM report_cache WHERE run_id = :r", r=run_id)[0][0]
-    response = api.client.get(f"/v1/runs/{run_id}/report")
+    with _app_with(DJ_MAX_REPORT_JUDGMENTS=3, DJ_REPORT_FRESH_SECONDS=0.0) as lowered:  # the same database
+        response = lowered.get(f"/v1/runs/{run_id}/report")
     assert response.status_code == 409, response.text
     detail = response.json()["detail"]
     assert "DJ_MAX_REPORT_JUDGMENTS" in detail and "holds 4 judgments" in detail and "the 3 " in detail

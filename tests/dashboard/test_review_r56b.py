@@ -19,7 +19,7 @@ from dashboard_fakes import RUN_A, FakeApi, install
 from fastapi import HTTPException
 from streamlit.testing.v1 import AppTest
 
-from judge_api.config import reset_settings_cache
+from judge_api.config import Settings, reset_settings_cache
 from judge_api.deps import frame_readable
 
 APP = "../../dashboard/app.py"
@@ -31,7 +31,7 @@ def refusal(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("DJ_MAX_REPORT_JUDGMENTS", "100")
     reset_settings_cache()
     try:
-        frame_readable(SimpleNamespace(id=RUN_A, n_judgments=150))  # type: ignore[arg-type]
+        frame_readable(SimpleNamespace(id=RUN_A, n_judgments=150), Settings())  # type: ignore[arg-type]
     except HTTPException as exc:
         return str(exc.detail)
     finally:
