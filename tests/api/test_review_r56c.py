@@ -319,3 +319,53 @@ def test_the_run_export_does_not_hold_every_cache_key_of_a_run_over_the_limit(ap
     assert answers[0].status_code == 200, answers[0].text
     whole = [s for s in statements if "cache_key" in s and "DISTINCT" in s.upper() and "LIMIT" not in s.upper()]
     assert not whole, f"every cache key of the run read at once: {whole}"
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("seed", [11, 12])
+def test_held_alert_histories_over_rounds_are_the_whole_streams(
+    api_factory: ApiFactory, db_url: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rounds 40 minutes apart while verdicts settle out of order (failures, cancellations, a backlog): at each
+    round the new evaluation (window reads, streams shared by key) opens and resolves exactly what the whole
+    stream's does on the same database; the new one is kept and the next round goes on from it."""
+    import random
+
+    rng = random.Random(seed)
+    start = NOW - timedelta(hours=4)
+    n = 70
+    times = [start - timedelta(minutes=rng.choice([5, 50, 200, 700, 1500, 3000, 9000])) for _ in range(n)]
+    times += [start + timedelta(minutes=rng.randint(0, 240)) for _ in range(n // 2)]
+    slices = [{"version": rng.choice(["v1", "v2"]), "segment": rng.choice(["eu", "us"])} for _ in times]
+    rules = [
+        {"name": "floor-1h", "floor": {"below": 50, "min_n": 2, "window": "1h"}},
+        {"name": "floor-1d-eu", "floor": {"below": 50, "min_n": 3, "window": "1d"}, "where": {"segment": "eu"}},
+        {"name": "floor-all", "floor": {"below": 45, "min_n": 5}},
+        {"name": "time-1h-1d", "compare": {"by": "time", "candidate": "1h", "baseline": "1d"}, "confidence": 0.8},
+        {"name": "time-1d-7d", "compare": {"by": "time", "candidate": "1d", "baseline": "7d"}, "confidence": 0.8},
+        {"name": "ver", "compare": {"by": "version", "baseline": "v1", "candidate": "v2"}, "confidence": 0.8},
+    ]
+    api = api_factory(database_url=db_url)
+    monitor_id, run_id = _monitor(api, rules, times, slices)
+    states: list[tuple[str, float | None]] = [("pending", None)] * len(times)
+    seen: set[str] = set()
+    for round_ in range(9):
+        now = start + timedelta(minutes=40 * round_, seconds=rng.randint(0, 59), microseconds=rng.randint(0, 999999))
+        for i, (status, _) in enumerate(states):
+            if status == "pending" and i < 14 * (round_ + 1) and rng.random() < 0.85:  # mostly in order, a backlog
+                roll = rng.random()
+                low, high = (1, 40) if slices[i]["version"] == "v2" or round_ % 4 == 1 else (70, 100)
+                states[i] = (
+                    ("failed", None)
+                    if roll < 0.08
+                    else ("cancelled", None)
+                    if roll < 0.12
+                    else ("done", float(rng.randint(low, high)))
+                )
+        _set(api.database_url, run_id, states)
+        old, new = _old_and_new(monitor_id, now, monkeypatch)
+        assert new == old, round_
+        seen.update(f"{row[0]}:{row[1]}" for row in new[1:])
+        with session_scope() as session:  # the new evaluation is kept: the next round goes on from it
+            alerts.evaluate_monitor(session, session.get(Monitor, monitor_id), now, get_registry())
+    assert seen, "no alert opened: the rounds decided nothing"
