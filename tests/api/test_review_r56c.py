@@ -369,3 +369,33 @@ def test_held_alert_histories_over_rounds_are_the_whole_streams(
         with session_scope() as session:  # the new evaluation is kept: the next round goes on from it
             alerts.evaluate_monitor(session, session.get(Monitor, monitor_id), now, get_registry())
     assert seen, "no alert opened: the rounds decided nothing"
+
+
+@pytest.mark.parametrize("query", [{"rated": "true"}, {"item_id": "item-0"}])
+def test_item_scores_of_the_rated_items_or_one_item_answer_on_a_run_over_the_limit(
+    api_factory: ApiFactory, query: dict[str, str]
+) -> None:
+    """``/item-scores`` is now refused past DJ_MAX_REPORT_JUDGMENTS whatever its filters, but ``rated=true`` (the
+    groups of the rated items only, filtered in SQL) and ``item_id`` read no more than the ratings or one item: the
+    dashboard's Agreement and Disagreements pages (``api.rated_item_scores``, written to work "without the whole
+    run") now fail on any large run with ratings (a monitor's run), while ``/order-outcomes?rated=true``, the same
+    kind of read, still answers. Before 5d8b78b both answered."""
+    api = api_factory(DJ_MAX_REPORT_JUDGMENTS="3")
+    run_id = api.submit(body=run_body(2))["id"]
+    engine = create_engine(api.database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("UPDATE judgments SET status = 'done', score = 5 WHERE run_id = :r"), {"r": run_id})
+    finally:
+        engine.dispose()
+    ratings = [
+        {"item_id": "item-0", "system": s, "aspect": "consistency", "rater": "ann", "kind": "score", "value": 5.0,
+         "scale_min": 1.0, "scale_max": 10.0}
+        for s in ("a", "b")
+    ]  # fmt: skip
+    assert api.client.post(f"/v1/runs/{run_id}/human-ratings", json={"ratings": ratings}).status_code == 201
+    outcomes = api.client.get(f"/v1/runs/{run_id}/order-outcomes", params={"rated": "true"})
+    assert outcomes.status_code == 200, outcomes.text
+    scores = api.client.get(f"/v1/runs/{run_id}/item-scores", params=query)
+    assert scores.status_code == 200, scores.text
+    assert {row["item_id"] for row in scores.json()["items"]} == {"item-0"}
