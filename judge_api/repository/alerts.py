@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from judge_api.models import Judgment, Monitor, MonitorAlert, MonitorResponse, MonitorRuleState, RunItem, utcnow
@@ -47,10 +47,12 @@ def stream(
     (the order responses were sampled), with its status, score, contradiction rate (fact-check details) and the
     response's slice keys.
 
-    ``since`` (a rule that reads a window only): of the judgments whose status is in ``settled``, only those of
-    responses at or after it, and the last one before the first judgment not settled (the end of the settled
-    prefix, whatever its time): the rule's look and the prefix's end are what they are on the whole stream, without
-    reading a monitor's every verdict at every evaluation (review r56b). One statement: one snapshot."""
+    ``since`` (a rule that reads a window only): what a look reads of the stream, its settled prefix (up to the
+    first judgment whose status is not in ``settled``), and only the prefix's judgments of responses at or after
+    ``since``, its last judgment whatever its time (the prefix's end), and the first judgment not settled (where the
+    prefix ends): the rule's look and the prefix's end are what they are on the whole stream, without reading a
+    monitor's every verdict (review r56b) nor a backlog of verdicts not settled yet (review r56c) at every
+    evaluation. One statement: one snapshot."""
     keyed = (
         (MonitorResponse.monitor_id == monitor.id) & (MonitorResponse.response_id == Judgment.item_key),
         (
@@ -82,8 +84,9 @@ def stream(
         key = select(Judgment.id, Judgment.status).join(MonitorResponse, keyed[0]).where(*keyed[1]).cte("key_rows")
         boundary = select(func.min(key.c.id)).where(key.c.status.not_in(settled)).scalar_subquery()
         prefix_end = select(func.max(key.c.id)).where(or_(boundary.is_(None), key.c.id < boundary)).scalar_subquery()
+        in_prefix = or_(boundary.is_(None), Judgment.id < boundary)
         query = query.where(
-            or_(MonitorResponse.ts >= since, Judgment.status.not_in(settled), Judgment.id == prefix_end)
+            or_(and_(in_prefix, or_(MonitorResponse.ts >= since, Judgment.id == prefix_end)), Judgment.id == boundary)
         )
     out = []
     for row in session.execute(query):

@@ -247,12 +247,17 @@ def export_run(session: Session, run_id: str, *, shared_cache: bool = False) -> 
             .select_from(other_judgment.join(other_run, other_judgment.c.run_id == other_run.c.id))
             .where(other_judgment.c.cache_key == Judgment.cache_key, other_run.c.project_id != run.project_id)
         )
-    keys = sorted(key for key in session.scalars(key_query.distinct()) if key is not None)
-    for start in range(0, len(keys), _CHUNK):
-        for entry in session.scalars(
-            select(CacheEntry).where(CacheEntry.key.in_(keys[start : start + _CHUNK])).order_by(CacheEntry.key)
-        ):
+    # the keys a page at a time, in the database's order (a keyset on the key), not every key of the run at once: a
+    # monitor's run holds one a judgment (review r56c)
+    last: str | None = None
+    while True:
+        page_query = key_query if last is None else key_query.where(Judgment.cache_key > last)
+        keys = list(session.scalars(page_query.distinct().order_by(Judgment.cache_key).limit(_CHUNK)))
+        if not keys:
+            break
+        for entry in session.scalars(select(CacheEntry).where(CacheEntry.key.in_(keys)).order_by(CacheEntry.key)):
             yield _line({"record": "cache_entry", **_row("cache_entry", entry)})
+        last = keys[-1]
 
 
 def _row(kind: str, obj: Any) -> dict[str, Any]:

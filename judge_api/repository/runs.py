@@ -569,11 +569,21 @@ def judgment_out(j: Judgment) -> JudgmentOut:
     )
 
 
-def get_items(session: Session, run_id: str, item_keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def get_items(
+    session: Session,
+    run_id: str,
+    item_keys: Sequence[str] | None = None,
+    *,
+    offset: int = 0,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The run's items (those of ``item_keys`` when given) in the order they were stored; ``offset`` / ``limit``: one
+    page of them, read as such (a monitor's run holds every sampled response: review r56c)."""
     query = select(RunItem.payload).where(RunItem.run_id == run_id)
     if item_keys:
         query = query.where(RunItem.item_key.in_(list(item_keys)))
-    return list(session.scalars(query.order_by(RunItem.id)))
+    query = query.order_by(RunItem.id).offset(offset)
+    return list(session.scalars(query if limit is None else query.limit(limit)))
 
 
 def item_references(session: Session, run_id: str) -> dict[str, str]:

@@ -93,7 +93,9 @@ def item_scores(
     """Done single-mode scores averaged over samples: ``{total, offset, limit, items}``, one item per (item_id,
     system, aspect, judge) in that order, with ``score`` (the mean), ``scale_min`` / ``scale_max`` and
     ``n_samples``."""
-    frame_readable(run_or_404(session, run_id, principal), app)  # every group is read, then paged
+    run = run_or_404(session, run_id, principal)
+    if not rated and filters.get("item_id") is None:  # every group is read, then paged: bounded by ratings or an item
+        frame_readable(run, app)
     refuse_unknown_query(request, ITEM_SCORE_PARAMS)
     key = ("item-scores", run_id, tuple(sorted(filters.items())), rated)
     rows = _cached(key, session, run_id, lambda: item_aggregates.item_scores(session, run_id, filters, rated), len)

@@ -164,10 +164,8 @@ def list_items(
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     run = run_or_404(session, run_id, principal)
-    items = repository.get_items(session, run_id, item_id)
-    return {
-        "total": len(items) if item_id else run.n_items,
-        "offset": offset,
-        "limit": limit,
-        "items": items[offset : offset + limit],
-    }
+    if item_id:  # the items asked for: as many as the ids given
+        items = repository.get_items(session, run_id, item_id)
+        return {"total": len(items), "offset": offset, "limit": limit, "items": items[offset : offset + limit]}
+    page = repository.get_items(session, run_id, offset=offset, limit=limit)
+    return {"total": run.n_items, "offset": offset, "limit": limit, "items": page}

@@ -47,7 +47,7 @@ class SliceCompare(BaseModel):
 
         pattern = WINDOW_PATTERN if self.by == "time" else SLICE_PATTERN
         for name in ("baseline", "candidate"):
-            if not re.match(pattern, getattr(self, name)):
+            if not re.fullmatch(pattern, getattr(self, name)):  # not match: "$" also matches before a last "\n"
                 what = "a window like 24h, 7d or 2w" if self.by == "time" else "1-100 letters, digits or _.:@/+- "
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be {what} (by={self.by})")
         if self.by != "time" and self.baseline == self.candidate:

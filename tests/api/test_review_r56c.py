@@ -1,5 +1,9 @@
-"""Review r56c: window alert rules that read their window from the database (``store.stream(..., since=)``) and the
-DJ_MAX_REPORT_JUDGMENTS refusals. The findings fail on the reviewed code; what held passes."""
+"""Review r56c of 5d8b78b: window alert rules that read their window from the database (``store.stream(...,
+since=)``) and the DJ_MAX_REPORT_JUDGMENTS refusals. The findings failed on 5d8b78b and are fixed (session 56): the
+window read no longer holds a backlog of unsettled verdicts (only the first one, where the settled prefix ends);
+``/item-scores`` with ``rated=true`` or ``item_id`` answers past the limit (bounded in SQL); ``/items`` reads one
+page; the run export pages its cache keys; a time window with a trailing newline is refused (``re.fullmatch``).
+What held passes."""
 
 from __future__ import annotations
 
@@ -98,7 +102,7 @@ def _old_and_new(monitor_id: str, now: datetime, monkeypatch: pytest.MonkeyPatch
     """evaluate_monitor on the same database: with the window reads (new) and with the whole stream (as at
     5d8b78b~1), each in a transaction rolled back."""
     with session_scope() as session:
-        monitor = session.get(Monitor, monitor_id)
+        monitor = session.get_one(Monitor, monitor_id)
         new = _alerts_after(session, monitor, now)
         session.rollback()
     whole = store.stream
@@ -109,7 +113,7 @@ def _old_and_new(monitor_id: str, now: datetime, monkeypatch: pytest.MonkeyPatch
     with monkeypatch.context() as patch:
         patch.setattr(store, "stream", every_verdict)
         with session_scope() as session:
-            monitor = session.get(Monitor, monitor_id)
+            monitor = session.get_one(Monitor, monitor_id)
             old = _alerts_after(session, monitor, now)
             session.rollback()
     return old, new
@@ -173,7 +177,7 @@ def test_held_an_open_floor_alert_resolves_on_the_same_verdicts(
     monitor_id, run_id = _monitor(api, rules, times, [{}] * len(times))
     _set(api.database_url, run_id, [("done", 1.0), ("done", 2.0), ("pending", None), ("pending", None)])
     with session_scope() as session:
-        monitor = session.get(Monitor, monitor_id)
+        monitor = session.get_one(Monitor, monitor_id)
         assert alerts.evaluate_monitor(session, monitor, NOW - timedelta(minutes=25), get_registry())["opened"] == 1
     _set(api.database_url, run_id, [("done", 1.0), ("done", 2.0), ("done", 90.0), ("done", 95.0)])
     later = NOW + timedelta(minutes=15)  # the two low ones left the window
@@ -200,7 +204,7 @@ def test_a_window_read_does_not_hold_a_backlog_of_unsettled_verdicts_in_memory(
     monitor_id, run_id = _monitor(api, rules, times, [{}] * n)
     _set(api.database_url, run_id, [("done", 50.0)] * 5 + [("pending", None)] * (n - 5))
     with session_scope() as session:
-        monitor = session.get(Monitor, monitor_id)
+        monitor = session.get_one(Monitor, monitor_id)
         rule = AlertRule.model_validate(monitor.alerts[0])
         target = alerts.target_of(rule, monitor, get_registry())
         key = (target.rubric_id, target.aspect, target.judge)
@@ -255,7 +259,7 @@ def test_a_time_window_with_a_trailing_newline_is_refused_or_does_not_block_the_
     assert ingested.status_code in (200, 202), ingested.text
     _set(api.database_url, created.json()["run_id"], [("done", 1.0)])
     with session_scope() as session:
-        monitor = session.get(Monitor, monitor_id)
+        monitor = session.get_one(Monitor, monitor_id)
         counts = alerts.evaluate_monitor(session, monitor, NOW, get_registry())
     assert counts["opened"] == 1
 
@@ -337,7 +341,7 @@ def test_held_alert_histories_over_rounds_are_the_whole_streams(
     times = [start - timedelta(minutes=rng.choice([5, 50, 200, 700, 1500, 3000, 9000])) for _ in range(n)]
     times += [start + timedelta(minutes=rng.randint(0, 240)) for _ in range(n // 2)]
     slices = [{"version": rng.choice(["v1", "v2"]), "segment": rng.choice(["eu", "us"])} for _ in times]
-    rules = [
+    rules: list[dict[str, Any]] = [
         {"name": "floor-1h", "floor": {"below": 50, "min_n": 2, "window": "1h"}},
         {"name": "floor-1d-eu", "floor": {"below": 50, "min_n": 3, "window": "1d"}, "where": {"segment": "eu"}},
         {"name": "floor-all", "floor": {"below": 45, "min_n": 5}},
@@ -367,7 +371,7 @@ def test_held_alert_histories_over_rounds_are_the_whole_streams(
         assert new == old, round_
         seen.update(f"{row[0]}:{row[1]}" for row in new[1:])
         with session_scope() as session:  # the new evaluation is kept: the next round goes on from it
-            alerts.evaluate_monitor(session, session.get(Monitor, monitor_id), now, get_registry())
+            alerts.evaluate_monitor(session, session.get_one(Monitor, monitor_id), now, get_registry())
     assert seen, "no alert opened: the rounds decided nothing"
 
 
