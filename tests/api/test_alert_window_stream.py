@@ -20,7 +20,8 @@ from judge_api.repository import alerts as store
 from judge_api.rubrics import get_registry
 from judge_api.schemas.monitors import AlertRule
 
-from .conftest import ApiFactory, run_body
+from .conftest import Api, ApiFactory
+from .test_monitors import ingest, response, sampling_monitor
 
 RULES = [
     {"name": "floor-1h", "floor": {"below": 40, "min_n": 1, "window": "1h"}},
@@ -32,32 +33,12 @@ RULES = [
 N = 60
 
 
-def _monitor(api: Any, now: datetime, rng: random.Random) -> tuple[str, str]:
-    body = {
-        "name": "prod-bot",
-        "rubrics": ["rsum-single"],
-        "judges": [run_body()["judges"][0]],
-        "aspects": ["consistency"],
-        "sample_rate": 1.0,
-        "alerts": [{**rule, "aspect": "consistency"} for rule in RULES],
-    }
-    created = api.client.post("/v1/monitors", json=body)
-    assert created.status_code == 201, created.text
+def _monitor(api: Api, now: datetime, rng: random.Random) -> tuple[str, str]:
+    monitor_id, run_id = sampling_monitor(api, RULES)
     ages = [timedelta(minutes=rng.choice([1, 20, 50, 70, 300, 1500, 3000, 6000, 12000])) for _ in range(N)]
-    responses = [
-        {
-            "id": f"resp-{i}",
-            "dialogue": [{"speaker": "user", "text": f"My dog is called Rex {i}.", "session": 1}],
-            "response": f"Your dog is Rex {i}.",
-            "system": "bot",
-            "version": "v1",
-            "timestamp": (now - age).isoformat().replace("+00:00", "Z"),
-        }
-        for i, age in enumerate(ages)  # sampling order is not time order: late old responses among new ones
-    ]
-    ingested = api.client.post(f"/v1/monitors/{created.json()['id']}/responses", json=responses)
-    assert ingested.status_code in (200, 202) and ingested.json()["sampled"] == N, ingested.text
-    return created.json()["id"], created.json()["run_id"]
+    # sampling order is not time order: late old responses among new ones
+    ingest(api, monitor_id, [response(i, timestamp=(now - age).isoformat()) for i, age in enumerate(ages)])
+    return monitor_id, run_id
 
 
 def _settle(url: str, run_id: str, rng: random.Random, unsettled: float) -> None:

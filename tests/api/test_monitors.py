@@ -4,6 +4,7 @@ that store nothing, and ingestion (stored once per id, deterministic sampling, d
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -68,6 +69,27 @@ def create(api: Api, key: str | None = None, **overrides: Any) -> dict[str, Any]
     answer = api.client.post("/v1/monitors", json=monitor_body(**overrides), headers=api.as_key(key))
     assert answer.status_code == 201, answer.text
     return dict(answer.json())
+
+
+def sampling_monitor(api: Api, rules: Sequence[dict[str, Any]] = (), **overrides: Any) -> tuple[str, str]:
+    """A monitor that samples every response (no budget, retention or callback), with these alert rules on the
+    consistency aspect: (monitor id, run id)."""
+    body: dict[str, Any] = {
+        "sample_rate": 1.0,
+        "daily_budget_usd": None,
+        "retention_days": None,
+        "callback_url": None,
+        "callback_secret": None,
+        "alerts": [{**rule, "aspect": "consistency"} for rule in rules],
+    }
+    created = create(api, **{**body, **overrides})
+    return created["id"], created["run_id"]
+
+
+def ingest(api: Api, monitor_id: str, responses: list[dict[str, Any]]) -> None:
+    """Post the responses to the monitor; every one is sampled."""
+    answer = api.client.post(f"/v1/monitors/{monitor_id}/responses", json=responses)
+    assert answer.status_code in (200, 202) and answer.json()["sampled"] == len(responses), answer.text
 
 
 def test_crud_round_trip_keeps_the_alert_and_callback_contract(api: Api) -> None:

@@ -39,6 +39,7 @@ from judge_api.routers import facts as facts_router
 from judge_api.routers import reports as reports_router
 
 from .conftest import Api, ApiFactory, item, run_body
+from .test_monitors import ingest, response, sampling_monitor
 
 
 def _sql(api: Api, statement: str, **params: Any) -> list[Any]:
@@ -221,36 +222,27 @@ def _app_with(**settings: Any) -> Iterator[Any]:
         yield client
 
 
+def _iso(moment: Any) -> str:
+    return str(moment.isoformat()).replace("+00:00", "Z")
+
+
 def _monitor(api: Api, n: int, old: int = 0, **overrides: Any) -> tuple[str, str]:
     """A monitor sampling every response, ``n`` responses ingested and judged (done), the first ``old`` of them
     answered two days ago: (monitor id, run id)."""
     from datetime import UTC, datetime, timedelta
 
     now = datetime.now(UTC).replace(microsecond=0)
-    body = {
-        "name": "prod-bot",
-        "rubrics": ["rsum-single"],
-        "judges": [run_body()["judges"][0]],
-        "aspects": ["consistency"],
-        "sample_rate": 1.0,
-        **overrides,
-    }
-    created = api.client.post("/v1/monitors", json=body)
-    assert created.status_code == 201, created.text
-    monitor_id, run_id = created.json()["id"], created.json()["run_id"]
-    responses = [
-        {
-            "id": f"resp-{i}",
-            "dialogue": [{"speaker": "user", "text": f"My dog is called Rex {i}.", "session": 1}],
-            "response": f"Your dog is Rex {i}.",
-            "system": "bot",
-            "version": "v1",
-            "timestamp": (now - timedelta(days=2 if i < old else 0, minutes=1)).isoformat().replace("+00:00", "Z"),
-        }
-        for i in range(n)
-    ]
-    ingested = api.client.post(f"/v1/monitors/{monitor_id}/responses", json=responses)
-    assert ingested.status_code in (200, 202) and ingested.json()["sampled"] == n, ingested.text
+    monitor_id, run_id = sampling_monitor(api, **overrides)
+    ingest(
+        api,
+        monitor_id,
+        [
+            response(
+                i, timestamp=(now - timedelta(days=2 if i < old else 0, minutes=1)).isoformat().replace("+00:00", "Z")
+            )
+            for i in range(n)
+        ],
+    )
     _sql(api, "UPDATE judgments SET status = 'done', score = 5 WHERE run_id = :r", r=run_id)
     return monitor_id, run_id
 
@@ -365,36 +357,15 @@ def test_a_monitors_run_is_refused_past_the_limit_and_read_again_once_retention_
     from judge_api.models import utcnow
 
     api = api_factory(database_url=db_url, DJ_MAX_REPORT_JUDGMENTS="5", DJ_REPORT_FRESH_SECONDS="0")
-    body = {
-        "name": "prod-bot",
-        "rubrics": ["rsum-single"],
-        "judges": [run_body()["judges"][0]],
-        "aspects": ["consistency"],
-        "sample_rate": 1.0,
-        "retention_days": 2,
-    }
-    monitor = api.client.post("/v1/monitors", json=body)
-    assert monitor.status_code == 201, monitor.text
-    monitor_id, run_id = monitor.json()["id"], monitor.json()["run_id"]
-    responses = [
-        {
-            "id": f"resp-{i}",
-            "dialogue": [{"speaker": "user", "text": f"My dog is called Rex {i}.", "session": 1}],
-            "response": f"Your dog is Rex {i}.",
-            "system": "bot",
-            "version": "v1",
-        }
-        for i in range(8)
-    ]
-    ingested = api.client.post(f"/v1/monitors/{monitor_id}/responses", json=responses)
-    assert ingested.status_code in (200, 202) and ingested.json()["sampled"] == 8, ingested.text
+    monitor_id, run_id = sampling_monitor(api, retention_days=2)
+    ingest(api, monitor_id, [response(i) for i in range(8)])
     assert _stored_count(api, run_id) == (8, 8)
     refused = api.client.get(f"/v1/runs/{run_id}/report")
     assert refused.status_code == 409 and "holds 8 judgments" in refused.json()["detail"], refused.text
     _sql(api, "UPDATE judgments SET status = 'done', score = 5 WHERE run_id = :r", r=run_id)
     assert monitor_retention.apply(now=utcnow() + timedelta(days=3)) == 8
     assert _stored_count(api, run_id) == (0, 0)
-    again = api.client.post(f"/v1/monitors/{monitor_id}/responses", json=[{**responses[0], "id": "resp-new"}])
+    again = api.client.post(f"/v1/monitors/{monitor_id}/responses", json=[response(0, id="resp-new")])
     assert again.json()["sampled"] == 1
     assert _stored_count(api, run_id) == (1, 1)
     assert api.client.get(f"/v1/runs/{run_id}/report").status_code == 200

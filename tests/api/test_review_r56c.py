@@ -22,6 +22,7 @@ from judge_api.rubrics import get_registry
 from judge_api.schemas.monitors import AlertRule
 
 from .conftest import ApiFactory, run_body
+from .test_monitors import ingest, monitor_body, response, sampling_monitor
 
 NOW = datetime(2026, 11, 30, 12, 34, 56, 123456)  # microseconds: the window's edge is not on a second
 
@@ -31,31 +32,11 @@ def _iso(moment: datetime) -> str:
 
 
 def _monitor(api: Any, rules: list[dict[str, Any]], times: list[datetime], slices: list[dict[str, str]]) -> tuple:
-    body = {
-        "name": "prod-bot",
-        "rubrics": ["rsum-single"],
-        "judges": [run_body()["judges"][0]],
-        "aspects": ["consistency"],
-        "sample_rate": 1.0,
-        "alerts": [{**rule, "aspect": "consistency"} for rule in rules],
-    }
-    created = api.client.post("/v1/monitors", json=body)
-    assert created.status_code == 201, created.text
-    responses = [
-        {
-            "id": f"resp-{i:03d}",
-            "dialogue": [{"speaker": "user", "text": f"My dog is called Rex {i}.", "session": 1}],
-            "response": f"Your dog is Rex {i}.",
-            "system": "bot",
-            "version": "v1",
-            "timestamp": _iso(moment),
-            **slices[i],
-        }
-        for i, moment in enumerate(times)
-    ]
-    ingested = api.client.post(f"/v1/monitors/{created.json()['id']}/responses", json=responses)
-    assert ingested.status_code in (200, 202) and ingested.json()["sampled"] == len(times), ingested.text
-    return created.json()["id"], created.json()["run_id"]
+    monitor_id, run_id = sampling_monitor(api, rules)
+    ingest(
+        api, monitor_id, [response(i, id=f"resp-{i:03d}", timestamp=_iso(t), **slices[i]) for i, t in enumerate(times)]
+    )
+    return monitor_id, run_id
 
 
 def _set(url: str, run_id: str, states: list[tuple[str, float | None]]) -> None:
@@ -230,14 +211,10 @@ def test_a_time_window_with_a_trailing_newline_is_refused_or_does_not_block_the_
         {"name": "time", "compare": {"by": "time", "candidate": "1h\n", "baseline": "1d"}},
     ]
     api = api_factory(database_url=db_url)
-    body = {
-        "name": "prod-bot",
-        "rubrics": ["rsum-single"],
-        "judges": [run_body()["judges"][0]],
-        "aspects": ["consistency"],
-        "sample_rate": 1.0,
-        "alerts": [{**rule, "aspect": "consistency"} for rule in rules],
-    }
+    body = monitor_body(
+        sample_rate=1.0, daily_budget_usd=None, callback_url=None, callback_secret=None,
+        alerts=[{**rule, "aspect": "consistency"} for rule in rules],
+    )  # fmt: skip
     created = api.client.post("/v1/monitors", json=body)
     if created.status_code == 422:
         return
