@@ -25,11 +25,19 @@ Usage::
     python bench/bench_report.py --sizes 10000000 --repeat 1 --no-trace --max-rss-gb 12   # 10M rows
     python bench/bench_report.py --sizes 1000000 --encoded   # the frame as the repository gives it (categoricals)
     python bench/bench_report.py --sizes 1000000 --encoded --from-file   # the frame loaded into a fresh process
+    python bench/bench_report.py --sizes 10000000 --repeat 1 --no-trace --parts 10   # read in 10 parts (stats.parts)
 
 ``--from-file``: one child generates the frame and pickles it to a temporary file, a second, fresh child loads it and
 measures. The generator's peak and the heap it fragments are then not in the measuring process (``malloc_trim`` gives
 back only part of them), as the API's frame arrives whole from the database: ``frame MB`` is the interpreter, its
 modules and the frame, nothing else.
+
+``--parts N`` (implies ``--encoded --from-file``): the writing child pickles the frame as N parts in the run's order,
+and the measuring child reads them one at a time into ``stats.parts.RunParts`` and makes the report of them, as a run
+read from the database in parts: it never holds every column of every row (issue 39). ``time`` is the parts' work
+(validating and summing each part, joining the kept columns) plus the report, not the unpickling; ``frame MB`` is
+the process before the first part; ``peak RSS`` the peak from then on, a part being read included. A ``--baseline``
+checkout is measured on the whole frame (``--from-file``), as it reads a run.
 """
 
 from __future__ import annotations
@@ -59,7 +67,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from judge_api.stats import frames as F  # noqa: E402
-from judge_api.stats.report import build_report  # noqa: E402
+from judge_api.stats.parts import RunParts  # noqa: E402
+from judge_api.stats.report import build_report, build_report_taking  # noqa: E402
 from judge_api.stats.synthetic import synthetic_judgments  # noqa: E402
 
 MB = 1024 * 1024
@@ -124,6 +133,67 @@ def write_frame(n_rows: int, seed: int, encoded: bool, path: Path) -> dict[str, 
     return {"generate_s": gen_s, "generate_peak_rss_mb": _peak_rss_bytes() / MB}
 
 
+def write_parts(n_rows: int, seed: int, n_parts: int, folder: Path) -> dict[str, Any]:
+    """Generate the encoded frame and pickle it as ``n_parts`` parts of consecutive rows (``--parts``)."""
+    t0 = time.perf_counter()
+    frame = make_frame(n_rows, seed, encoded=True)
+    gen_s = time.perf_counter() - t0
+    for k in range(n_parts):
+        frame.iloc[k * n_rows // n_parts : (k + 1) * n_rows // n_parts].to_pickle(folder / f"part{k}.pkl")
+    return {"generate_s": gen_s, "generate_peak_rss_mb": _peak_rss_bytes() / MB}
+
+
+def measure_parts(n_rows: int, n_boot: int, seed: int, repeat: int, folder: Path, n_parts: int) -> dict[str, Any]:
+    """Read the parts one at a time into ``RunParts`` and make the report of them, ``repeat`` times (the child of
+    ``--parts``); the peak is the process's from the first part on."""
+    gc.collect()
+    _release_freed()
+    rss_before = _rss_bytes()
+    reset = _reset_peak()
+    times, rss_after, counts = [], rss_before, (0, 0)
+    for _ in range(max(1, repeat)):
+        run, spent = RunParts(), 0.0
+        single = pairwise = 0
+        for k in range(n_parts):
+            part = pd.read_pickle(folder / f"part{k}.pkl")
+            single += int((part["mode"] == "single").sum())
+            pairwise += int((part["mode"] == "pairwise").sum())
+            t0 = time.perf_counter()
+            run.add(part)
+            spent += time.perf_counter() - t0
+            del part
+        t0 = time.perf_counter()
+        held, sums = [run.frame()], run.sums
+        del run
+        report = build_report_taking(held, n_boot=n_boot, seed=seed, sums=sums)
+        times.append(spent + time.perf_counter() - t0)
+        if len(times) == 1:
+            rss_after, counts = _rss_bytes(), (single, pairwise)
+            json_bytes = len(json.dumps(report, allow_nan=False))
+        del report, held, sums
+        gc.collect()
+    hwm = _status_kb("VmHWM") if reset else None
+    report_s = min(times)
+    return {
+        "rows": n_rows,
+        "single_rows": counts[0],
+        "pairwise_rows": counts[1],
+        "n_boot": n_boot,
+        "encoded": True,
+        "from_file": True,
+        "parts": n_parts,
+        "report_s": report_s,
+        "report_s_all": times,
+        "rows_per_s": n_rows / report_s if report_s > 0 else None,
+        "rss_before_mb": rss_before / MB,
+        "peak_is_report_only": reset,
+        "rss_growth_mb": max(rss_after - rss_before, 0) / MB,
+        "peak_rss_mb": (hwm * 1024 if hwm is not None else _peak_rss_bytes()) / MB,
+        "traced_peak_mb": None,
+        "report_json_kb": json_bytes / 1024,
+    }
+
+
 def measure(
     n_rows: int,
     n_boot: int,
@@ -183,6 +253,12 @@ def measure(
 
 
 def _child(args: argparse.Namespace) -> None:
+    if args.write_parts is not None:
+        print(json.dumps(write_parts(args.child, args.seed, args.parts, args.write_parts)))
+        return
+    if args.read_parts is not None:
+        print(json.dumps(measure_parts(args.child, args.n_boot, args.seed, args.repeat, args.read_parts, args.parts)))
+        return
     if args.write_frame is not None:
         print(json.dumps(write_frame(args.child, args.seed, args.encoded, args.write_frame)))
         return
@@ -193,6 +269,14 @@ def _child(args: argparse.Namespace) -> None:
 def _run_child(n_rows: int, args: argparse.Namespace, root: Path = ROOT) -> dict[str, Any]:
     """One size in a fresh process, with the code of ``root`` (this checkout, or ``--baseline``'s); with
     ``--from-file`` a first child writes the frame and the measuring child loads it."""
+    if args.parts and root == ROOT:
+        with tempfile.TemporaryDirectory(prefix="bench_report_parts_") as tmp:
+            flags = ["--parts", str(args.parts)]
+            written = _spawn(n_rows, args, root, [*flags, "--write-parts", tmp])
+            if "over_limit_gb" in written:
+                return written
+            result = _spawn(n_rows, args, root, [*flags, "--read-parts", tmp])
+        return {**result, "generate_s": written["generate_s"], "generate_peak_rss_mb": written["generate_peak_rss_mb"]}
     if not args.from_file:
         return _spawn(n_rows, args, root, [])
     with tempfile.TemporaryDirectory(prefix="bench_report_") as tmp:
@@ -275,10 +359,23 @@ def main(argv: list[str] | None = None) -> int:
         help="generate the frame in one child and measure in a fresh one that loads it (no generator leftovers in "
         "the measured process; the baseline's script must know the flag: copy this script there)",
     )
+    parser.add_argument(
+        "--parts",
+        type=int,
+        default=0,
+        help="read the frame in this many parts into stats.parts.RunParts, as a run read from the database in parts "
+        "(implies --encoded --from-file; a --baseline is measured on the whole frame)",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--write-parts", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--read-parts", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--write-frame", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--read-frame", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.parts < 0:
+        parser.error("--parts must be at least 1 (or 0: the whole frame)")
+    if args.parts:
+        args.encoded = args.from_file = True
     if args.child is not None:
         _child(args)
         return 0
@@ -287,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         f"build_report benchmark: python {platform.python_version()}, {os.cpu_count()} CPU(s), "
         f"n_boot={args.n_boot}, seed={args.seed}, best of {args.repeat} run(s), "
         f"frame {'encoded (as the repository reads it)' if args.encoded else 'of Arrow strings'}"
-        f"{', loaded into a fresh process' if args.from_file else ''}, "
+        f"{', loaded into a fresh process' if args.from_file else ''}"
+        f"{f', read in {args.parts} parts (stats.parts)' if args.parts else ''}, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     header = (

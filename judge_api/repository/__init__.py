@@ -22,6 +22,7 @@ from judge_api.repository.frames import (
     RATING_FRAME_COLUMNS,
     fact_labels_frame,
     judgments_frame,
+    judgments_parts,
     memory_audit_frame,
     ratings_frame,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "item_systems",
     "judgment_out",
     "judgments_frame",
+    "judgments_parts",
     "label_queue",
     "list_judgments",
     "list_runs",

@@ -26,7 +26,8 @@ from judge_api.reference_tokens import tokenisation_section
 from judge_api.stats import frames as F
 from judge_api.stats.bootstrap import REPORT_N_BOOT
 from judge_api.stats.calibrated import Design
-from judge_api.stats.report import REPORT_VERSION, build_report, calibrated_report
+from judge_api.stats.parts import RunParts
+from judge_api.stats.report import REPORT_VERSION, build_report, build_report_taking, calibrated_report
 
 router = APIRouter(tags=["reports"])
 
@@ -160,10 +161,19 @@ def _summary(session: Session, run: Any) -> Any:
 
 
 def _build(session: Session, run_id: str, config: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
-    judgments = repository.judgments_frame(session, run_id, readers=get_settings().frame_readers)
+    """The report of the run's judgments read in parts (``stats.parts``): the API holds the rows' report columns and
+    sums of the rest, never every column of every row (issue 39)."""
     ratings = repository.ratings_frame(session, run_id)
-    return build_report(
-        judgments,
+    run = RunParts()
+    versions: set[tuple[Any, Any]] = set()
+    for part in repository.judgments_parts(session, run_id, readers=get_settings().frame_readers):
+        versions |= _lexical_versions(part)  # a column the report does not keep per row
+        run.add(part)
+        del part
+    reference = _reference_tokens(session, run_id, config, versions)
+    sums = run.sums
+    return build_report_taking(
+        [run.frame()],  # the report's only hold on the rows: it lets them go once it has read them
         ratings if len(ratings) else None,
         n_boot=params["n_boot"],
         seed=params["seed"],
@@ -172,8 +182,9 @@ def _build(session: Session, run_id: str, config: dict[str, Any] | None, params:
         panel=params["panel"],
         fact_labels=repository.fact_labels_frame(session, run_id),
         memory_audit=repository.memory_audit_frame(session, run_id),
-        reference_metrics=_reference_tokens(session, run_id, config, judgments),
+        reference_metrics=reference,
         label_design=label_design(session, run_id),
+        sums=sums,
     )
 
 
@@ -185,15 +196,19 @@ def label_design(session: Session, run_id: str) -> Design | None:
     return Design(queue.strategy, frozenset(item for item, _ in queue.drawn), dict(queue.inclusion))
 
 
+def _lexical_versions(judgments: pd.DataFrame) -> set[tuple[Any, Any]]:
+    """(item, rubric version) of the F1 / BLEU judgments among these rows."""
+    lexical = judgments[(judgments[F.JUDGE] == REFERENCE_JUDGE) & judgments[F.ASPECT].isin(LEXICAL_METRICS)]
+    return set(zip(lexical[F.ITEM_ID], lexical[F.RUBRIC_VERSION], strict=True))
+
+
 def _reference_tokens(
-    session: Session, run_id: str, config: dict[str, Any] | None, judgments: pd.DataFrame
+    session: Session, run_id: str, config: dict[str, Any] | None, versions: set[tuple[Any, Any]]
 ) -> dict[str, Any] | None:
     """The report's ``reference_metrics`` section: the tokens of the run's F1 / BLEU judgments, read from their
-    versions, against the script of the items' references."""
-    lexical = judgments[(judgments[F.JUDGE] == REFERENCE_JUDGE) & judgments[F.ASPECT].isin(LEXICAL_METRICS)]
-    if lexical.empty:
+    versions (``_lexical_versions``), against the script of the items' references."""
+    if not versions:
         return None
-    versions = set(zip(lexical[F.ITEM_ID], lexical[F.RUBRIC_VERSION], strict=True))
     # a run from before the option existed was scored with whitespace tokens (its versions say so as well)
     tokenize = (config or {}).get("tokenize", "whitespace")
     return tokenisation_section(versions, repository.item_references(session, run_id), tokenize)

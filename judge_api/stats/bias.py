@@ -31,7 +31,7 @@ Figures (each computed per judge over all aspects):
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -126,9 +126,18 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float | None, float | None]
     return (stat if np.isfinite(stat) else None), (p if np.isfinite(p) else None)
 
 
-def _single_done(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    mask = (df[F.MODE] == F.SINGLE) & (df[F.STATUS] == F.DONE) & df[F.SCORE].notna()
-    return df.loc[mask.to_numpy(), columns]
+def _single_done_per_judge(df: pd.DataFrame, columns: list[str]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """Per judge (sorted, as ``groupby(judge, sort=True)`` gives them), ``columns`` of its done single rows with a
+    score as float64 arrays in row order: one array per column and judge, not a frame of the rows and then one per
+    group (issue 39: 500 MB at 10M rows)."""
+    mask = ((df[F.MODE] == F.SINGLE) & (df[F.STATUS] == F.DONE) & df[F.SCORE].notna()).to_numpy()
+    codes, judges = F.sorted_codes(df[F.JUDGE])
+    codes = codes[mask]
+    values = {c: df[c].to_numpy(dtype="float64")[mask] for c in columns}
+    for k, judge in enumerate(judges):
+        rows = codes == k
+        if rows.any():
+            yield str(judge), {c: v[rows] for c, v in values.items()}
 
 
 def _ratio(k: float, n: float) -> float | None:
@@ -156,7 +165,7 @@ def position_bias(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
 def swap_flip_rate(combined: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per judge: keys judged in both orders, how many flipped, the rate."""
-    both = combined[combined["n_orders"] == 2]
+    both = combined.loc[(combined["n_orders"] == 2).to_numpy(), [F.JUDGE, "inconsistent"]]
     g = both.groupby(F.JUDGE, sort=True)["inconsistent"].agg(["size", "sum"])
     return {
         str(j): {"n": int(r["size"]), "flips": int(r["sum"]), "rate": _ratio(r["sum"], r["size"])}
@@ -167,7 +176,8 @@ def swap_flip_rate(combined: pd.DataFrame) -> dict[str, dict[str, Any]]:
 def length_bias(combined: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per judge: P(longer response wins) (pairwise) and Spearman(score, length) (single)."""
     out: dict[str, dict[str, Any]] = {}
-    c = combined[combined[F.OUTCOME].isin([F.WIN, F.LOSS])]
+    # the four columns read, not every column of the outcomes (issue 39: 150 MB at 10M rows)
+    c = combined.loc[combined[F.OUTCOME].isin([F.WIN, F.LOSS]).to_numpy(), [F.JUDGE, F.LEN_A, F.LEN_B, F.OUTCOME]]
     la = c[F.LEN_A].to_numpy(dtype="float64")
     lb = c[F.LEN_B].to_numpy(dtype="float64")
     ok = np.isfinite(la) & np.isfinite(lb) & (la != lb)
@@ -178,30 +188,29 @@ def length_bias(combined: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, di
             n_pairs=int(r["size"]), longer_wins=int(r["sum"]), p_longer_wins=_ratio(r["sum"], r["size"])
         )
     df = F.validate_judgments(judgments)
-    s = _single_done(df, [F.JUDGE, F.SCORE, F.LEN_A])
-    for j, grp in s.groupby(F.JUDGE, sort=True):
-        rho, p = _spearman(grp[F.SCORE].to_numpy("float64"), grp[F.LEN_A].to_numpy("float64"))
-        n = int((grp[F.SCORE].notna() & grp[F.LEN_A].notna()).sum())
-        out.setdefault(str(j), {}).update(n_scores=n, score_length_spearman=rho, score_length_p=p)
+    for j, grp in _single_done_per_judge(df, [F.SCORE, F.LEN_A]):
+        score, length = grp[F.SCORE], grp[F.LEN_A]
+        rho, p = _spearman(score, length)
+        n = int((~np.isnan(score) & ~np.isnan(length)).sum())
+        out.setdefault(j, {}).update(n_scores=n, score_length_spearman=rho, score_length_p=p)
     return out
 
 
 def score_distribution_use(judgments: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per judge: scale points used, min / max / quartiles / IQR, normalised histogram entropy."""
     df = F.validate_judgments(judgments)
-    s = _single_done(df, [F.JUDGE, F.SCORE, F.SCALE_MIN, F.SCALE_MAX])
     out: dict[str, dict[str, Any]] = {}
-    for j, grp in s.groupby(F.JUDGE, sort=True):
-        x = grp[F.SCORE].to_numpy("float64")
-        lo = float(np.nanmin(grp[F.SCALE_MIN])) if grp[F.SCALE_MIN].notna().any() else float(x.min())
-        hi = float(np.nanmax(grp[F.SCALE_MAX])) if grp[F.SCALE_MAX].notna().any() else float(x.max())
+    for j, grp in _single_done_per_judge(df, [F.SCORE, F.SCALE_MIN, F.SCALE_MAX]):
+        x, scale_min, scale_max = grp[F.SCORE], grp[F.SCALE_MIN], grp[F.SCALE_MAX]
+        lo = float(np.nanmin(scale_min)) if (~np.isnan(scale_min)).any() else float(x.min())
+        hi = float(np.nanmax(scale_max)) if (~np.isnan(scale_max)).any() else float(x.max())
         points = round(hi - lo) + 1 if hi >= lo else 1
         idx = np.clip(np.round(x - lo).astype(np.int64), 0, points - 1)
         hist = np.bincount(idx, minlength=points)
         p = hist[hist > 0] / x.size
         entropy = float(-(p * np.log(p)).sum() / np.log(points)) + 0.0 if points > 1 else None  # + 0.0: no "-0.000"
         q1, q3 = np.quantile(x, [0.25, 0.75])
-        out[str(j)] = {
+        out[j] = {
             "n": int(x.size),
             "scale_min": lo,
             "scale_max": hi,
@@ -263,8 +272,9 @@ def self_preference(
     for judge in judges:
         fam = model_family(judge, families)
         rec: dict[str, Any] = {"judge_family": fam}
-        its = items[items[F.JUDGE] == judge]
-        comb = combined[combined[F.JUDGE] == judge]
+        # the columns read, not a copy of every column per judge (issue 39: 490 MB at 10M rows)
+        its = items.loc[(items[F.JUDGE] == judge).to_numpy(), ["system", F.SCORE, F.SCALE_MIN, F.SCALE_MAX]]
+        comb = combined.loc[(combined[F.JUDGE] == judge).to_numpy(), [F.SYSTEM_A, F.SYSTEM_B, F.OUTCOME]]
         systems = F.distinct(its["system"], comb[F.SYSTEM_A], comb[F.SYSTEM_B])
         same = sorted(s for s in systems if fam is not None and model_family(s, families) == fam)
         rec["same_family_systems"] = same

@@ -17,7 +17,10 @@ get the other from the contract's default mapping (+-2 -> win/loss, +-1 and 0 ->
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -127,7 +130,7 @@ JUDGMENT_COLUMNS: tuple[str, ...] = (
 )
 JUDGMENT_REQUIRED: tuple[str, ...] = (ITEM_ID, MODE, SYSTEM_A, ASPECT, JUDGE, STATUS)
 
-_FLOAT_COLUMNS = (
+FLOAT_COLUMNS = (
     SCORE,
     SCALE_MIN,
     SCALE_MAX,
@@ -219,9 +222,17 @@ def _filled_str(n: int, value: str | None, encoded: bool) -> pd.Series:
     makes of it, one byte a row instead of a string array built from a list of ``n`` Python objects."""
     if not encoded:
         return pd.Series([value] * n, dtype="str")
-    if value is None:
-        return pd.Series(pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype="str")))
-    return pd.Series(pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=pd.Index([value], dtype="str")))
+    categories = pd.Index([] if value is None else [value], dtype="str")
+    codes = constant(np.int8(-1 if value is None else 0), n)
+    return pd.Series(pd.Categorical.from_codes(codes, categories=categories), copy=False)
+
+
+def constant(value: Any, n: int) -> np.ndarray:
+    """``n`` times ``value`` (a numpy scalar: its type is the array's) in no memory per row: a read-only view that
+    repeats one value (stride 0). A column the frame lacks is filled with its neutral default so (issue 39: the
+    panel's rows lack 13 columns, 350 MB at 10M rows as arrays); a write to it raises instead of reaching every row,
+    and a copy, a take or a concatenation of it is an ordinary array."""
+    return np.broadcast_to(np.asarray(value), (n,))
 
 
 def empty_judgments() -> pd.DataFrame:
@@ -241,6 +252,11 @@ ENCODED = "judge_api.stats.encoded"
 """``DataFrame.attrs`` marker of a frame whose string columns are categoricals of strings with sorted categories, as
 ``encode_strings`` makes them (``repository.judgments_frame``'s, built so from the database's columns):
 ``validate_judgments`` keeps them encoded, as with ``encoded=True`` (issue 39)."""
+
+SUMMED = "judge_api.stats.summed"
+"""``DataFrame.attrs`` marker of the frame of a run read in parts (``stats.parts.RunParts.frame``): its
+``stats.parts.SUMMED_COLUMNS`` are placeholders, the figures made from them come with the frame as sums, and
+``build_report`` refuses the frame without them."""
 
 OWNED = "judge_api.stats.owned"
 """``DataFrame.attrs`` key of the columns of a frame whose arrays nothing else holds, writable
@@ -331,12 +347,12 @@ def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFra
     for col in _OPTIONAL_STR_COLUMNS:
         out[col] = text(col, optional=True)
     # a column the frame lacks is filled as it is (issue 39: the panel's rows lack 13 of them)
-    for col in _FLOAT_COLUMNS:
-        out[col] = _as_float(df[col], _is_owned(df, col)) if col in df.columns else np.full(n, np.nan)
+    for col in FLOAT_COLUMNS:
+        out[col] = _as_float(df[col], _is_owned(df, col)) if col in df.columns else constant(np.float64(np.nan), n)
     for col in _INT_COLUMNS:
-        out[col] = _as_int(df[col], _is_owned(df, col)) if col in df.columns else np.zeros(n, dtype="int64")
+        out[col] = _as_int(df[col], _is_owned(df, col)) if col in df.columns else constant(np.int64(0), n)
     if CACHED not in df.columns:
-        out[CACHED] = np.zeros(n, dtype=bool)
+        out[CACHED] = constant(np.bool_(False), n)
     elif _is_owned(df, CACHED) and df[CACHED].dtype == bool:
         out[CACHED] = df[CACHED].reset_index(drop=True)
     else:
@@ -350,9 +366,9 @@ def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFra
     else:
         out[JUDGMENT_ID] = np.arange(n, dtype="int64")
     if COST_USD not in df.columns:
-        out[COST_USD] = np.zeros(n)
+        out[COST_USD] = constant(np.float64(0.0), n)
     if CONFIDENCE not in df.columns:
-        out[CONFIDENCE] = np.ones(n)
+        out[CONFIDENCE] = constant(np.float64(1.0), n)
     if PROVIDER_CALLS not in df.columns:  # a frame from elsewhere: one call per finished verdict a judge was asked for
         asked = (
             out[STATUS].isin(FINISHED_STATUSES).to_numpy()
@@ -394,6 +410,50 @@ def validate_judgments(df: pd.DataFrame, *, encoded: bool = False) -> pd.DataFra
     frame = pd.DataFrame({col: out[col] for col in JUDGMENT_COLUMNS}, index=pd.RangeIndex(n), copy=False)
     frame.attrs[VALIDATED] = True
     return frame
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def _load_glibc() -> tuple[Callable[[int], int] | None, Callable[[], _MallInfo2] | None]:
+    """glibc's ``malloc_trim`` and ``mallinfo2`` (2.33+), where this process has them."""
+    if not sys.platform.startswith("linux"):
+        return None, None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl): its allocator returns memory its own way
+        return None, None
+    try:
+        info = libc.mallinfo2
+        info.restype = _MallInfo2
+    except AttributeError:  # glibc before 2.33
+        return trim, None
+    return trim, info
+
+
+_MALLOC_TRIM, _MALLINFO2 = _load_glibc()
+RELEASE_AT_BYTES = 192 * 1024 * 1024
+"""Free heap (glibc's ``fordblks``) from which :func:`release_freed` gives it back."""
+
+
+def release_freed() -> None:
+    """Give the memory freed since back to the system when the heap holds much of it (glibc's ``malloc_trim`` from
+    ``RELEASE_AT_BYTES`` free; nothing elsewhere).
+
+    glibc keeps the pages of arrays smaller than its mmap threshold (up to 32 MB) in its heap once they are freed: at
+    10M rows ``item_scores`` left 707 MB resident for 195 MB of result, and the next step's arrays did not fit in
+    the holes (issue 39). The report calls this between its steps. Below the line it does nothing: every page given
+    back is faulted in again by the next step's arrays, 0.25 s of a 1M-row report that kept 20 MB less."""
+    if _MALLOC_TRIM is None:
+        return
+    if _MALLINFO2 is not None and _MALLINFO2().fordblks < RELEASE_AT_BYTES:
+        return
+    _MALLOC_TRIM(0)
 
 
 def validate_ratings(df: pd.DataFrame | None) -> pd.DataFrame:

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -68,10 +69,11 @@ from judge_api.stats.scores import (
     single_rows,
 )
 
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 """The version of the report's figures: part of the report cache's key, so a report kept by code that computed a
 figure differently is not served by code that computes it otherwise (bump it with any such change; 2: the
-Bradley-Terry resample over outcome patterns, issue 39)."""
+Bradley-Terry resample over outcome patterns, issue 39; 3: the API reads a run in parts, its cost sums added part by
+part, ``stats.parts``)."""
 
 SECTIONS = (
     "meta",
@@ -98,61 +100,139 @@ def _status_dict(status: pd.Series) -> dict[str, int]:
     return {s: int(vc.get(s, 0)) for s in F.STATUSES}
 
 
-def counts_section(judgments: pd.DataFrame) -> dict[str, Any]:
-    """Row counts by status, by mode and by rubric, and the systems / judges / aspects present."""
+class SummedFigures(Protocol):
+    """What the report reads of the columns a run read in parts holds as sums (``stats.parts.RowSums``)."""
+
+    def counts(self) -> dict[str, Any]: ...
+
+    def imported_judges(self) -> dict[str, list[str]]: ...
+
+    def cost_sums(self) -> tuple[CostSums, Mapping[str, CostSums]]: ...
+
+
+def counts_section(judgments: pd.DataFrame, *, sums: SummedFigures | None = None) -> dict[str, Any]:
+    """Row counts by status, by mode and by rubric, and the systems / judges / aspects present; ``sums``: the counts by
+    rubric and the runs of a run read in parts (``stats.parts``)."""
     df = F.validate_judgments(judgments)
+    if sums is not None:
+        summed = sums.counts()
+        by_rubric, runs = summed["by_rubric"], summed["runs"]
+    else:
+        by_rubric = {str(r): _status_dict(group) for r, group in df.groupby(F.RUBRIC_ID, sort=True)[F.STATUS]}
+        runs = F.distinct(df[F.RUN_ID])
     return {
         "n_rows": len(df),
         "by_status": _status_dict(df[F.STATUS]),
         "by_mode": {m: _status_dict(df.loc[df[F.MODE] == m, F.STATUS]) for m in F.MODES},
-        "by_rubric": {str(r): _status_dict(group) for r, group in df.groupby(F.RUBRIC_ID, sort=True)[F.STATUS]},
+        "by_rubric": by_rubric,
         "n_items": int(df[F.ITEM_ID].nunique()),
         "systems": F.distinct(df[F.SYSTEM_A], df[F.SYSTEM_B]),
         "judges": F.distinct(df[F.JUDGE]),
         "aspects": F.distinct(df[F.ASPECT]),
-        "runs": F.distinct(df[F.RUN_ID]),
+        "runs": runs,
     }
 
 
-def _cost_block(
+_COST_TOTALS = (
+    F.INPUT_TOKENS,
+    F.OUTPUT_TOKENS,
+    F.CACHED_INPUT_TOKENS,
+    F.CACHE_WRITE_TOKENS,
+    F.COST_USD,
+    F.CACHE_SAVED_USD,
+    F.LATENCY_MS,
+)
+_COST_MEANS = (F.INPUT_TOKENS, F.OUTPUT_TOKENS, F.COST_USD, F.LATENCY_MS)
+_LISTED = "listed"
+
+
+@dataclass
+class CostSums:
+    """The sums and counts behind one block of the ``cost`` section: what two parts of a run's rows add up to
+    (:meth:`plus`) and what the figures are made of (:func:`cost_figures`).
+
+    ``totals``: the sum of each cost column over the block's rows (NaN counted as 0) and ``listed``, the list price
+    (a row's ``cost_usd`` where it has none); ``mean_sums`` / ``mean_counts``: the finite values of the mean columns
+    over the rows the service called for (finished, not imported), and how many. The token totals are sums of whole
+    numbers, the same in any order; the float totals and means of a run read in parts are sums of the parts' sums,
+    which may differ from one sum over every row in the last digits (``stats.parts``)."""
+
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys((*_COST_TOTALS, _LISTED), 0.0))
+    mean_sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_COST_MEANS, 0.0))
+    mean_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COST_MEANS, 0))
+    n_finished: int = 0
+    n_cached: int = 0
+    n_provider_calls: int = 0
+    n_imported: int = 0
+
+    def plus(self, other: CostSums) -> CostSums:
+        return CostSums(
+            totals={k: self.totals[k] + other.totals[k] for k in self.totals},
+            mean_sums={k: self.mean_sums[k] + other.mean_sums[k] for k in self.mean_sums},
+            mean_counts={k: self.mean_counts[k] + other.mean_counts[k] for k in self.mean_counts},
+            n_finished=self.n_finished + other.n_finished,
+            n_cached=self.n_cached + other.n_cached,
+            n_provider_calls=self.n_provider_calls + other.n_provider_calls,
+            n_imported=self.n_imported + other.n_imported,
+        )
+
+
+def _cost_sums(
     column: Callable[[str], np.ndarray],
     finished: np.ndarray,
     cached: np.ndarray,
     imported: np.ndarray,
     calls: np.ndarray,
-) -> dict[str, Any]:
-    """The figures of one block of rows; ``column(name)``: that column of the block's rows as float64, made when asked
+) -> CostSums:
+    """The sums of one block of rows; ``column(name)``: that column of the block's rows as float64, made when asked
     and dropped after use (issue 39: the eight columns of every block at once were 95 MB at 1M rows)."""
     called = finished & ~imported  # an imported verdict cost this service nothing: not in the means
-
-    def total(name: str) -> float:
-        return float(np.nansum(column(name)))
-
-    def mean(name: str) -> float | None:
-        vals = column(name)[called]
-        vals = vals[np.isfinite(vals)]
-        return float(vals.mean()) if vals.size else None
-
-    cost = total(F.COST_USD)
+    totals = {name: float(np.nansum(column(name))) for name in _COST_TOTALS}
     # rows from before the list price was stored (NaN): they were billed at list price
     listed_cost = column(F.LIST_COST_USD)
-    listed = float(np.nansum(np.where(np.isfinite(listed_cost), listed_cost, column(F.COST_USD))))
+    totals[_LISTED] = float(np.nansum(np.where(np.isfinite(listed_cost), listed_cost, column(F.COST_USD))))
     del listed_cost
-    cache_saved = total(F.CACHE_SAVED_USD)
+    mean_sums: dict[str, float] = {}
+    mean_counts: dict[str, int] = {}
+    for name in _COST_MEANS:
+        vals = column(name)[called]
+        vals = vals[np.isfinite(vals)]
+        # the sum and the count: their quotient is vals.mean() to the last bit (numpy's mean is this sum over n)
+        mean_sums[name], mean_counts[name] = float(vals.sum()), int(vals.size)
+    return CostSums(
+        totals=totals,
+        mean_sums=mean_sums,
+        mean_counts=mean_counts,
+        n_finished=int(finished.sum()),
+        n_cached=int((called & cached).sum()),
+        n_provider_calls=int(calls.sum()),
+        n_imported=int((finished & imported).sum()),
+    )
+
+
+def cost_figures(sums: CostSums) -> dict[str, Any]:
+    """One block of the ``cost`` section from its sums."""
+    totals = sums.totals
+    cost, listed, cache_saved = totals[F.COST_USD], totals[_LISTED], totals[F.CACHE_SAVED_USD]
+
+    def mean(name: str) -> float | None:
+        n = sums.mean_counts[name]
+        return sums.mean_sums[name] / n if n else None
+
     return {
-        "input_tokens": int(total(F.INPUT_TOKENS)),
-        "output_tokens": int(total(F.OUTPUT_TOKENS)),
-        "cached_input_tokens": int(total(F.CACHED_INPUT_TOKENS)),
-        "cache_write_tokens": int(total(F.CACHE_WRITE_TOKENS)),
+        "input_tokens": int(totals[F.INPUT_TOKENS]),
+        "output_tokens": int(totals[F.OUTPUT_TOKENS]),
+        "cached_input_tokens": int(totals[F.CACHED_INPUT_TOKENS]),
+        "cache_write_tokens": int(totals[F.CACHE_WRITE_TOKENS]),
         "cost_usd": cost,
         "list_cost_usd": listed,
         # what the provider's discounts saved against list price: caching at real-time prices, batch the rest
         "saved_usd": {"cache": cache_saved, "batch": max(listed - cost - cache_saved, 0.0)},
-        "latency_ms": total(F.LATENCY_MS),
-        "n_finished": int(finished.sum()),
-        "n_cached": int((called & cached).sum()),
-        "n_provider_calls": int(calls.sum()),
-        "n_imported": int((finished & imported).sum()),
+        "latency_ms": totals[F.LATENCY_MS],
+        "n_finished": sums.n_finished,
+        "n_cached": sums.n_cached,
+        "n_provider_calls": sums.n_provider_calls,
+        "n_imported": sums.n_imported,
         "mean_input_tokens": mean(F.INPUT_TOKENS),
         "mean_output_tokens": mean(F.OUTPUT_TOKENS),
         "mean_cost_usd": mean(F.COST_USD),
@@ -160,8 +240,8 @@ def _cost_block(
     }
 
 
-def cost_section(judgments: pd.DataFrame) -> dict[str, Any]:
-    """Token / cost / latency totals and per-judgment means, overall and per judge."""
+def cost_sums(judgments: pd.DataFrame) -> tuple[CostSums, dict[str, CostSums]]:
+    """The sums behind the ``cost`` section: over every row, and per judge."""
     df = F.validate_judgments(judgments)
     finished = df[F.STATUS].isin(F.FINISHED_STATUSES).to_numpy()
     cached = df[F.CACHED].to_numpy(dtype=bool)
@@ -171,9 +251,9 @@ def cost_section(judgments: pd.DataFrame) -> dict[str, Any]:
     def every_row(name: str) -> np.ndarray:
         return df[name].to_numpy(dtype="float64")
 
-    out = _cost_block(every_row, finished, cached, imported, calls)
+    overall = _cost_sums(every_row, finished, cached, imported, calls)
     codes, judges = pd.factorize(df[F.JUDGE], sort=True)
-    per_judge = []
+    per_judge = {}
     for k, judge in enumerate(judges):
         m = codes == k
 
@@ -181,9 +261,18 @@ def cost_section(judgments: pd.DataFrame) -> dict[str, Any]:
             # the judge's rows first, then float64: the same values as converting every row and taking them
             return np.asarray(df[name].to_numpy()[m], dtype="float64")
 
-        block = _cost_block(judge_rows, finished[m], cached[m], imported[m], calls[m])
-        per_judge.append({"judge": str(judge), **block})
-    out["per_judge"] = per_judge
+        per_judge[str(judge)] = _cost_sums(judge_rows, finished[m], cached[m], imported[m], calls[m])
+    return overall, per_judge
+
+
+def cost_section(
+    judgments: pd.DataFrame, *, sums: tuple[CostSums, Mapping[str, CostSums]] | None = None
+) -> dict[str, Any]:
+    """Token / cost / latency totals and per-judgment means, overall and per judge; ``sums``: :func:`cost_sums` of
+    the run's rows, already added up (a run read in parts, ``stats.parts``), instead of reading ``judgments``."""
+    overall, per_judge = cost_sums(judgments) if sums is None else sums
+    out = cost_figures(overall)
+    out["per_judge"] = [{"judge": judge, **cost_figures(per_judge[judge])} for judge in sorted(per_judge)]
     return out
 
 
@@ -270,6 +359,7 @@ def build_report(
     memory_audit: pd.DataFrame | None = None,
     reference_metrics: Mapping[str, Any] | None = None,
     label_design: Design | None = None,
+    sums: SummedFigures | None = None,
 ) -> dict[str, Any]:
     """Every statistic of a run as one JSON-serialisable dict (see the module docstring).
 
@@ -285,19 +375,65 @@ def build_report(
     fills the ``memory_audit`` section (``stats.memory.memory_audit_section``; None without memory-audit judgments).
     ``reference_metrics`` (``judge_api.reference_tokens.tokenisation_section``: how the reference metrics tokenised
     the items, with its warning) is the ``reference_metrics`` section as given. ``label_design`` (the run's label
-    queue) lets the ``calibrated`` section weight the labels by their inclusion probabilities.
+    queue) lets the ``calibrated`` section weight the labels by their inclusion probabilities. ``sums``: the figures of
+    the columns a run read in parts holds as sums (``stats.parts.RunParts``: required with its frame, marked
+    ``frames.SUMMED``), for the counts by rubric and run, the cost section and the imported judges.
     """
+    return build_report_taking(
+        [judgments],
+        ratings,
+        thresholds=thresholds,
+        n_boot=n_boot,
+        seed=seed,
+        ci=ci,
+        human_prefix=human_prefix,
+        families=families,
+        n_bins=n_bins,
+        panel=panel,
+        fact_labels=fact_labels,
+        memory_audit=memory_audit,
+        reference_metrics=reference_metrics,
+        label_design=label_design,
+        sums=sums,
+    )
+
+
+def build_report_taking(
+    held: list[pd.DataFrame],
+    ratings: pd.DataFrame | None = None,
+    *,
+    thresholds: BiasThresholds | None = None,
+    n_boot: int = REPORT_N_BOOT,
+    seed: int = 0,
+    ci: float = 0.95,
+    human_prefix: str | None = None,
+    families: Mapping[str, str] | None = None,
+    n_bins: int = 5,
+    panel: Mapping[str, Any] | None = None,
+    fact_labels: pd.DataFrame | None = None,
+    memory_audit: pd.DataFrame | None = None,
+    reference_metrics: Mapping[str, Any] | None = None,
+    label_design: Design | None = None,
+    sums: SummedFigures | None = None,
+) -> dict[str, Any]:
+    """``build_report`` of the frame the list ``held`` holds, taken out of it: when nothing else holds the frame, its
+    rows are let go once the sections that read them are made (without ratings: ``stats.parts.report_from_parts``)."""
+    judgments = held.pop()
+    if judgments.attrs.get(F.SUMMED) and sums is None:
+        raise ValueError("the frame of a run read in parts (stats.parts) holds placeholder columns: pass sums")
     stored = F.encode_strings(F.validate_judgments(judgments))
+    del judgments
     settings = panel_config(panel)
-    imported = F.imported_judges(stored)
-    # the frame with the panel's rows appended is a copy of every row: built only for the sections that read rows
-    # (agreement with humans, calibrated); the others take the panel's item scores / outcomes / status rows (issue 39)
-    members, df, panel_judgments, items, combined = _with_panel(stored, settings, imported, stack=ratings is not None)
-    frame = stored if df is None else df
-    single_status, pair_status = _status_rows(stored, panel_judgments) if df is None else (None, None)
-    n_panel_rows = len(panel_judgments)
-    del panel_judgments  # its rows are not kept through the sections (issue 39: 57 MB at 1M with every column)
-    real = _without_pseudo_judges(stored)
+    imported = F.imported_judges(stored) if sums is None else sums.imported_judges()
+    members = _panel_members(stored, settings, imported)
+    # the rows are kept through the report where a section reads them after the panel's rows are made: agreement
+    # with humans and calibrated (they read the frame with the panel's rows), and a stored judge named like the panel
+    keep_rows = ratings is not None or bool((stored[F.JUDGE] == PANEL_JUDGE).any())
+    # the outcomes first: theirs is the larger transient, made while nothing else is held (issue 39)
+    stored_combined = combine_orders(stored, validated=True)
+    F.release_freed()
+    stored_items = item_scores(stored, validated=True)
+    F.release_freed()
     report: dict[str, Any] = {
         "meta": {
             "n_boot": n_boot,
@@ -313,53 +449,93 @@ def build_report(
                 "SmoothingFunction(epsilon=1e-12).method1; tokens as the section reference_metrics says",
             },
         },
-        "counts": {**counts_section(stored), "imported": imported},
-        "scores": score_summary(frame, n_boot=n_boot, seed=seed, ci=ci, items=items, status_rows=single_status),
-        "paired": paired_comparisons(frame, n_boot=n_boot, seed=seed, ci=ci, items=items),
     }
-    del single_status
-    # the paper table's items are a copy of most item scores: kept only while its section is made (issue 39)
-    paper = paper_items(items)
-    report["paper_table"] = _paper_section(
-        paper_table(frame, items=items, paper=paper), paper_cell_counts(items, paper=paper)
+    sections: dict[str, Any] = {}
+
+    def put(name: str, value: Any) -> None:
+        sections[name] = value
+        F.release_freed()  # each section's garbage given back before the next is made (issue 39)
+
+    # first the sections that read the stored rows; they read the real judges' item scores and outcomes (the panel's
+    # are not among them: the bias checks drop them, the panel's coverage and agreement read its members')
+    real = _without_pseudo_judges(stored)
+    put("counts", {**counts_section(stored, sums=sums), "imported": imported})
+    bias = bias_report(
+        real,
+        thresholds=thresholds,
+        families=families,
+        combined=_without_pseudo_judges(stored_combined),
+        items=_without_pseudo_judges(stored_items),
     )
-    del paper
-    report.update(
-        {
-            "preferences": preference_summary(frame, ci=ci, combined=combined, status_rows=pair_status),
-            "ranking": bradley_terry(frame, n_boot=n_boot, seed=seed, ci=ci, combined=combined),
-            "agreement": None,
-            "calibrated": None,
-            "bias": bias_report(
-                real,
-                thresholds=thresholds,
-                families=families,
-                combined=_without_pseudo_judges(combined),
-                items=_without_pseudo_judges(items),
-            ),
-            "cost": cost_section(stored),
-            "self_consistency": self_consistency_section(stored, validated=True),
-            "panel": None,
-            "facts": facts_section(fact_labels, n_boot=n_boot, seed=seed, ci=ci),
-            "memory_audit": memory_audit_section(memory_audit, n_boot=n_boot, seed=seed, ci=ci),
-            "reference_metrics": dict(reference_metrics) if reference_metrics else None,
-        }
-    )
+    put("bias", bias)
+    put("cost", cost_section(stored, sums=None if sums is None else sums.cost_sums()))
+    put("self_consistency", self_consistency_section(stored, validated=True))
+    panel_section = None
     if len(members) >= 2:
-        report["panel"] = {
+        coverage = panel_coverage(stored, members, settings["quorum"], items=stored_items, combined=stored_combined)
+        F.release_freed()
+        panel_section = {
             "judge": PANEL_JUDGE,
             "members": members,
             "aggregate": settings["aggregate"],
             "quorum": resolve_quorum(members, settings["quorum"]),
-            "coverage": panel_coverage(stored, members, settings["quorum"], items=items, combined=combined),
-            "n_rows": n_panel_rows,
+            "coverage": coverage,
+            "n_rows": 0,
             "cost_usd": float(stored.loc[stored[F.JUDGE].isin(members).to_numpy(), F.COST_USD].sum()),
-            "inter_judge": inter_judge_agreement(stored, members, n_bins=n_bins, items=items, combined=combined),
+            "inter_judge": None,
         }
+    single_status = pair_status = None
+    kept = stored if keep_rows else None
+    if kept is None:
+        # the item sections read the stored rows' statuses only: the rows are let go (when nothing else holds them)
+        single_status = single_rows(stored, SCORE_STATUS_COLUMNS)
+        pair_status = pairwise_rows(stored, PREFERENCE_STATUS_COLUMNS)
+    del stored, real
+    F.release_freed()
+    if panel_section is not None:  # the members' item scores and outcomes only
+        panel_section["inter_judge"] = inter_judge_agreement(
+            F.empty_judgments() if kept is None else kept,
+            members,
+            n_bins=n_bins,
+            items=stored_items,
+            combined=stored_combined,
+        )
+        F.release_freed()
+    df, panel_judgments, items, combined = _with_panel(
+        kept, members, settings, stored_items, stored_combined, stack=ratings is not None
+    )
+    del stored_items, stored_combined
+    F.release_freed()
+    if panel_section is not None:
+        panel_section["n_rows"] = len(panel_judgments)
+    if single_status is not None and pair_status is not None:
+        single_status = F.stack_encoded(single_status, single_rows(panel_judgments, SCORE_STATUS_COLUMNS))
+        pair_status = F.stack_encoded(pair_status, pairwise_rows(panel_judgments, PREFERENCE_STATUS_COLUMNS))
+    del panel_judgments  # its rows are not kept through the sections (issue 39: 57 MB at 1M with every column)
+    # the item sections read the item scores, outcomes and status rows: without the rows, an empty frame
+    frame = df if df is not None and kept is not None else F.empty_judgments()
+    put("scores", score_summary(frame, n_boot=n_boot, seed=seed, ci=ci, items=items, status_rows=single_status))
+    del single_status
+    put("paired", paired_comparisons(frame, n_boot=n_boot, seed=seed, ci=ci, items=items))
+    # the paper table's items are a copy of most item scores: kept only while its section is made (issue 39)
+    paper = paper_items(items)
+    table = paper_table(frame, items=items, paper=paper)
+    put("paper_table", _paper_section(table, paper_cell_counts(items, paper=paper)))
+    del paper, table
+    put("preferences", preference_summary(frame, ci=ci, combined=combined, status_rows=pair_status))
+    del pair_status
+    put("ranking", bradley_terry(frame, n_boot=n_boot, seed=seed, ci=ci, combined=combined))
+    sections["agreement"] = None
+    sections["calibrated"] = None
+    sections["panel"] = panel_section
+    put("facts", facts_section(fact_labels, n_boot=n_boot, seed=seed, ci=ci))
+    put("memory_audit", memory_audit_section(memory_audit, n_boot=n_boot, seed=seed, ci=ci))
+    sections["reference_metrics"] = dict(reference_metrics) if reference_metrics else None
     if ratings is not None:
-        assert df is not None  # stacked when there are ratings
+        assert df is not None and kept is not None  # stacked when there are ratings
+        stored, real = kept, _without_pseudo_judges(kept)
         r = F.validate_ratings(ratings)
-        report["agreement"] = {
+        sections["agreement"] = {
             "human_prefix": human_prefix,
             "preferences": preference_agreement(df, r, human_prefix=human_prefix, combined=combined),
             "scores": score_agreement(df, r, n_bins=n_bins, human_prefix=human_prefix, items=items),
@@ -377,9 +553,10 @@ def build_report(
             ),
         }
         human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]
-        report["calibrated"] = calibrated_section(
+        sections["calibrated"] = calibrated_section(
             df, human, items=items, combined=combined, ci=ci, design=label_design, panel_members=members
         )
+    report.update((name, sections[name]) for name in SECTIONS if name != "meta")
     out = F.jsonable(report)
     assert isinstance(out, dict)
     _mark_imported(out, imported)
@@ -398,37 +575,38 @@ def _without_pseudo_judges(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[~pseudo]
 
 
-def _status_rows(stored: pd.DataFrame, panel: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The rows ``score_summary`` and ``preference_summary`` count statuses on, the stored judgments' and then the
-    panel's: the same rows, in the same order, as they take from the frame with the panel's rows appended, without
-    copying every column of every row into that frame."""
-    single_cols, pair_cols = SCORE_STATUS_COLUMNS, PREFERENCE_STATUS_COLUMNS
-    single = F.stack_encoded(single_rows(stored, single_cols), single_rows(panel, single_cols))
-    return single, F.stack_encoded(pairwise_rows(stored, pair_cols), pairwise_rows(panel, pair_cols))
-
-
-def _with_panel(
-    stored: pd.DataFrame, settings: Mapping[str, Any], imported: Mapping[str, Any], *, stack: bool = True
-) -> tuple[list[str], pd.DataFrame | None, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The panel's members, the frame with the panel's rows added, those rows, and the frame's item scores
-    (``item_scores``) and order-combined outcomes (``combine_orders``). With ``stack=False`` the frame is None when
-    the panel has rows (the caller does not need every row twice), else the stored frame.
-
-    The item scores and outcomes of the stored judgments are computed once and serve the panel too; the panel's own
-    are appended (issue 39). Both functions keep their groups in the order they first appear and the panel's rows
-    come after the stored ones under a judge of their own, so this is row for row what they give on the whole
-    frame."""
-    # the default panel is the judges the run called: imported verdicts join it only when named
+def _panel_members(stored: pd.DataFrame, settings: Mapping[str, Any], imported: Mapping[str, Any]) -> list[str]:
+    """The panel's members: the judges named, or by default the judges the run called (imported verdicts join it
+    only when named); none when the panel is disabled."""
     chosen = settings["judges"]
     if chosen is None:
         chosen = [j for j in F.distinct(stored[F.JUDGE]) if j not in imported]
-    members = panel_members(stored, chosen) if settings["enabled"] else []
-    stored_items = item_scores(stored, validated=True)
-    stored_combined = combine_orders(stored, validated=True)
+    return panel_members(stored, chosen) if settings["enabled"] else []
+
+
+def _with_panel(
+    stored: pd.DataFrame | None,
+    members: list[str],
+    settings: Mapping[str, Any],
+    stored_items: pd.DataFrame,
+    stored_combined: pd.DataFrame,
+    *,
+    stack: bool,
+) -> tuple[pd.DataFrame | None, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The frame with the panel's rows added, those rows, and that frame's item scores (``item_scores``) and
+    order-combined outcomes (``combine_orders``), from the stored rows' (``stored_items``, ``stored_combined``).
+
+    ``stored``: the stored rows, or None when they were let go (then neither ``stack`` nor a stored judge named like
+    the panel; the frame given back is None). With ``stack=False`` the frame is None when the panel has rows (the
+    caller does not need every row twice), else the stored frame.
+
+    The panel's item scores and outcomes are appended to the stored ones (issue 39). Both functions keep their
+    groups in the order they first appear and the panel's rows come after the stored ones under a judge of their
+    own, so this is row for row what they give on the whole frame."""
     if len(members) < 2:
-        return members, stored, F.empty_judgments(), stored_items, stored_combined
+        return stored, F.empty_judgments(), stored_items, stored_combined
     rows = panel_rows(
-        stored,
+        F.empty_judgments() if stored is None else stored,  # read for nothing but its type: the units are given
         members,
         settings["aggregate"],
         quorum=settings["quorum"],
@@ -436,19 +614,36 @@ def _with_panel(
         combined=stored_combined,
         encoded=True,
     )
+    F.release_freed()
     if rows.empty:
-        return members, stored, rows, stored_items, stored_combined
-    named_like_panel = bool((stored[F.JUDGE] == PANEL_JUDGE).any())
+        return stored, rows, stored_items, stored_combined
+    named_like_panel = stored is not None and bool((stored[F.JUDGE] == PANEL_JUDGE).any())
     if not stack and not named_like_panel:
         # only their item scores, outcomes and status rows are read: not their 32 columns (issue 39: 56 MB at 1M)
         rows = rows[PANEL_ROW_COLUMNS]
     rows = F.encode_strings(rows.assign(**{F.JUDGMENT_ID: -np.arange(1, len(rows) + 1)}))
     if named_like_panel:  # a stored judge named like the panel: its groups would merge
+        assert stored is not None
         df = _stacked(stored, rows)
-        return members, df, rows, item_scores(df, validated=True), combine_orders(df, validated=True)
+        return df, rows, item_scores(df, validated=True), combine_orders(df, validated=True)
     items = F.stack_encoded(stored_items, item_scores(rows, validated=True))
+    F.release_freed()
     combined = F.stack_encoded(stored_combined, combine_orders(rows, validated=True))
-    return members, _stacked(stored, rows) if stack else None, rows, items, combined
+    F.release_freed()
+    if not stack:
+        return None, rows, items, combined
+    assert stored is not None
+    return _stacked(stored, rows), rows, items, combined
+
+
+def _panel_frames(
+    stored: pd.DataFrame, settings: Mapping[str, Any], imported: Mapping[str, Any], *, stack: bool = True
+) -> tuple[list[str], pd.DataFrame | None, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The panel's members, then :func:`_with_panel` of the stored rows (their item scores and outcomes made here)."""
+    members = _panel_members(stored, settings, imported)
+    stored_items = item_scores(stored, validated=True)
+    stored_combined = combine_orders(stored, validated=True)
+    return members, *_with_panel(stored, members, settings, stored_items, stored_combined, stack=stack)
 
 
 PANEL_ROW_COLUMNS = list(
@@ -491,7 +686,7 @@ def calibrated_report(
     if ratings is None:
         return None
     stored = F.encode_strings(F.validate_judgments(judgments))
-    members, df, _, items, combined = _with_panel(stored, panel_config(panel), F.imported_judges(stored))
+    members, df, _, items, combined = _panel_frames(stored, panel_config(panel), F.imported_judges(stored))
     assert df is not None
     r = F.validate_ratings(ratings)
     human = r if human_prefix is None else r[r[F.RATER].str.startswith(human_prefix)]

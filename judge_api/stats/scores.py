@@ -85,6 +85,13 @@ def item_scores(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataF
     # grouped by one integer code per (item, system, aspect, judge), numbered as groupby(ITEM_KEYS, sort=False)
     # numbers them: the same groups, rows and order, so the same means (issue 39)
     group = F.group_codes(df, ITEM_KEYS)
+    if group.size and int(group[-1]) == group.size - 1:
+        # one row per group (one sample a judgment, the usual run), numbered in row order: each group's mean, size
+        # and first value are its row's own (a mean of one value is that value; a first non-missing of a missing
+        # one is missing), without the group-by's copies (issue 39: 780 MB at 10M rows, 390 without)
+        out = df.rename(columns={F.LEN_A: "length"}).reset_index(drop=True)
+        out["n_samples"] = np.ones(len(out), dtype=np.int64)
+        return out[cols]
     values = df[[F.SCORE, F.LEN_A, F.SCALE_MIN, F.SCALE_MAX]].reset_index(drop=True)
     aggregated = values.groupby(group, sort=False).agg(
         score=(F.SCORE, "mean"),

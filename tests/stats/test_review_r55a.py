@@ -42,7 +42,7 @@ import pandas as pd
 import pytest
 
 from judge_api.stats import frames as F
-from judge_api.stats.report import _with_panel, _without_pseudo_judges, build_report, panel_config
+from judge_api.stats.report import _panel_frames, _without_pseudo_judges, build_report, panel_config
 from judge_api.stats.synthetic import synthetic_judgments
 from tests.stats.report_golden_cases import _imported_and_reference, _ratings_for, _sampled, _small
 
@@ -227,7 +227,7 @@ def test_build_report_does_not_mutate_the_callers_frame(with_ratings: bool) -> N
 def test_a_write_to_the_view_does_not_reach_the_stacked_frame() -> None:
     """HELD: copy-on-write keeps every write to ``_without_pseudo_judges``'s view off the stacked frame."""
     stored = _encoded(synthetic_judgments(2000, seed=5))
-    _, _, _, items, _ = _with_panel(stored, panel_config(None), {}, stack=False)
+    _, _, _, items, _ = _panel_frames(stored, panel_config(None), {}, stack=False)
     before = _digest(items)
     view = _without_pseudo_judges(items)
     assert len(view) < len(items)
