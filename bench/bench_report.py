@@ -68,7 +68,7 @@ if str(ROOT) not in sys.path:
 
 from judge_api.stats import frames as F  # noqa: E402
 from judge_api.stats.parts import RunParts  # noqa: E402
-from judge_api.stats.report import build_report, build_report_taking  # noqa: E402
+from judge_api.stats.report import build_report  # noqa: E402
 from judge_api.stats.synthetic import synthetic_judgments  # noqa: E402
 
 MB = 1024 * 1024
@@ -165,7 +165,7 @@ def measure_parts(n_rows: int, n_boot: int, seed: int, repeat: int, folder: Path
         t0 = time.perf_counter()
         held, sums = [run.frame()], run.sums
         del run
-        report = build_report_taking(held, n_boot=n_boot, seed=seed, sums=sums)
+        report = build_report(held, n_boot=n_boot, seed=seed, sums=sums)
         times.append(spent + time.perf_counter() - t0)
         if len(times) == 1:
             rss_after, counts = _rss_bytes(), (single, pairwise)

@@ -27,7 +27,7 @@ from judge_api.stats import frames as F
 from judge_api.stats.bootstrap import REPORT_N_BOOT
 from judge_api.stats.calibrated import Design
 from judge_api.stats.parts import RunParts
-from judge_api.stats.report import REPORT_VERSION, build_report, build_report_taking, calibrated_report
+from judge_api.stats.report import REPORT_VERSION, build_report, calibrated_report
 
 router = APIRouter(tags=["reports"])
 
@@ -172,7 +172,7 @@ def _build(session: Session, run_id: str, config: dict[str, Any] | None, params:
         del part
     reference = _reference_tokens(session, run_id, config, versions)
     sums = run.sums
-    return build_report_taking(
+    return build_report(
         [run.frame()],  # the report's only hold on the rows: it lets them go once it has read them
         ratings if len(ratings) else None,
         n_boot=params["n_boot"],

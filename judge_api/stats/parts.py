@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from judge_api.stats import frames as F
-from judge_api.stats.report import CostSums, build_report_taking, cost_sums
+from judge_api.stats.report import CostSums, build_report, cost_sums
 
 ROW_COLUMNS: tuple[str, ...] = (
     F.ITEM_ID,
@@ -189,4 +189,4 @@ def report_from_parts(parts: Iterable[pd.DataFrame], ratings: pd.DataFrame | Non
     for part in parts:
         run.add(part)
     # the list is the frame's only holder: the report lets its rows go once it has read them
-    return build_report_taking([run.frame()], ratings, sums=run.sums, **options)
+    return build_report([run.frame()], ratings, sums=run.sums, **options)

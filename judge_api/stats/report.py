@@ -344,7 +344,7 @@ def panel_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def build_report(
-    judgments: pd.DataFrame,
+    judgments: pd.DataFrame | list[pd.DataFrame],
     ratings: pd.DataFrame | None = None,
     *,
     thresholds: BiasThresholds | None = None,
@@ -378,47 +378,13 @@ def build_report(
     queue) lets the ``calibrated`` section weight the labels by their inclusion probabilities. ``sums``: the figures of
     the columns a run read in parts holds as sums (``stats.parts.RunParts``: required with its frame, marked
     ``frames.SUMMED``), for the counts by rubric and run, the cost section and the imported judges.
+
+    ``judgments`` may be a list holding the frame: the report takes the frame out of it, and when nothing else holds
+    the frame, lets its rows go once the sections that read them are made (without ratings; issue 39,
+    ``stats.parts.report_from_parts``).
     """
-    return build_report_taking(
-        [judgments],
-        ratings,
-        thresholds=thresholds,
-        n_boot=n_boot,
-        seed=seed,
-        ci=ci,
-        human_prefix=human_prefix,
-        families=families,
-        n_bins=n_bins,
-        panel=panel,
-        fact_labels=fact_labels,
-        memory_audit=memory_audit,
-        reference_metrics=reference_metrics,
-        label_design=label_design,
-        sums=sums,
-    )
-
-
-def build_report_taking(
-    held: list[pd.DataFrame],
-    ratings: pd.DataFrame | None = None,
-    *,
-    thresholds: BiasThresholds | None = None,
-    n_boot: int = REPORT_N_BOOT,
-    seed: int = 0,
-    ci: float = 0.95,
-    human_prefix: str | None = None,
-    families: Mapping[str, str] | None = None,
-    n_bins: int = 5,
-    panel: Mapping[str, Any] | None = None,
-    fact_labels: pd.DataFrame | None = None,
-    memory_audit: pd.DataFrame | None = None,
-    reference_metrics: Mapping[str, Any] | None = None,
-    label_design: Design | None = None,
-    sums: SummedFigures | None = None,
-) -> dict[str, Any]:
-    """``build_report`` of the frame the list ``held`` holds, taken out of it: when nothing else holds the frame, its
-    rows are let go once the sections that read them are made (without ratings: ``stats.parts.report_from_parts``)."""
-    judgments = held.pop()
+    if isinstance(judgments, list):
+        judgments = judgments.pop()
     if judgments.attrs.get(F.SUMMED) and sums is None:
         raise ValueError("the frame of a run read in parts (stats.parts) holds placeholder columns: pass sums")
     stored = F.encode_strings(F.validate_judgments(judgments))
