@@ -68,12 +68,19 @@ def _empty_combined() -> pd.DataFrame:
     return out
 
 
-def _codes_to_outcomes(codes: np.ndarray) -> np.ndarray:
-    """+1/0/-1 (NaN = absent) -> win/tie/loss (None)."""
-    out = np.full(codes.shape, None, dtype=object)
+_OUTCOME_TYPE = pd.CategoricalDtype(pd.Index(sorted(F.OUTCOMES), dtype="str"))
+"""loss / tie / win, sorted as the strings sort (``frames.encode_strings``' categoricals)."""
+
+
+def _codes_to_outcomes(codes: np.ndarray) -> pd.Categorical:
+    """+1/0/-1 (NaN = absent) -> win/tie/loss (missing), one byte a unit (issue 39: Arrow strings were ~13 bytes a
+    unit in three columns, and every comparison turned them into Python strings)."""
+    position = {code: list(_OUTCOME_TYPE.categories).index(name) for code, name in enumerate(CODE_OUTCOME, start=-1)}
     ok = np.isfinite(codes)
-    out[ok] = CODE_OUTCOME[codes[ok].astype(np.int64) + 1]
-    return out
+    out = np.full(codes.shape, -1, dtype=np.int8)
+    for code, at in position.items():
+        out[ok & (codes == code)] = at
+    return pd.Categorical.from_codes(out, dtype=_OUTCOME_TYPE)
 
 
 def combine_orders(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataFrame:
@@ -114,11 +121,11 @@ def combine_orders(judgments: pd.DataFrame, *, validated: bool = False) -> pd.Da
     out = keys
     # strings even where an order is never present (the panel's rows): an object column of them, 17 MB at 1M rows,
     # once stacked with the stored judgments' (issue 39)
-    out[F.OUTCOME] = pd.array(_codes_to_outcomes(combined), dtype="str")
+    out[F.OUTCOME] = _codes_to_outcomes(combined)
     out["inconsistent"] = both & ~agree
     out["n_orders"] = has.sum(axis=1).astype("int64")
-    out["outcome_ab"] = pd.array(_codes_to_outcomes(order_code[:, 0]), dtype="str")
-    out["outcome_ba"] = pd.array(_codes_to_outcomes(order_code[:, 1]), dtype="str")
+    out["outcome_ab"] = _codes_to_outcomes(order_code[:, 0])
+    out["outcome_ba"] = _codes_to_outcomes(order_code[:, 1])
     pref_orders = np.isfinite(order_pref)
     with np.errstate(invalid="ignore", divide="ignore"):
         out[F.PREFERENCE] = np.where(pref_orders, order_pref, 0.0).sum(axis=1) / pref_orders.sum(axis=1)
