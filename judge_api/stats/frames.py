@@ -193,6 +193,10 @@ def _as_str(series: pd.Series, encoded: bool = False) -> pd.Series:
     categorical of strings stays categorical (``encode_strings``' frames: no string is materialised)."""
     s = series.reset_index(drop=True)
     if encoded and isinstance(s.dtype, pd.CategoricalDtype) and s.cat.categories.inferred_type in ("string", "empty"):
+        if not s.cat.categories.is_monotonic_increasing:
+            # sorted, as encode_strings makes them: a group-by in category order is then in the strings' order, and
+            # the report's lists do not depend on how a caller ordered its categories (review r57a)
+            s = s.cat.reorder_categories(s.cat.categories.sort_values())
         return s
     return s if isinstance(s.dtype, pd.StringDtype) else s.astype("str")
 

@@ -227,7 +227,7 @@ def cost_figures(sums: CostSums) -> dict[str, Any]:
         "cost_usd": cost,
         "list_cost_usd": listed,
         # what the provider's discounts saved against list price: caching at real-time prices, batch the rest
-        "saved_usd": {"cache": cache_saved, "batch": max(listed - cost - cache_saved, 0.0)},
+        "saved_usd": {"cache": cache_saved, "batch": _batch_saved(listed, cost, cache_saved)},
         "latency_ms": totals[F.LATENCY_MS],
         "n_finished": sums.n_finished,
         "n_cached": sums.n_cached,
@@ -238,6 +238,18 @@ def cost_figures(sums: CostSums) -> dict[str, Any]:
         "mean_cost_usd": mean(F.COST_USD),
         "mean_latency_ms": mean(F.LATENCY_MS),
     }
+
+
+BATCH_SAVED_NOISE = 1e-9
+"""A batch saving below this share of the list price is the rounding of the three totals it is the difference of."""
+
+
+def _batch_saved(listed: float, cost: float, cache_saved: float) -> float:
+    """What batch prices saved: the list price less what was paid and what the cache saved. Where nothing was batched
+    the three totals cancel and leave their rounding (~1e-17 a dollar), which depends on the order the rows were
+    summed in (a run read in parts, review r57a): below ``BATCH_SAVED_NOISE`` of the list price it is 0."""
+    batch = listed - cost - cache_saved
+    return batch if batch > BATCH_SAVED_NOISE * abs(listed) else 0.0
 
 
 def cost_sums(judgments: pd.DataFrame) -> tuple[CostSums, dict[str, CostSums]]:

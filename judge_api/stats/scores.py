@@ -91,7 +91,9 @@ def item_scores(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataF
         # one is missing), without the group-by's copies (issue 39: 780 MB at 10M rows, 390 without)
         out = df.rename(columns={F.LEN_A: "length"}).reset_index(drop=True)
         out["n_samples"] = np.ones(len(out), dtype=np.int64)
-        return out[cols]
+        out = out[cols]
+        out.attrs = {}  # item scores, not the judgments frame its markers describe (review r57a)
+        return out
     values = df[[F.SCORE, F.LEN_A, F.SCALE_MIN, F.SCALE_MAX]].reset_index(drop=True)
     aggregated = values.groupby(group, sort=False).agg(
         score=(F.SCORE, "mean"),

