@@ -13,6 +13,7 @@ import pandas as pd
 
 from dialogue_judge.gate.decision import GateDecider
 from judge_api.adaptive.replay import oracle_from_judgments
+from judge_api.adaptive.steps import _outcomes
 from judge_api.stats import frames as F
 from judge_api.stats.parts import RunParts, report_from_parts
 from judge_api.stats.preferences import combine_orders, orient_combined, summarise_combined
@@ -63,7 +64,7 @@ def test_combine_orders_consumers_outside_the_report_give_the_previous_values() 
     ``combine_orders`` outside the report give what they gave on 46b962b (Arrow strings; values taken from that
     commit): ``orient_combined`` (``.map`` + ``.where`` on the categorical), ``summarise_combined`` (no 0-count rows
     of unobserved categories, no extra groups), the gate's panel outcomes (``to_dict`` records compared with
-    Python strings; missing orders NaN as before) and the adaptive replay's oracle."""
+    Python strings; missing orders NaN as before), the adaptive step's comparisons and the replay's oracle."""
     frame = _pairwise(SMALL)
     oriented = orient_combined(combine_orders(frame), "y")
     got = [
@@ -98,6 +99,13 @@ def test_combine_orders_consumers_outside_the_report_give_the_previous_values() 
     }
     single = GateDecider.outcomes([r for r in records if r["item_id"] == "i3"])
     assert single[("overall", "i3")]["outcome"] == "tie" and _text(single[("overall", "i3")]["outcome_ba"]) is None
+    steps = _outcomes(frame[frame["judge"] == "j1"].rename(columns={"item_id": "item_key"}))
+    assert [(c.item, c.a, c.b, c.score) for c in steps] == [
+        ("i1", "x", "y", 1.0),
+        ("i2", "x", "y", 0.5),
+        ("i3", "x", "y", 0.5),
+        ("i4", "y", "x", 0.0),
+    ]
     oracle = oracle_from_judgments(frame[frame["judge"] == "j1"])
     assert sorted(oracle.verdicts.items()) == [
         (("i1", "x", "y"), 1.0),
