@@ -144,6 +144,10 @@ _COST_TOTALS = (
 )
 _COST_MEANS = (F.INPUT_TOKENS, F.OUTPUT_TOKENS, F.COST_USD, F.LATENCY_MS)
 _LISTED = "listed"
+_BATCH_SAVED = "batch_saved"
+BATCH_SAVED_NOISE = 1e-9
+"""A row whose list price less what was paid and what the cache saved is below this share of its list price saved
+nothing by batch: the difference is the rounding of ``list = cost + cache_saved``."""
 
 
 @dataclass
@@ -151,13 +155,15 @@ class CostSums:
     """The sums and counts behind one block of the ``cost`` section: what two parts of a run's rows add up to
     (:meth:`plus`) and what the figures are made of (:func:`cost_figures`).
 
-    ``totals``: the sum of each cost column over the block's rows (NaN counted as 0) and ``listed``, the list price
-    (a row's ``cost_usd`` where it has none); ``mean_sums`` / ``mean_counts``: the finite values of the mean columns
-    over the rows the service called for (finished, not imported), and how many. The token totals are sums of whole
+    ``totals``: the sum of each cost column over the block's rows (NaN counted as 0), ``listed``, the list price
+    (a row's ``cost_usd`` where it has none), and ``batch_saved``, what batch prices saved (per row: the list price
+    less what was paid and what the cache saved, 0 below ``BATCH_SAVED_NOISE`` of the row's list price);
+    ``mean_sums`` / ``mean_counts``: the finite values of the mean columns over the rows the service called for
+    (finished, not imported), and how many. The token totals are sums of whole
     numbers, the same in any order; the float totals and means of a run read in parts are sums of the parts' sums,
     which may differ from one sum over every row in the last digits (``stats.parts``)."""
 
-    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys((*_COST_TOTALS, _LISTED), 0.0))
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys((*_COST_TOTALS, _LISTED, _BATCH_SAVED), 0.0))
     mean_sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_COST_MEANS, 0.0))
     mean_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COST_MEANS, 0))
     n_finished: int = 0
@@ -190,8 +196,14 @@ def _cost_sums(
     totals = {name: float(np.nansum(column(name))) for name in _COST_TOTALS}
     # rows from before the list price was stored (NaN): they were billed at list price
     listed_cost = column(F.LIST_COST_USD)
-    totals[_LISTED] = float(np.nansum(np.where(np.isfinite(listed_cost), listed_cost, column(F.COST_USD))))
-    del listed_cost
+    listed_cost = np.where(np.isfinite(listed_cost), listed_cost, column(F.COST_USD))
+    totals[_LISTED] = float(np.nansum(listed_cost))
+    # what batch prices saved, row by row: the difference of the three totals is their rounding where nothing was
+    # batched (~1e-17), and other rounding when they are summed in parts (reviews r57a, r57b)
+    batch = np.nan_to_num(listed_cost) - np.nan_to_num(column(F.COST_USD)) - np.nan_to_num(column(F.CACHE_SAVED_USD))
+    batch = np.where(batch > BATCH_SAVED_NOISE * np.abs(np.nan_to_num(listed_cost)), batch, 0.0)
+    totals[_BATCH_SAVED] = float(batch.sum())
+    del listed_cost, batch
     mean_sums: dict[str, float] = {}
     mean_counts: dict[str, int] = {}
     for name in _COST_MEANS:
@@ -227,7 +239,7 @@ def cost_figures(sums: CostSums) -> dict[str, Any]:
         "cost_usd": cost,
         "list_cost_usd": listed,
         # what the provider's discounts saved against list price: caching at real-time prices, batch the rest
-        "saved_usd": {"cache": cache_saved, "batch": _batch_saved(listed, cost, cache_saved)},
+        "saved_usd": {"cache": cache_saved, "batch": totals[_BATCH_SAVED]},
         "latency_ms": totals[F.LATENCY_MS],
         "n_finished": sums.n_finished,
         "n_cached": sums.n_cached,
@@ -238,18 +250,6 @@ def cost_figures(sums: CostSums) -> dict[str, Any]:
         "mean_cost_usd": mean(F.COST_USD),
         "mean_latency_ms": mean(F.LATENCY_MS),
     }
-
-
-BATCH_SAVED_NOISE = 1e-9
-"""A batch saving below this share of the list price is the rounding of the three totals it is the difference of."""
-
-
-def _batch_saved(listed: float, cost: float, cache_saved: float) -> float:
-    """What batch prices saved: the list price less what was paid and what the cache saved. Where nothing was batched
-    the three totals cancel and leave their rounding (~1e-17 a dollar), which depends on the order the rows were
-    summed in (a run read in parts, review r57a): below ``BATCH_SAVED_NOISE`` of the list price it is 0."""
-    batch = listed - cost - cache_saved
-    return batch if batch > BATCH_SAVED_NOISE * abs(listed) else 0.0
 
 
 def cost_sums(judgments: pd.DataFrame) -> tuple[CostSums, dict[str, CostSums]]:

@@ -99,13 +99,14 @@ def _costs_whose_parts_round_apart(n: int, part: int) -> tuple[np.ndarray, np.nd
 def test_a_small_real_batch_saving_read_in_parts_is_the_whole_frames(
     api_factory: ApiFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """BUG (review r57b): promise D (the route's cost floats within 1e-12 of ``build_report(judgments_frame)``)
+    """FIXED (review r57b): promise D (the route's cost floats within 1e-12 of ``build_report(judgments_frame)``)
     and C (a real batch saving still reported) together: ``saved_usd.batch`` is ``list - cost - cache_saved``, a
     difference of two nearly equal sums. With one batched row (list $2e-6, paid $1e-6) among real-time rows of up to
     a cent, the saving ($1e-6) is ~5e-7 of the list price (above the 1e-9 noise line, so reported), but the parts'
     sums round differently from the whole frame's: the route's figure differs from the whole frame's by ~1e-10
     relative (9.999999999177334e-07 vs 1.0000000000287557e-06). Reproduction: a 60-item run (120 rows), random
-    costs (a seed whose part sums round apart), every row at list price but the first, REPORT_PART_ROWS=3."""
+    costs (a seed whose part sums round apart), every row at list price but the first, REPORT_PART_ROWS=3. The rows'
+    savings are now summed (0 below a billionth of a row's list price): only the batched row adds to it."""
     api = api_factory(DJ_REPORT_CACHE="false")
     run_id = str(api.submit(None, run_body(60))["id"])
     rows = _judgment_ids(run_id)

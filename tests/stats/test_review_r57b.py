@@ -168,10 +168,11 @@ def _real_time_rows(n: int) -> pd.DataFrame:
 
 
 def test_one_batched_row_among_a_million_real_time_rows_is_a_batch_saving() -> None:
-    """BUG (review r57b): promise C, "a real batch saving (even small, one batched row among a million real-time
+    """FIXED (review r57b): promise C, "a real batch saving (even small, one batched row among a million real-time
     rows) is still reported". A million rows billed at list price ($0.01 each, $10,000 listed) and one small batched
     row (list $1e-5, paid $5e-6): the saving is $5e-6, ~1e7 times the three totals' rounding (~1e-13 here), but
-    below 1e-9 of the list price ($1e-5), so ``_batch_saved`` reports 0. 46b962b reported 4.99999987e-06."""
+    below 1e-9 of the list price ($1e-5), so ``_batch_saved`` reported 0 (46b962b: 4.99999987e-06). Each row's saving
+    is now summed, 0 below a billionth of that row's list price: 5e-6."""
     frame = _real_time_rows(1_000_000)
     frame.loc[0, ["cost_usd", "list_cost_usd"]] = [5e-6, 1e-5]
     cost = cost_section(frame)
@@ -200,12 +201,13 @@ def test_negative_rounding_never_becomes_a_negative_batch_saving() -> None:
 
 
 def test_a_small_real_batch_saving_summed_over_parts_stays_within_the_cost_bound() -> None:
-    """BUG (review r57b): promise D (the report of a run read in parts, what the API serves: the cost floats within
+    """FIXED (review r57b): promise D (the report of a run read in parts, what the API serves: the cost floats within
     1e-12 of the whole frame's report). ``saved_usd.batch`` is ``list - cost - cache_saved``: with a real but small
     batch saving (one batched row, list $2e-6, paid $1e-6, among 399 real-time rows of up to a cent; the saving is
     ~5e-7 of the list price, above the 1e-9 noise line) the parts' sums round apart from one sum over every row by a
     few 1e-19 dollars, and the difference of the two totals carries that: the saving read 3 rows a part differs from
-    the whole frame's by ~4e-10 relative (1.000000000139778e-06 vs 9.999999996956888e-07)."""
+    the whole frame's by ~4e-10 relative (1.000000000139778e-06 vs 9.999999996956888e-07). The rows' savings are now
+    summed (0 below a billionth of a row's list price): only the batched rows add to it."""
     rng = np.random.default_rng(0)
     n = 400
     frame = _real_time_rows(n)
