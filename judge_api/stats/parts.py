@@ -26,27 +26,12 @@ import numpy as np
 import pandas as pd
 
 from judge_api.stats import frames as F
-from judge_api.stats.report import CostSums, build_report, cost_sums
+from judge_api.stats.report import PANEL_ROW_COLUMNS, CostSums, build_report, cost_sums
 
-ROW_COLUMNS: tuple[str, ...] = (
-    F.ITEM_ID,
-    F.MODE,
-    F.SYSTEM_A,
-    F.SYSTEM_B,
-    F.ASPECT,
-    F.JUDGE,
-    F.ORDER,
-    F.STATUS,
-    F.SCORE,
-    F.SCALE_MIN,
-    F.SCALE_MAX,
-    F.PREFERENCE,
-    F.OUTCOME,
-    F.LEN_A,
-    F.LEN_B,
-    F.COST_USD,
-)
-"""The columns the report's sections read row by row: kept for every row."""
+ROW_COLUMNS: tuple[str, ...] = (*PANEL_ROW_COLUMNS, F.COST_USD)
+"""The columns the report's sections read row by row, kept for every row: what the item scores, the outcomes and the
+status rows are made of (the panel's rows keep the same), and ``cost_usd`` (the panel's cost, the judges' against
+humans)."""
 
 SUMMED_COLUMNS: tuple[str, ...] = tuple(c for c in F.JUDGMENT_COLUMNS if c not in ROW_COLUMNS)
 """The columns only sums and sets of the report read (:class:`RowSums`): held as a constant in the parts' frame."""

@@ -18,28 +18,10 @@ from judge_api.models import Judgment, Run
 from judge_api.reference_metrics import LEXICAL_METRICS, REFERENCE_JUDGE
 from judge_api.reference_tokens import tokenisation_section
 from judge_api.repository import frames as repository_frames
-from judge_api.stats.report import build_report
 from tests.api.conftest import ApiFactory, run_body
 from tests.api.test_report_cache import _figures, _judge, _judgment_ids, _report
-from tests.stats.test_report_parts import _differences
-
-COST_RTOL = 1e-12
-"""The promise: the route's cost floats within 1e-12 (relative) of the whole frame's."""
-
-
-def _whole(run_id: str, **options: Any) -> dict[str, Any]:
-    with session_scope() as session:
-        frame = repository.judgments_frame(session, run_id)
-    return build_report(frame, None, **options)
-
-
-def _beyond_promise(whole: dict[str, Any], got: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    bad = []
-    for path, a, b in _differences({k: whole[k] for k in got if k in whole}, {k: got[k] for k in got if k in whole}):
-        cost_float = path.startswith(".cost.") and isinstance(a, float) and isinstance(b, float)
-        if not (cost_float and math.isclose(a, b, rel_tol=COST_RTOL)):
-            bad.append((path, a, b))
-    return bad
+from tests.api.test_review_r57a import _compare, _whole
+from tests.stats.test_report_parts import COST_RTOL
 
 
 def _mixed_rubrics_run(api: Any) -> str:
@@ -75,7 +57,7 @@ def test_rubrics_of_different_scales_and_an_own_scale_read_in_parts(
     monkeypatch.setattr(repository_frames, "REPORT_PART_ROWS", 3)
     got = _figures(_report(api, run_id, n_boot=20))
     whole = _whole(run_id, n_boot=20)
-    assert _beyond_promise(whole, got) == []
+    assert _compare(whole, got) == []
     assert sorted(got["counts"]["by_rubric"]) == ["geval-consistency", "rsum-pairwise", "rsum-single"]
 
 
@@ -160,4 +142,4 @@ def test_reference_metrics_section_read_in_parts_is_the_whole_frames(
         expected = tokenisation_section(versions, repository.item_references(session, run_id), tokenize)
     assert versions and got["reference_metrics"] == json.loads(json.dumps(expected))
     others = {k: v for k, v in got.items() if k != "reference_metrics"}
-    assert _beyond_promise(_whole(run_id, n_boot=20), others) == []
+    assert _compare(_whole(run_id, n_boot=20), others) == []

@@ -208,20 +208,12 @@ def test_the_validated_frames_missing_columns_are_constants() -> None:
         assert copy["cost_usd"].tolist() == [5.0, 0.0] and out["cost_usd"].tolist() == [0.0, 0.0]
 
 
-@pytest.mark.parametrize("encoded", [False, True])
-def test_item_scores_of_one_row_per_group_equal_the_group_by(encoded: bool) -> None:
-    """One sample per judgment takes the rows as they are: the same frame the group-by gives."""
-    frame = F.validate_judgments(synthetic_judgments(4_000, seed=5))
-    frame.loc[frame.index[:40], "len_a"] = np.nan
-    frame.loc[frame.index[:20], "scale_min"] = np.nan
-    if encoded:
-        frame = F.encode_strings(frame)
-    got = item_scores(frame, validated=True)
-    single = frame[(frame["mode"] == "single") & (frame["status"] == "done") & frame["score"].notna()]
+def reference_item_scores(df: pd.DataFrame) -> pd.DataFrame:
+    """``item_scores`` as the group-by makes it: the reference of its one-row shortcut."""
     keys = ["item_id", "system_a", "aspect", "judge"]
-    assert not single.duplicated(keys).any()  # one row per group: the shortcut's case
-    expected = (
-        single.groupby(keys, sort=False, observed=True)
+    rows = df[(df["mode"] == "single") & (df["status"] == "done") & df["score"].notna()].dropna(subset=keys)
+    return (
+        rows.groupby(keys, sort=False, observed=True)
         .agg(
             score=("score", "mean"),
             n_samples=("score", "size"),
@@ -232,6 +224,20 @@ def test_item_scores_of_one_row_per_group_equal_the_group_by(encoded: bool) -> N
         .reset_index()
         .rename(columns={"system_a": "system"})
     )
+
+
+@pytest.mark.parametrize("encoded", [False, True])
+def test_item_scores_of_one_row_per_group_equal_the_group_by(encoded: bool) -> None:
+    """One sample per judgment takes the rows as they are: the same frame the group-by gives."""
+    frame = F.validate_judgments(synthetic_judgments(4_000, seed=5))
+    frame.loc[frame.index[:40], "len_a"] = np.nan
+    frame.loc[frame.index[:20], "scale_min"] = np.nan
+    if encoded:
+        frame = F.encode_strings(frame)
+    got = item_scores(frame, validated=True)
+    single = frame[(frame["mode"] == "single") & (frame["status"] == "done") & frame["score"].notna()]
+    assert not single.duplicated(["item_id", "system_a", "aspect", "judge"]).any()  # one row per group: the shortcut
+    expected = reference_item_scores(frame)
     assert list(got.columns) == list(expected.columns)
     pd.testing.assert_frame_equal(
         got.astype({c: object for c in ("item_id", "system", "aspect", "judge")}),

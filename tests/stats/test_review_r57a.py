@@ -23,7 +23,7 @@ from judge_api.stats.report import build_report, calibrated_report, cost_section
 from judge_api.stats.scores import item_scores
 from judge_api.stats.synthetic import synthetic_judgments
 from tests.stats.report_golden_cases import CASES
-from tests.stats.test_report_parts import COST_RTOL, _assert_same_report, _differences, _split
+from tests.stats.test_report_parts import COST_RTOL, _assert_same_report, _differences, _split, reference_item_scores
 
 LEAN = ["item_id", "mode", "system_a", "system_b", "aspect", "judge", "status", "score", "preference", "order"]
 
@@ -174,24 +174,6 @@ def test_the_callers_frames_are_not_modified() -> None:
         assert frame.attrs == attrs
 
 
-def _reference_item_scores(df: pd.DataFrame) -> pd.DataFrame:
-    keys = ["item_id", "system_a", "aspect", "judge"]
-    rows = df[(df["mode"] == "single") & (df["status"] == "done") & df["score"].notna()].dropna(subset=keys)
-    out = (
-        rows.groupby(keys, sort=False, observed=True)
-        .agg(
-            score=("score", "mean"),
-            n_samples=("score", "size"),
-            length=("len_a", "mean"),
-            scale_min=("scale_min", "first"),
-            scale_max=("scale_max", "first"),
-        )
-        .reset_index()
-        .rename(columns={"system_a": "system"})
-    )
-    return out
-
-
 def test_item_scores_shortcut_on_edge_values_equals_the_group_by() -> None:
     """HELD (review r57a): promise 4 on negative zeros, infinities, missing lengths and scales, a missing key (left
     out, as the group-by leaves it) and categorical keys with unused categories: same values (the sign of a zero score
@@ -215,7 +197,7 @@ def test_item_scores_shortcut_on_edge_values_equals_the_group_by() -> None:
                 given[col] = pd.Categorical(given[col], categories=[*sorted(set(given[col].dropna())), "zz-unused"])
             given.attrs = {F.ENCODED: True}
         got = item_scores(given)
-        expected = _reference_item_scores(F.validate_judgments(given))
+        expected = reference_item_scores(F.validate_judgments(given))
         assert got["n_samples"].eq(1).all()  # the shortcut's case
         assert list(got.columns) == list(expected.columns)
         pd.testing.assert_frame_equal(got, expected, check_categorical=True)
