@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import special
 from scipy import stats as sps
 
 from judge_api.stats import frames as F
@@ -261,8 +262,8 @@ def _quiet(fn: Callable[..., Any], *args: Any) -> tuple[float | None, float | No
             res = fn(*args)
         except ValueError:
             return None, None
-    stat, p = float(res[0]), float(res[1])
-    return (stat if np.isfinite(stat) else None), (p if np.isfinite(p) else None)
+    stat, p = (None if v is None else float(v) for v in (res[0], res[1]))
+    return (stat if stat is not None and np.isfinite(stat) else None), (p if p is not None and np.isfinite(p) else None)
 
 
 PERMUTATION_MAX_N = 30
@@ -312,7 +313,43 @@ def permutation_p(name: str, x: np.ndarray, y: np.ndarray) -> float:
     return float(min(1.0, result.pvalue))
 
 
-_CORRELATIONS = (("spearman", sps.spearmanr), ("kendall", sps.kendalltau), ("pearson", sps.pearsonr))
+def spearman(x: np.ndarray, y: np.ndarray) -> tuple[float | None, float | None]:
+    """``scipy.stats.spearmanr(x, y)`` of the rows where both are finite, None where it is not defined (fewer than
+    three rows, an input constant): the same floats, its ranks found on the distinct values (:func:`average_ranks`)
+    instead of a sort of every value (issue 39: 1.8 s of a 10M-row report); the correlation and its p-value made of
+    the ranks as scipy makes them."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
+        return None, None
+    # the ranks laid out as scipy's apply_along_axis lays them (a transposed 2 x n array): the same float sums
+    ranked = np.stack((average_ranks(x), average_ranks(y))).T
+    dof = x.size - 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rs = np.corrcoef(ranked, rowvar=False)
+        t = rs * np.sqrt((dof / ((rs + 1.0) * (1.0 - rs))).clip(0))
+    p_values = 2 * special.stdtr(dof, -np.abs(t))
+    stat, p = float(rs[1, 0]), float(p_values[1, 0])
+    return (stat if np.isfinite(stat) else None), (p if np.isfinite(p) else None)
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """``scipy.stats.rankdata(values)`` of finite values (ties share their mean rank): the same floats, counted per
+    distinct value (a hash of the values and a sort of the distinct ones, not of every value)."""
+    codes, uniques = pd.factorize(values)
+    order = np.argsort(uniques, kind="stable")
+    counts = np.bincount(codes, minlength=len(uniques))[order]
+    first = np.cumsum(counts) - counts + 1  # each distinct value's first ordinal rank, 1-based
+    rank_of = np.empty(len(uniques), dtype=np.float64)
+    rank_of[order] = first.astype(np.float64) + (counts.astype(np.float64) - 1) / 2
+    return rank_of[codes]
+
+
+_CORRELATIONS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    ("spearman", spearman),
+    ("kendall", sps.kendalltau),
+    ("pearson", sps.pearsonr),
+)
 
 
 def correlations(x: Any, y: Any, min_n: int = 3, *, kendall: bool = True) -> dict[str, Any]:
@@ -334,9 +371,10 @@ def correlations(x: Any, y: Any, min_n: int = 3, *, kendall: bool = True) -> dic
             stat, p = _quiet(fn, xv, yv)
             # scipy's Kendall p is exact only without ties; with ties it is asymptotic ([1, 1, 2, 2] against
             # itself: 0.083, the permutation p is 1/3)
-            tied = np.unique(xv).size < xv.size or np.unique(yv).size < yv.size
-            if stat is not None and (name != "kendall" or tied) and xv.size < PERMUTATION_MAX_N:
-                p = permutation_p(name, xv, yv)
+            if stat is not None and xv.size < PERMUTATION_MAX_N:
+                tied = np.unique(xv).size < xv.size or np.unique(yv).size < yv.size
+                if name != "kendall" or tied:
+                    p = permutation_p(name, xv, yv)
         out[name], out[f"{name}_p"] = stat, p
     return out
 

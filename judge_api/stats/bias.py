@@ -30,16 +30,15 @@ Figures (each computed per judge over all aspects):
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from judge_api.stats import frames as F
+from judge_api.stats.agreement import spearman
 from judge_api.stats.preferences import combine_orders, pairwise_rows
 from judge_api.stats.scores import item_scores
 
@@ -114,18 +113,6 @@ def model_family(name: str | None, families: Mapping[str, str] | None = None) ->
     return None
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float | None, float | None]:
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
-    if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
-        return None, None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = sps.spearmanr(x, y)
-    stat, p = float(res[0]), float(res[1])
-    return (stat if np.isfinite(stat) else None), (p if np.isfinite(p) else None)
-
-
 def _single_done_per_judge(df: pd.DataFrame, columns: list[str]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
     """Per judge (sorted, as ``groupby(judge, sort=True)`` gives them), ``columns`` of its done single rows with a
     score as float64 arrays in row order: one array per column and judge, not a frame of the rows and then one per
@@ -190,7 +177,7 @@ def length_bias(combined: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, di
     df = F.validate_judgments(judgments)
     for j, grp in _single_done_per_judge(df, [F.SCORE, F.LEN_A]):
         score, length = grp[F.SCORE], grp[F.LEN_A]
-        rho, p = _spearman(score, length)
+        rho, p = spearman(score, length)
         n = int((~np.isnan(score) & ~np.isnan(length)).sum())
         out.setdefault(j, {}).update(n_scores=n, score_length_spearman=rho, score_length_p=p)
     return out

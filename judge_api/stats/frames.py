@@ -669,13 +669,18 @@ def status_counts_frame(status: pd.Series, keys: Mapping[str, pd.Series]) -> pd.
     present = np.ones(len(status), dtype=bool)
     group = np.zeros(len(status), dtype=np.int64)
     bound = 1
+    ranked = False
     for codes, n_values, _ in coded:
         present &= codes >= 0
         if bound * (n_values + 1) >= 2**62:  # ranked again before the product could overflow; ranks keep the order
             group = np.unique(group, return_inverse=True)[1].astype(np.int64)
             bound = int(group.max()) + 1
+            ranked = True
         group = group * max(n_values, 1) + np.maximum(codes, 0)
         bound *= max(n_values, 1)
+    status_codes, status_names = _status_codes(status)
+    if not ranked and bound * (len(status_names) + 1) <= max(4 * len(status), 1 << 20):
+        return _status_counts_by_code(group, present, bound, status_codes, status_names, keys, coded)
     rows = np.flatnonzero(present)
     groups, first, group = np.unique(group[present], return_index=True, return_inverse=True)  # sorted as grouped
     is_status = _status_flags(status)
@@ -694,6 +699,60 @@ def status_counts_frame(status: pd.Series, keys: Mapping[str, pd.Series]) -> pd.
     for name, flag in flags.items():
         weights = None if flag is None else flag[present]
         frame[name] = np.bincount(group, weights=weights, minlength=len(groups)).astype("int64")
+    return frame[[*keys, *STATUS_COLUMNS]]
+
+
+def _status_codes(status: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Each row's status as an integer code (missing: -1) and the statuses the codes name."""
+    if isinstance(status.dtype, pd.CategoricalDtype):
+        return status.cat.codes.to_numpy(), [str(v) for v in status.cat.categories]
+    codes, uniques = pd.factorize(status)
+    return codes, [str(v) for v in uniques]
+
+
+def _status_counts_by_code(
+    group: np.ndarray,
+    present: np.ndarray,
+    bound: int,
+    status_codes: np.ndarray,
+    status_names: list[str],
+    keys: Mapping[str, pd.Series],
+    coded: list[tuple[np.ndarray, int, Callable[[np.ndarray], pd.Series]]],
+) -> pd.DataFrame:
+    """``status_counts_frame`` when the groups' mixed codes are few (below ``bound``): one ``bincount`` of (group,
+    status) over every row, no sort of the rows (issue 39: 2.4 s of a 10M-row report). The groups come out in the
+    codes' order, as the sort gave them, and each key's code is read back off the group's mixed code."""
+    width = len(status_names) + 1  # the last column: a missing status, counted in n_total only
+    bucket = np.where(present, group, bound)  # rows with a missing key: a bucket of their own, dropped
+    bucket *= width
+    bucket += np.where(status_codes >= 0, status_codes, width - 1)
+    table = np.bincount(bucket, minlength=(bound + 1) * width).reshape(bound + 1, width)[:bound]
+    del bucket
+    sizes = table.sum(axis=1)
+    groups = np.flatnonzero(sizes)
+    table = table[groups]
+
+    def count(*names: str) -> np.ndarray:
+        out = np.zeros(len(groups), dtype=np.int64)
+        for name in names:
+            if name in status_names:
+                out += table[:, status_names.index(name)]
+        return out
+
+    key_codes_of: list[np.ndarray] = []
+    rest = groups
+    for _, n_values, _ in reversed(coded):
+        key_codes_of.append(rest % max(n_values, 1))
+        rest = rest // max(n_values, 1)
+    frame = pd.DataFrame(
+        {name: value_of(own) for name, (_, _, value_of), own in zip(keys, coded, reversed(key_codes_of), strict=True)}
+    )
+    frame["n_total"] = sizes[groups].astype("int64")
+    frame["n_done"] = count(DONE)
+    frame["n_failed"] = count(FAILED)
+    frame["n_unparseable"] = count(UNPARSEABLE)
+    frame["n_pending"] = count(PENDING, RUNNING)
+    frame["n_cancelled"] = count(CANCELLED)
     return frame[[*keys, *STATUS_COLUMNS]]
 
 

@@ -144,8 +144,11 @@ def _joined(pieces: list[Any]) -> Any:
     at = 0
     while pieces:
         piece = pieces.pop(0)
-        where = np.append(union.get_indexer(piece.categories), -1)  # a missing value's code -1 takes the last
-        codes[at : at + len(piece)] = where[piece.codes]
+        where = union.get_indexer(piece.categories)
+        if np.array_equal(where, np.arange(len(where))):  # the part's categories begin the union's: its own codes
+            codes[at : at + len(piece)] = piece.codes
+        else:
+            codes[at : at + len(piece)] = np.append(where, -1)[piece.codes]  # a missing value's -1 takes the last
         at += len(piece)
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(union))
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from judge_api.stats import bias
 from judge_api.stats import frames as F
@@ -206,6 +207,17 @@ def test_item_scores_shortcut_on_edge_values_equals_the_group_by() -> None:
             assert np.array_equal(np.signbit(got[col].to_numpy()), np.signbit(expected[col].to_numpy())), col
 
 
+def _scipy_spearman(x: np.ndarray, y: np.ndarray) -> tuple[float | None, float | None]:
+    """636be2c^'s ``bias._spearman``: scipy's ``spearmanr`` of the finite rows, None where it is not defined."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
+        return None, None
+    res = sps.spearmanr(x, y)
+    stat, p = float(res[0]), float(res[1])
+    return (stat if np.isfinite(stat) else None), (p if np.isfinite(p) else None)
+
+
 def _old_length_and_distribution(df: pd.DataFrame) -> tuple[dict[str, Any], dict[str, Any]]:
     """636be2c^'s per-judge single-row figures of ``length_bias`` and ``score_distribution_use`` (a copy of the
     row frame grouped by judge), the reference of promise 5."""
@@ -213,7 +225,7 @@ def _old_length_and_distribution(df: pd.DataFrame) -> tuple[dict[str, Any], dict
     s = df.loc[mask.to_numpy(), [F.JUDGE, F.SCORE, F.LEN_A, F.SCALE_MIN, F.SCALE_MAX]]
     lengths, spreads = {}, {}
     for j, grp in s.groupby(F.JUDGE, sort=True):
-        rho, p = bias._spearman(grp[F.SCORE].to_numpy("float64"), grp[F.LEN_A].to_numpy("float64"))
+        rho, p = _scipy_spearman(grp[F.SCORE].to_numpy("float64"), grp[F.LEN_A].to_numpy("float64"))
         n = int((grp[F.SCORE].notna() & grp[F.LEN_A].notna()).sum())
         lengths[str(j)] = {"n_scores": n, "score_length_spearman": rho, "score_length_p": p}
         x = grp[F.SCORE].to_numpy("float64")

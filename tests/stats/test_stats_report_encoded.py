@@ -23,7 +23,7 @@ from judge_api.stats.agreement import preference_agreement, score_agreement
 from judge_api.stats.preferences import preference_summary
 from judge_api.stats.ranking import bradley_terry
 from judge_api.stats.report import build_report
-from judge_api.stats.scores import item_scores, paired_comparisons, paper_items, score_summary
+from judge_api.stats.scores import PAPER_ITEM_COLUMNS, item_scores, paired_comparisons, paper_items, score_summary
 
 SYSTEMS = ("alpha", "beta", "gamma")
 N_BOOT = 25
@@ -151,7 +151,7 @@ def _paper_items_by_sets(items: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[
         common = set.intersection(*per_system)
         shared[(str(judge), str(aspect))] = bool(common)
         kept.append(block[block[F.ITEM_ID].isin(common)] if common else block)
-    return pd.concat(kept, ignore_index=True), shared
+    return pd.concat(kept, ignore_index=True)[PAPER_ITEM_COLUMNS], shared
 
 
 @settings(max_examples=15, deadline=None)
