@@ -310,6 +310,8 @@ def _as_float(series: pd.Series, share: bool) -> pd.Series | np.ndarray:
     if share and series.dtype == np.float64:
         return series.reset_index(drop=True)
     values = series.to_numpy()
+    if values.dtype == np.float64:  # already numbers: the coercion would give the same values back, more slowly
+        return _owned(values)
     return _owned(pd.to_numeric(pd.Series(values, copy=False), errors="coerce").astype("float64").to_numpy())
 
 
@@ -318,6 +320,8 @@ def _as_int(series: pd.Series, share: bool) -> pd.Series | np.ndarray:
     if share and series.dtype == np.int64:
         return series.reset_index(drop=True)
     values = series.to_numpy()
+    if values.dtype == np.int64:
+        return _owned(values)
     return _owned(pd.to_numeric(pd.Series(values, copy=False), errors="coerce").fillna(0).astype("int64").to_numpy())
 
 

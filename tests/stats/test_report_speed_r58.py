@@ -196,3 +196,112 @@ def test_parts_with_the_same_categories_join_as_parts_with_others() -> None:
     for col in ("item_id", "system_a", "judge", "outcome"):
         pd.testing.assert_series_equal(joined[col], recoded[col])
         assert joined[col].cat.categories.is_monotonic_increasing
+
+
+@st.composite
+def _member_frames(draw: Any) -> pd.DataFrame:
+    """Two or three judges' single and pairwise rows over a few items, some keys missing, some rows not done."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    judges = ["j1", "j2", "j3"][: draw(st.integers(2, 3))]
+    rows: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(1, 8))):
+        for judge in judges:
+            for system in ("s1", "s2", "s3"):
+                for aspect in ("coherence", "consistency"):
+                    if rng.random() < 0.3:
+                        continue
+                    done = rng.random() < 0.8
+                    rows.append(
+                        {
+                            "item_id": f"i{i}" if rng.random() > 0.05 else None,
+                            "mode": "single",
+                            "system_a": system,
+                            "aspect": aspect if rng.random() > 0.05 else None,
+                            "judge": judge,
+                            "status": "done" if done else "failed",
+                            "score": float(rng.integers(1, 11)) if done else np.nan,
+                            "scale_min": 1.0,
+                            "scale_max": 10.0,
+                        }
+                    )
+            for a, b in (("s1", "s2"), ("s1", "s3")):
+                for order in ("ab", "ba"):
+                    if rng.random() < 0.3:
+                        continue
+                    rows.append(
+                        {
+                            "item_id": f"i{i}",
+                            "mode": "pairwise",
+                            "system_a": a,
+                            "system_b": b,
+                            "aspect": "overall",
+                            "judge": judge,
+                            "order": order,
+                            "status": "done",
+                            "preference": float(rng.choice([-2, 0, 2])),
+                        }
+                    )
+    return F.validate_judgments(pd.DataFrame(rows)) if rows else F.empty_judgments()
+
+
+@settings(max_examples=120, deadline=None)
+@given(_member_frames(), st.sampled_from(["sorted", "unsorted and unused"]), st.sampled_from([None, 1, 2, 3]))
+def test_panel_coverage_on_codes_equals_the_merge(frame: pd.DataFrame, categories: str, quorum: int | None) -> None:
+    from judge_api.stats import panel
+
+    frame = F.encode_strings(frame)
+    if categories == "unsorted and unused":
+        for col in ("item_id", "system_a", "system_b", "aspect"):
+            cats = list(frame[col].cat.categories)
+            frame[col] = frame[col].cat.set_categories(["zz-unused", *reversed(cats)])
+    members = sorted({str(j) for j in frame["judge"].dropna()})
+    if len(members) < 2:
+        return
+    original = panel._coverage_rows_by_code
+    taken: list[bool] = []
+
+    def recorded(*args: Any) -> Any:
+        out = original(*args)
+        taken.append(out is not None)
+        return out
+
+    try:
+        panel._coverage_rows_by_code = recorded  # type: ignore[assignment]
+        got = panel.panel_coverage(frame, members, quorum)
+        assert taken[0]  # the single units of a run's frame: always on codes
+        panel._coverage_rows_by_code = lambda *args: None  # type: ignore[assignment]
+        expected = panel.panel_coverage(frame, members, quorum)
+    finally:
+        panel._coverage_rows_by_code = original
+    assert got == expected
+
+
+def test_coverage_codes_match_judged_units_by_value_not_by_code() -> None:
+    """Judged units whose categories differ from the asked ones': matched by value; a value the asked units never
+    have matches nothing (not the units whose value is missing, which share the missing code)."""
+    from judge_api.stats import panel
+
+    asked_items = pd.Series(pd.Categorical(["a", "b", None, "c"], categories=["a", "b", "c"]))
+    asked_aspect = pd.Series(pd.Categorical(["x"] * 4, categories=["x"]))
+    judged = pd.DataFrame(
+        {
+            "item_id": pd.Categorical(["c", "zz", "a"], categories=["zz", "c", "a"]),
+            "aspect": pd.Categorical(["x", "x", "x"], categories=["x", "y"]),
+            "verdict": [True, True, False],
+            "split": [False, False, True],
+        }
+    )
+    rows = panel._coverage_rows_by_code(
+        [asked_items, asked_aspect], np.ones(4, dtype=bool), judged, ["item_id", "aspect"], "single"
+    )
+    assert rows == [
+        {
+            "mode": "single",
+            "aspect": "x",
+            "n_units": 4,
+            "n_verdicts": 1,  # c
+            "n_below_quorum": 2,  # b and the unit without an item ("zz" is not it)
+            "n_split": 1,  # a
+            "coverage": 0.25,
+        }
+    ]
