@@ -37,7 +37,8 @@ and the measuring child reads them one at a time into ``stats.parts.RunParts`` a
 read from the database in parts: it never holds every column of every row (issue 39). ``time`` is the parts' work
 (validating and summing each part, joining the kept columns) plus the report, not the unpickling; ``frame MB`` is
 the process before the first part; ``peak RSS`` the peak from then on, a part being read included. A ``--baseline``
-checkout is measured on the whole frame (``--from-file``), as it reads a run.
+checkout is measured in parts too when its script knows ``--parts`` (66fb8de on), else on the whole frame
+(``--from-file``), as it reads a run.
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ def _child(args: argparse.Namespace) -> None:
 def _run_child(n_rows: int, args: argparse.Namespace, root: Path = ROOT) -> dict[str, Any]:
     """One size in a fresh process, with the code of ``root`` (this checkout, or ``--baseline``'s); with
     ``--from-file`` a first child writes the frame and the measuring child loads it."""
-    if args.parts and root == ROOT:
+    if args.parts and (root == ROOT or _reads_parts(root)):
         with tempfile.TemporaryDirectory(prefix="bench_report_parts_") as tmp:
             flags = ["--parts", str(args.parts)]
             written = _spawn(n_rows, args, root, [*flags, "--write-parts", tmp])
@@ -286,6 +287,11 @@ def _run_child(n_rows: int, args: argparse.Namespace, root: Path = ROOT) -> dict
             return written
         result = _spawn(n_rows, args, root, ["--read-frame", str(path)])
     return {**result, "generate_s": written["generate_s"], "generate_peak_rss_mb": written["generate_peak_rss_mb"]}
+
+
+def _reads_parts(root: Path) -> bool:
+    """Whether the checkout at ``root`` reads a run in parts (``stats.parts``, 66fb8de on): then so it is measured."""
+    return "--read-parts" in (root / "bench" / "bench_report.py").read_text()
 
 
 def _spawn(n_rows: int, args: argparse.Namespace, root: Path, extra: list[str]) -> dict[str, Any]:
@@ -364,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="read the frame in this many parts into stats.parts.RunParts, as a run read from the database in parts "
-        "(implies --encoded --from-file; a --baseline is measured on the whole frame)",
+        "(implies --encoded --from-file; a --baseline is measured in parts too when its code reads parts, "
+        "else on the whole frame)",
     )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--write-parts", type=Path, help=argparse.SUPPRESS)
