@@ -314,13 +314,13 @@ def permutation_p(name: str, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> tuple[float | None, float | None]:
-    """``scipy.stats.spearmanr(x, y)`` of the rows where both are finite, None where it is not defined (fewer than
-    three rows, an input constant): the same floats, its ranks found on the distinct values (:func:`average_ranks`)
+    """``scipy.stats.spearmanr(x, y)`` of the rows where both are finite, None where scipy gives NaN (fewer than two
+    rows, an input constant): the same floats, its ranks found on the distinct values (:func:`average_ranks`)
     instead of a sort of every value (issue 39: 1.8 s of a 10M-row report); the correlation and its p-value made of
-    the ranks as scipy makes them."""
+    the ranks as scipy makes them (two rows too: review r58a)."""
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
-    if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
+    if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return None, None
     # the ranks laid out as scipy's apply_along_axis lays them (a transposed 2 x n array): the same float sums
     ranked = np.stack((average_ranks(x), average_ranks(y))).T

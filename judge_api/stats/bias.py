@@ -177,7 +177,8 @@ def length_bias(combined: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, di
     df = F.validate_judgments(judgments)
     for j, grp in _single_done_per_judge(df, [F.SCORE, F.LEN_A]):
         score, length = grp[F.SCORE], grp[F.LEN_A]
-        rho, p = spearman(score, length)
+        both = np.isfinite(score) & np.isfinite(length)
+        rho, p = spearman(score[both], length[both]) if both.sum() >= 3 else (None, None)
         n = int((~np.isnan(score) & ~np.isnan(length)).sum())
         out.setdefault(j, {}).update(n_scores=n, score_length_spearman=rho, score_length_p=p)
     return out

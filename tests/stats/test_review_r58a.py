@@ -11,11 +11,12 @@ from judge_api.stats.agreement import correlations, permutation_p
 from judge_api.stats.scores import _scale_width, _scale_widths
 
 
-def test_BUG_correlations_with_min_n_2_and_two_pairs_lose_spearman() -> None:
+def test_FIXED_correlations_with_min_n_2_and_two_pairs_keep_spearman() -> None:
     """66fb8de's ``correlations`` ran ``scipy.stats.spearmanr`` whenever ``n >= min_n``; ba8417c's ``spearman`` has
     its own ``n < 3 -> None`` (copied from ``bias._spearman``), so an explicit ``min_n=2`` (or 1) with two pairs now
-    gives ``spearman = spearman_p = None`` where the old code gave 0.9999999999999999 / 1.0 (Kendall and Pearson,
-    still scipy's, keep their figures: the three are no longer consistent)."""
+    gave ``spearman = spearman_p = None`` where the old code gave 0.9999999999999999 / 1.0 (Kendall and Pearson,
+    still scipy's, kept their figures: the three were no longer consistent). Fixed: ``spearman`` is scipy's from two
+    rows on; ``bias.length_bias`` keeps its own rule of three."""
     x, y = np.array([0.0, 1.0]), np.array([0.0, 1.0])
     old_stat = float(sps.spearmanr(x, y)[0])  # 0.9999999999999999
     old_p = permutation_p("spearman", x, y)  # 1.0 (n < PERMUTATION_MAX_N)
