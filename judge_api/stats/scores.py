@@ -123,11 +123,11 @@ def _bin_index(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(idx, 0, nb - 1)
 
 
-def _group_scale(items: pd.DataFrame) -> tuple[float, float]:
-    lo = items[F.SCALE_MIN].dropna()
-    hi = items[F.SCALE_MAX].dropna()
-    lo_v = float(lo.iloc[0]) if len(lo) else float(items[F.SCORE].min())
-    hi_v = float(hi.iloc[0]) if len(hi) else float(items[F.SCORE].max())
+def _scale_of(scores: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> tuple[float, float]:
+    """A group's scale: the first scale bounds its rows give, else its scores' range."""
+    lo, hi = lows[~np.isnan(lows)], highs[~np.isnan(highs)]
+    lo_v = float(lo[0]) if lo.size else float(pd.Series(scores).min())
+    hi_v = float(hi[0]) if hi.size else float(pd.Series(scores).max())
     return lo_v, hi_v
 
 
@@ -170,19 +170,23 @@ def score_summary(
     ]
     if counts.empty:
         return pd.DataFrame(columns=columns)
-    grouped = dict(iter(items.groupby(GROUP_KEYS, sort=True))) if not items.empty else {}
+    # each group's rows, in their order, not a frame of every column per group (issue 39: 1.1 s at 10M rows)
+    rows_of = items.groupby(GROUP_KEYS, sort=True).indices if not items.empty else {}
+    scores = items[F.SCORE].to_numpy(dtype="float64")
+    lows, highs = items[F.SCALE_MIN].to_numpy(dtype="float64"), items[F.SCALE_MAX].to_numpy(dtype="float64")
 
     def record(row: Any) -> dict[str, Any]:
         key = (row.system, row.aspect, row.judge)
         rec: dict[str, Any] = dict(zip(GROUP_KEYS, key, strict=True))
-        grp = grouped.get(key)
-        if grp is None or grp.empty:
+        rows = rows_of.get(key)
+        if rows is None or rows.size == 0:
             rec.update(n=0, mean=np.nan, median=np.nan, std=np.nan, ci_low=np.nan, ci_high=np.nan, ci_warning=None)
             rec.update({F.SCALE_MIN: np.nan, F.SCALE_MAX: np.nan, "histogram": None})
         else:
-            x = grp[F.SCORE].to_numpy(dtype="float64")
-            smin, smax = _group_scale(grp)
-            has_scale = grp[F.SCALE_MIN].notna().any() and grp[F.SCALE_MAX].notna().any() and smax > smin
+            x = scores[rows]
+            lo, hi = lows[rows], highs[rows]
+            smin, smax = _scale_of(x, lo, hi)
+            has_scale = bool((~np.isnan(lo)).any() and (~np.isnan(hi)).any() and smax > smin)
             bounds = (smin, smax) if has_scale else None  # the data's own range is not a bound on the mean
             interval = mean_interval(x, n_boot=n_boot, rng=rng_for(seed, "scores", *key), ci=ci, bounds=bounds)
             edges, per_value = histogram_edges(smin, smax, max_bins)

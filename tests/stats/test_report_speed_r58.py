@@ -307,3 +307,25 @@ def test_coverage_codes_match_judged_units_by_value_not_by_code() -> None:
             "coverage": 0.25,
         }
     ]
+
+
+def _group_scale_by_frame(items: pd.DataFrame) -> tuple[float, float]:
+    """b3c1d0e's ``scores._group_scale`` of one group's frame (the definition ``_scale_of`` keeps)."""
+    lo = items[F.SCALE_MIN].dropna()
+    hi = items[F.SCALE_MAX].dropna()
+    lo_v = float(lo.iloc[0]) if len(lo) else float(items[F.SCORE].min())
+    hi_v = float(hi.iloc[0]) if len(hi) else float(items[F.SCORE].max())
+    return lo_v, hi_v
+
+
+SCALE_VALUES = st.sampled_from([np.nan, 1.0, 0.0, -0.0, 10.0, np.inf])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([np.nan, 3.0, 7.5, -0.0]), SCALE_VALUES, SCALE_VALUES), min_size=1))
+def test_a_groups_scale_from_arrays_is_its_frames(rows: list[tuple[float, float, float]]) -> None:
+    from judge_api.stats.scores import _scale_of
+
+    frame = pd.DataFrame(rows, columns=[F.SCORE, F.SCALE_MIN, F.SCALE_MAX])
+    got = _scale_of(*(frame[c].to_numpy(dtype="float64") for c in (F.SCORE, F.SCALE_MIN, F.SCALE_MAX)))
+    assert repr(got) == repr(_group_scale_by_frame(frame))
