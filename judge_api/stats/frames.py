@@ -554,7 +554,17 @@ def group_codes(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
     in the order they first appear, counted on the columns' integer codes (a categorical's own, else a factorisation)
     instead of by pandas' group-by of several keys (issue 39: about 3x faster on 500k rows of five keys). A missing
     key value is a value of its own here; the group-by leaves such rows out, so a caller that means it passes none."""
-    return pd.factorize(key_codes(df, keys))[0].astype(np.int64, copy=False)
+    return factorize_codes(key_codes(df, keys))[0].astype(np.int64, copy=False)
+
+
+def factorize_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(codes)`` of integer codes: the same labels and values, the codes hashed as int32 where they fit
+    (issue 39: pandas' int64 table took 0.87 s for a 10M-row run's keys, its int32 table 0.25 s)."""
+    if codes.size and codes.dtype == np.int64 and int(codes.min()) >= -(2**31) and int(codes.max()) < 2**31:
+        labels, uniques = pd.factorize(codes.astype(np.int32))
+        return labels, np.asarray(uniques, dtype=np.int64)
+    labels, uniques = pd.factorize(codes)
+    return labels, np.asarray(uniques)
 
 
 def key_codes(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:

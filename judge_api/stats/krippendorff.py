@@ -23,6 +23,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import sparse
 
+from judge_api.stats import frames as F
+
 Level = Literal["nominal", "ordinal", "interval", "ratio"]
 LEVELS: tuple[Level, ...] = ("nominal", "ordinal", "interval", "ratio")
 MAX_VALUES_FOR_MATRIX = 2000
@@ -84,7 +86,9 @@ def _ranks(codes: np.ndarray) -> np.ndarray:
 
 
 def _pairable(units: ArrayLike, values: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    u = pd.factorize(pd.Series(np.asarray(units)))[0]
+    unit_array = np.asarray(units)
+    # a run's unit keys are int64 (panel.unit_keys): hashed as int32 where they fit, the same labels (issue 39)
+    u = F.factorize_codes(unit_array)[0] if unit_array.dtype == np.int64 else pd.factorize(pd.Series(unit_array))[0]
     x = np.asarray(values, dtype="float64")
     ok = np.isfinite(x) & (u >= 0)
     u, x = u[ok], x[ok]

@@ -431,7 +431,7 @@ def paper_items(items: pd.DataFrame) -> PaperItems:
     block_system = pd.unique(block.astype(np.int64) * len(system_names) + system)
     n_systems = np.bincount(block_system // len(system_names), minlength=n_blocks)
     # each (block, item) cell numbered by hashing, not sorting: only its count of rows matters
-    inverse, cells = pd.factorize(block.astype(np.int64) * n_items + item)
+    inverse, cells = F.factorize_codes(block.astype(np.int64) * n_items + item)
     per_cell = np.bincount(inverse, minlength=len(cells))
     common_row = (per_cell == n_systems[cells // n_items])[inverse]
     block_shared = np.bincount(block, weights=common_row, minlength=n_blocks) > 0

@@ -329,3 +329,21 @@ def test_a_groups_scale_from_arrays_is_its_frames(rows: list[tuple[float, float,
     frame = pd.DataFrame(rows, columns=[F.SCORE, F.SCALE_MIN, F.SCALE_MAX])
     got = _scale_of(*(frame[c].to_numpy(dtype="float64") for c in (F.SCORE, F.SCALE_MIN, F.SCALE_MAX)))
     assert repr(got) == repr(_group_scale_by_frame(frame))
+
+
+@pytest.mark.parametrize(
+    "codes",
+    [
+        [5, 3, 5, 0, 3, 9],
+        [2**31 - 1, -(2**31), 0, 2**31 - 1],  # the int32 bounds: narrowed
+        [2**31, 1, 2**31, 7],  # past them: hashed as int64
+        [-(2**31) - 1, 4, 4],
+        [],
+    ],
+)
+def test_factorize_codes_equal_pandas(codes: list[int]) -> None:
+    array = np.array(codes, dtype=np.int64)
+    labels, uniques = F.factorize_codes(array)
+    expected_labels, expected_uniques = pd.factorize(array)
+    assert np.array_equal(labels, expected_labels)
+    assert np.array_equal(uniques, expected_uniques) and uniques.dtype == np.int64
