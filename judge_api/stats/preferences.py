@@ -31,6 +31,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from judge_api.stats import frames as F
+from judge_api.stats.status_counts import status_counts_frame
 
 PAIR_KEYS = [F.ITEM_ID, F.SYSTEM_A, F.SYSTEM_B, F.ASPECT, F.JUDGE]
 GROUP_KEYS = [F.SYSTEM_A, F.SYSTEM_B, F.ASPECT, F.JUDGE]
@@ -272,7 +273,7 @@ def summarise_combined(combined: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFr
 
 
 def _status_by_pair(df: pd.DataFrame) -> pd.DataFrame:
-    return F.status_counts_frame(df[F.STATUS], {k: df[k] for k in GROUP_KEYS})
+    return status_counts_frame(df[F.STATUS], {k: df[k] for k in GROUP_KEYS})
 
 
 STATUS_ROW_COLUMNS = [*GROUP_KEYS, F.STATUS]

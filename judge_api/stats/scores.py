@@ -38,6 +38,7 @@ from scipy import stats as sps
 
 from judge_api.stats import frames as F
 from judge_api.stats.bootstrap import map_in_order, mean_interval, rng_for
+from judge_api.stats.status_counts import status_counts_frame
 
 SYSTEM = "system"
 GROUP_KEYS = [SYSTEM, F.ASPECT, F.JUDGE]
@@ -62,7 +63,7 @@ def status_counts(judgments: pd.DataFrame, keys: list[str] | None = None) -> pd.
 
 
 def _status_table(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    return F.status_counts_frame(df[F.STATUS], {k: df[k] for k in keys})
+    return status_counts_frame(df[F.STATUS], {k: df[k] for k in keys})
 
 
 def item_scores(judgments: pd.DataFrame, *, validated: bool = False) -> pd.DataFrame:

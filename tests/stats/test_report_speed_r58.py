@@ -17,6 +17,7 @@ from judge_api.stats.agreement import average_ranks, correlations, spearman
 from judge_api.stats.parts import RunParts
 from judge_api.stats.report import BATCH_SAVED_NOISE, cost_sums
 from judge_api.stats.scores import PAPER_ITEM_COLUMNS, _scale_width, _scale_widths, item_scores, paper_items
+from judge_api.stats.status_counts import status_counts_frame
 from judge_api.stats.synthetic import synthetic_judgments
 from tests.stats.test_stats_report_shortcuts import _status_counts_by_group_by
 
@@ -96,7 +97,7 @@ def test_status_counts_by_code_equal_the_group_by(rows: list[tuple[Any, Any, str
     if kind == "categories":
         df = F.encode_strings(df, ("status", "k1", "k2"))
     keys = {"k1": df["k1"], "k2": df["k2"]}
-    got = F.status_counts_frame(df["status"], keys)
+    got = status_counts_frame(df["status"], keys)
     pd.testing.assert_frame_equal(got, _status_counts_by_group_by(df["status"], keys))
 
 
@@ -108,7 +109,7 @@ def test_status_counts_of_wide_keys_take_the_sorting_path_with_the_same_counts()
         "k1": pd.Series(pd.Categorical(["c0001", "c2999", "c0001", "c0500", "c0500", "c2999"], categories=categories)),
         "k2": pd.Series(pd.Categorical(["c0002", "c0000", "c0002", "c0001", "c0001", "c0000"], categories=categories)),
     }
-    got = F.status_counts_frame(status, keys)
+    got = status_counts_frame(status, keys)
     pd.testing.assert_frame_equal(got, _status_counts_by_group_by(status, keys))
 
 
@@ -271,7 +272,7 @@ def test_panel_coverage_on_codes_equals_the_merge(frame: pd.DataFrame, categorie
         panel._coverage_rows_by_code = recorded  # type: ignore[assignment]
         got = panel.panel_coverage(frame, members, quorum)
         assert taken[0]  # the single units of a run's frame: always on codes
-        panel._coverage_rows_by_code = lambda *args: None  # type: ignore[assignment]
+        panel._coverage_rows_by_code = lambda *args: None
         expected = panel.panel_coverage(frame, members, quorum)
     finally:
         panel._coverage_rows_by_code = original

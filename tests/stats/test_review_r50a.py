@@ -8,6 +8,7 @@ import pandas as pd
 from judge_api.stats import frames as F
 from judge_api.stats.report import build_report
 from judge_api.stats.scores import ITEM_KEYS, item_scores
+from judge_api.stats.status_counts import status_counts_frame
 from tests.stats.report_golden_cases import _small
 from tests.stats.test_stats_report_shortcuts import _status_counts_by_group_by
 
@@ -90,7 +91,7 @@ def test_status_counts_frame_does_not_overflow_on_four_wide_keys() -> None:
         "aspect": pd.Series(_big_categorical(["zx", "zx", "zx", "zy"])),
         "judge": pd.Series(_big_categorical(["zj", "zj", "zj", "zk"])),
     }
-    got = F.status_counts_frame(status, keys)
+    got = status_counts_frame(status, keys)
     expected = _status_counts_by_group_by(status, keys)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), expected.reset_index(drop=True))
 

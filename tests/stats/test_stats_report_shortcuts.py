@@ -16,6 +16,7 @@ from judge_api.stats.bootstrap import map_in_order
 from judge_api.stats.krippendorff import _ranks, _sorted_values, coincidence_matrix
 from judge_api.stats.report import build_report
 from judge_api.stats.scores import item_scores, paper_cell_counts, paper_items, paper_table
+from judge_api.stats.status_counts import status_counts_frame
 from judge_api.stats.synthetic import synthetic_judgments
 
 OUTCOME_SERIES = [
@@ -174,5 +175,5 @@ def test_status_counts_equal_the_group_by(rows: list[tuple[str, str | None, str]
         df = df.astype({"k1": pd.CategoricalDtype(["c", "b", "a"]), "k2": pd.CategoricalDtype(["y", "x", "z"])})
     keys = {"k1": df["k1"], "k2": df["k2"]}
     expected = _status_counts_by_group_by(df["status"], keys)
-    got = F.status_counts_frame(df["status"], keys)
+    got = status_counts_frame(df["status"], keys)
     pd.testing.assert_frame_equal(got, expected)
