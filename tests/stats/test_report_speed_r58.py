@@ -15,7 +15,7 @@ from scipy import stats as sps
 from judge_api.stats import frames as F
 from judge_api.stats.agreement import average_ranks, correlations, spearman
 from judge_api.stats.parts import RunParts
-from judge_api.stats.report import BATCH_SAVED_NOISE, cost_sums
+from judge_api.stats.report import _COST_TOTALS, BATCH_SAVED_NOISE, cost_sums
 from judge_api.stats.scores import PAPER_ITEM_COLUMNS, _scale_width, _scale_widths, item_scores, paper_items
 from judge_api.stats.status_counts import status_counts_frame
 from judge_api.stats.synthetic import synthetic_judgments
@@ -119,18 +119,7 @@ def _cost_sums_by_definition(df: pd.DataFrame, rows: np.ndarray) -> tuple[dict[s
     def col(name: str) -> np.ndarray:
         return np.asarray(df[name].to_numpy()[rows], dtype="float64")
 
-    totals = {
-        name: float(np.nansum(col(name)))
-        for name in (
-            F.INPUT_TOKENS,
-            F.OUTPUT_TOKENS,
-            F.CACHED_INPUT_TOKENS,
-            F.CACHE_WRITE_TOKENS,
-            F.COST_USD,
-            F.CACHE_SAVED_USD,
-            F.LATENCY_MS,
-        )
-    }
+    totals = {name: float(np.nansum(col(name))) for name in _COST_TOTALS}  # the columns, not how they are summed
     listed = col(F.LIST_COST_USD)
     listed = np.where(np.isfinite(listed), listed, col(F.COST_USD))
     totals["listed"] = float(np.nansum(listed))
