@@ -177,8 +177,7 @@ def length_bias(combined: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, di
     df = F.validate_judgments(judgments)
     for j, grp in _single_done_per_judge(df, [F.SCORE, F.LEN_A]):
         score, length = grp[F.SCORE], grp[F.LEN_A]
-        both = np.isfinite(score) & np.isfinite(length)
-        rho, p = spearman(score[both], length[both]) if both.sum() >= 3 else (None, None)
+        rho, p = spearman(score, length) if (np.isfinite(score) & np.isfinite(length)).sum() >= 3 else (None, None)
         n = int((~np.isnan(score) & ~np.isnan(length)).sum())
         out.setdefault(j, {}).update(n_scores=n, score_length_spearman=rho, score_length_p=p)
     return out

@@ -197,7 +197,7 @@ def _cost_sums(
     totals: dict[str, float] = {}
     mean_sums: dict[str, float] = {}
     mean_counts: dict[str, int] = {}
-    reread: dict[str, np.ndarray] = {}
+    kept: dict[str, np.ndarray] = {}  # the two columns the batch saving reads again
     for name in _COST_TOTALS:
         values = np.ascontiguousarray(column(name))
         totals[name] = _nansum(values)
@@ -207,8 +207,8 @@ def _cost_sums(
             # the sum and the count: their quotient is finite.mean() to the last bit (numpy's mean is this sum over n)
             mean_sums[name], mean_counts[name] = float(finite.sum()), int(finite.size)
         if name in (F.COST_USD, F.CACHE_SAVED_USD):
-            reread[name] = values
-    cost = reread[F.COST_USD]
+            kept[name] = values
+    cost, cache_saved = kept[F.COST_USD], kept[F.CACHE_SAVED_USD]
     # rows from before the list price was stored (NaN): they were billed at list price
     listed_cost = column(F.LIST_COST_USD)
     listed_cost = np.where(np.isfinite(listed_cost), listed_cost, cost)
@@ -216,7 +216,7 @@ def _cost_sums(
     # what batch prices saved, row by row: the difference of the three totals is their rounding where nothing was
     # batched (~1e-17), and other rounding when they are summed in parts (reviews r57a, r57b)
     listed_cost = _nan_to_num(listed_cost)
-    batch = listed_cost - _nan_to_num(cost) - _nan_to_num(reread.pop(F.CACHE_SAVED_USD))
+    batch = listed_cost - _nan_to_num(cost) - _nan_to_num(cache_saved)
     batch = np.where(batch > BATCH_SAVED_NOISE * np.abs(listed_cost), batch, 0.0)
     totals[_BATCH_SAVED] = float(batch.sum())
     return CostSums(

@@ -297,7 +297,11 @@ PAIRED_COLUMNS = [
 
 def _scale_width(items: pd.DataFrame) -> float | None:
     """The width of the rubric scale of these item scores (None when the rows carry no scale)."""
-    low, high = items[F.SCALE_MIN].min(), items[F.SCALE_MAX].max()
+    return _width(items[F.SCALE_MIN].min(), items[F.SCALE_MAX].max())
+
+
+def _width(low: Any, high: Any) -> float | None:
+    """``high - low``: None when either is missing or the scale is empty."""
     if pd.isna(low) or pd.isna(high) or float(high) <= float(low):
         return None
     return float(high) - float(low)
@@ -309,10 +313,7 @@ def _scale_widths(items: pd.DataFrame) -> dict[tuple[Any, Any], float | None]:
     bounds = items.groupby([F.ASPECT, F.JUDGE], sort=False, observed=True).agg(
         low=(F.SCALE_MIN, "min"), high=(F.SCALE_MAX, "max")
     )
-    return {
-        key: None if pd.isna(low) or pd.isna(high) or float(high) <= float(low) else float(high) - float(low)
-        for key, low, high in zip(bounds.index, bounds["low"], bounds["high"], strict=True)
-    }
+    return {key: _width(low, high) for key, low, high in zip(bounds.index, bounds["low"], bounds["high"], strict=True)}
 
 
 def _wide(items: pd.DataFrame) -> pd.DataFrame:
