@@ -657,6 +657,17 @@ def imported_judges(judgments: pd.DataFrame) -> dict[str, list[str]]:
     return {judge: sorted(sources) for judge, sources in sorted(out.items())}
 
 
+def is_value(series: pd.Series, value: str) -> np.ndarray:
+    """``(series == value).to_numpy()`` as a boolean array; a categorical's codes compared with the value's code,
+    without making a string per row to compare (issue 39: 0.25 s of each pair of judges at 10M rows)."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        categories = series.cat.categories
+        if value not in categories:
+            return np.zeros(len(series), dtype=bool)
+        return np.asarray(series.cat.codes.to_numpy() == categories.get_loc(value))
+    return np.asarray(series.to_numpy() == value, dtype=bool)
+
+
 def column(series: pd.Series) -> pd.Series:
     """A column ready to be put into a new frame with a RangeIndex (no dtype conversion)."""
     return series.reset_index(drop=True)

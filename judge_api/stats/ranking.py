@@ -104,24 +104,19 @@ def _item_contributions(combined: pd.DataFrame, systems: list[str]) -> tuple[spa
     a = combined[F.SYSTEM_A].map(index).to_numpy(dtype=np.int64)
     b = combined[F.SYSTEM_B].map(index).to_numpy(dtype=np.int64)
     item = pd.factorize(combined[F.ITEM_ID])[0]
-    outcome = combined[F.OUTCOME].to_numpy()
-    win_a = np.where(outcome == F.WIN, 1.0, np.where(outcome == F.TIE, 0.5, 0.0))
+    code = F.outcome_codes(combined[F.OUTCOME])  # 1 / 0 / -1, NaN for anything else: no string per row (issue 39)
+    win_a = np.where(code == 1, 1.0, np.where(code == 0, 0.5, 0.0))
     rows = np.concatenate([item, item])
     cols = np.concatenate([a * s + b, b * s + a])
     vals = np.concatenate([win_a, 1.0 - win_a])
     n_items = int(item.max()) + 1 if item.size else 0
     contrib = sparse.csr_matrix((vals, (rows, cols)), shape=(n_items, s * s))
 
-    def count(side: np.ndarray, label: str) -> np.ndarray:
-        return np.bincount(side[outcome == label], minlength=s)
-
-    wtl = np.stack(
-        [
-            count(a, F.WIN) + count(b, F.LOSS),
-            count(a, F.TIE) + count(b, F.TIE),
-            count(a, F.LOSS) + count(b, F.WIN),
-        ]
-    ).astype(np.int64)
+    # each side's rows counted per (system, outcome) in one pass: columns loss, tie, win, anything else
+    slot = np.where(np.isnan(code), 3.0, code + 1.0).astype(np.int64)
+    by_a = np.bincount(a * 4 + slot, minlength=4 * s).reshape(s, 4)
+    by_b = np.bincount(b * 4 + slot, minlength=4 * s).reshape(s, 4)
+    wtl = np.stack([by_a[:, 2] + by_b[:, 0], by_a[:, 1] + by_b[:, 1], by_a[:, 0] + by_b[:, 2]]).astype(np.int64)
     return contrib, wtl
 
 
@@ -244,7 +239,9 @@ def bradley_terry(
     if comb.empty:
         return pd.DataFrame(columns=RANKING_COLUMNS)
     tables = []
-    for (aspect, judge), grp in comb.groupby([F.ASPECT, F.JUDGE], sort=True):
+    # only the columns a table reads are split into the (aspect, judge) blocks (issue 39)
+    read = [F.ASPECT, F.JUDGE, F.ITEM_ID, F.SYSTEM_A, F.SYSTEM_B, F.OUTCOME]
+    for (aspect, judge), grp in comb[read].groupby([F.ASPECT, F.JUDGE], sort=True):
         t = bradley_terry_table(grp, n_boot=n_boot, seed=seed, ci=ci, prior=prior, key=(aspect, judge))
         t.insert(0, F.JUDGE, judge)
         t.insert(0, F.ASPECT, aspect)

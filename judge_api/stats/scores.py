@@ -38,6 +38,7 @@ from scipy import stats as sps
 
 from judge_api.stats import frames as F
 from judge_api.stats.bootstrap import map_in_order, mean_interval, rng_for
+from judge_api.stats.grouped import aggregated, unique_inverse
 from judge_api.stats.status_counts import status_counts_frame
 
 SYSTEM = "system"
@@ -310,10 +311,9 @@ def _width(low: Any, high: Any) -> float | None:
 def _scale_widths(items: pd.DataFrame) -> dict[tuple[Any, Any], float | None]:
     """``_scale_width`` of each (aspect, judge) block of item scores, from one group-by's min and max of the two scale
     columns (issue 39: one frame per block was 1.45 s of a 10M-row report)."""
-    bounds = items.groupby([F.ASPECT, F.JUDGE], sort=False, observed=True).agg(
-        low=(F.SCALE_MIN, "min"), high=(F.SCALE_MAX, "max")
-    )
-    return {key: _width(low, high) for key, low, high in zip(bounds.index, bounds["low"], bounds["high"], strict=True)}
+    bounds = aggregated(items, [F.ASPECT, F.JUDGE], {"low": (F.SCALE_MIN, "min"), "high": (F.SCALE_MAX, "max")})
+    keys = zip(bounds[F.ASPECT], bounds[F.JUDGE], strict=True)
+    return {key: _width(low, high) for key, low, high in zip(keys, bounds["low"], bounds["high"], strict=True)}
 
 
 def _wide(items: pd.DataFrame) -> pd.DataFrame:
@@ -380,7 +380,7 @@ def _wide_blocks(items: pd.DataFrame) -> list[tuple[tuple[str, str], list[str], 
     n_items, n_systems = int(item.max()) + 1, len(systems)
     block = aspect * len(judges) + judge
     row_key = block * n_items + item
-    rows, row = np.unique(row_key, return_inverse=True)  # the wide frame's rows: (aspect, judge, item), sorted
+    rows, row = unique_inverse(row_key)  # the wide frame's rows: (aspect, judge, item), sorted
     table = np.full((rows.size, n_systems), np.nan)
     table[row, system] = items[F.SCORE].to_numpy("float64")
     row_block = rows // n_items
