@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from judge_api.stats import frames as F
 from judge_api.stats.grouped import aggregated, sorted_groups, unique_inverse
 from judge_api.stats.krippendorff import _sorted_values, krippendorff_alpha_long
-from judge_api.stats.panel import _both, pairwise_votes, panel_coverage, panel_rows
+from judge_api.stats.panel import Aggregate, _both, pairwise_votes, panel_coverage, panel_rows
 from judge_api.stats.preferences import combine_orders
 from judge_api.stats.ranking import _item_contributions
 from judge_api.stats.scores import item_scores
@@ -213,7 +213,7 @@ def test_bradley_terry_counts_are_the_definitions(encoded: bool) -> None:
             F.SYSTEM_A: [p[0] for p in pairs],
             F.SYSTEM_B: [p[1] for p in pairs],
             # an outcome that is none of the three counts nowhere and wins nothing, as it did
-            F.OUTCOME: rng.choice([F.WIN, F.TIE, F.LOSS, "tie_inconsistent", None], n),
+            F.OUTCOME: rng.choice(np.array([F.WIN, F.TIE, F.LOSS, "tie_inconsistent", None], dtype=object), n),
         }
     )
     if encoded:
@@ -229,7 +229,7 @@ def test_bradley_terry_counts_are_the_definitions(encoded: bool) -> None:
 
 @settings(max_examples=80, deadline=None)
 @given(_member_frames(), st.sampled_from([None, 1, 2, 3]), st.sampled_from(["mean", "median"]))
-def test_the_panel_made_of_given_votes_is_the_panel(frame: pd.DataFrame, quorum: int | None, how: str) -> None:
+def test_the_panel_made_of_given_votes_is_the_panel(frame: pd.DataFrame, quorum: int | None, how: Aggregate) -> None:
     members = sorted(F.distinct(frame[F.JUDGE]))
     encoded = F.encode_strings(frame)
     items, combined = item_scores(encoded, validated=True), combine_orders(encoded, validated=True)
