@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from judge_api.stats import frames as F
+
 
 @dataclass(frozen=True)
 class SortedGroups:
@@ -75,30 +77,41 @@ AGGREGATIONS = ("mean", "median", "min", "max", "sum", "size")
 def aggregated(frame: pd.DataFrame, keys: list[str], spec: dict[str, tuple[str, str]]) -> pd.DataFrame:
     """``frame.groupby(keys, sort=True).agg(**spec).reset_index()``, ``spec`` naming each output column's (column,
     function) with a function of ``AGGREGATIONS``: the same frame, its groups found by :func:`sorted_groups` when it
-    finds them. Sizes and sums of whole numbers or booleans are counted here; the other figures are pandas' own, on
-    the groups' numbers."""
-    groups = sorted_groups([frame[k] for k in keys])
+    finds them. Sizes, and sums of numpy booleans or int64 whose sum is exact in float64, are counted here; the other
+    figures are pandas' own, of the columns as they are (their dtypes kept), on the groups' numbers. An output named
+    like a key goes to the group-by (which refuses it)."""
+    groups = sorted_groups([frame[k] for k in keys]) if not set(spec) & set(keys) else None
     if groups is None:
         return frame.groupby(keys, sort=True).agg(**spec).reset_index()
     out = pd.DataFrame(dict(zip(keys, groups.keys, strict=True)))
-    by_pandas = {
-        name: how
-        for name, (column, how) in spec.items()
-        if how in ("mean", "median", "min", "max") or (how == "sum" and frame[column].dtype.kind not in "biu")
+    counted = {
+        name for name, (column, how) in spec.items() if how == "size" or (how == "sum" and _exact_sum(frame[column]))
     }
+    by_pandas = {name: how for name, (_, how) in spec.items() if name not in counted}
     if by_pandas:
-        values = pd.DataFrame({name: frame[spec[name][0]].to_numpy() for name in by_pandas})
+        values = pd.DataFrame({name: F.column(frame[spec[name][0]]) for name in by_pandas})
         made = values.groupby(groups.ids, sort=True).agg(by_pandas)
     for name, (column, how) in spec.items():
         if how not in AGGREGATIONS:
             raise ValueError(f"aggregated {name!r}: {how!r} is not one of {AGGREGATIONS}")
         if name in by_pandas:
-            out[name] = made[name].to_numpy()
+            out[name] = made[name].reset_index(drop=True)
         elif how == "size":
             out[name] = groups.sizes.astype(np.int64)
         else:
             out[name] = group_sums(groups, frame[column].to_numpy())
     return out
+
+
+def _exact_sum(series: pd.Series) -> bool:
+    """Whether ``group_sums`` gives pandas' sum of the column: numpy booleans, or int64 whose every partial sum is a
+    whole number float64 holds exactly (below 2**53 in magnitude)."""
+    if series.dtype == np.bool_:
+        return True
+    if series.dtype != np.int64:
+        return False
+    values = series.to_numpy()
+    return not values.size or max(abs(int(values.min())), abs(int(values.max()))) * values.size < 2**53
 
 
 def group_sums(groups: SortedGroups, values: np.ndarray) -> np.ndarray:
@@ -110,9 +123,9 @@ def group_sums(groups: SortedGroups, values: np.ndarray) -> np.ndarray:
 
 
 def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True)`` of int64 ``keys``: where they are non-negative and the largest is
-    small against their number, by marking which occur and counting them, without a sort (issue 39)."""
-    if keys.size and int(keys.min()) >= 0:
+    """``np.unique(keys, return_inverse=True)``: for one-dimensional int64 ``keys``, non-negative, the largest small
+    against their number, by marking which occur and counting them, without a sort (issue 39); else numpy's."""
+    if keys.dtype == np.int64 and keys.ndim == 1 and keys.size and int(keys.min()) >= 0:
         bound = int(keys.max()) + 1
         if bound <= max(4 * keys.size, 1 << 20):
             seen = np.zeros(bound, dtype=np.int64)
