@@ -17,17 +17,13 @@ from judge_api.stats.frames import (
     STATUS_COLUMNS,
     UNPARSEABLE,
     column,
+    is_value,
 )
 
 
 def _status_flags(status: pd.Series) -> Callable[[str], np.ndarray]:
     """``flag(name)``: which rows have that status; on a categorical's codes, without a string per row (issue 39)."""
-    if isinstance(status.dtype, pd.CategoricalDtype):
-        codes = status.cat.codes.to_numpy()
-        where = {str(v): k for k, v in enumerate(status.cat.categories)}
-        return lambda name: codes == where[name] if name in where else np.zeros(len(codes), dtype=bool)
-    values = status.to_numpy()
-    return lambda name: np.asarray(values == name, dtype=bool)
+    return lambda name: is_value(status, name)
 
 
 def status_counts_frame(status: pd.Series, keys: Mapping[str, pd.Series]) -> pd.DataFrame:
