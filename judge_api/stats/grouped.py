@@ -74,15 +74,17 @@ def sorted_groups(keys: Sequence[pd.Series]) -> SortedGroups | None:
 AGGREGATIONS = ("mean", "median", "min", "max", "sum", "size")
 
 
-def aggregated(frame: pd.DataFrame, keys: list[str], spec: dict[str, tuple[str, str]]) -> pd.DataFrame:
-    """``frame.groupby(keys, sort=True).agg(**spec).reset_index()``, ``spec`` naming each output column's (column,
+def aggregated(
+    frame: pd.DataFrame, keys: list[str], spec: dict[str, tuple[str, str]], *, sort: bool = True
+) -> pd.DataFrame:
+    """``frame.groupby(keys, sort=sort).agg(**spec).reset_index()``, ``spec`` naming each output column's (column,
     function) with a function of ``AGGREGATIONS``: the same frame, its groups found by :func:`sorted_groups` when it
     finds them. Sizes, and sums of numpy booleans or int64 whose sum is exact in float64, are counted here; the other
     figures are pandas' own, of the columns as they are (their dtypes kept), on the groups' numbers. An output named
     like a key goes to the group-by (which refuses it)."""
     groups = sorted_groups([frame[k] for k in keys]) if not set(spec) & set(keys) else None
     if groups is None:
-        return frame.groupby(keys, sort=True).agg(**spec).reset_index()
+        return frame.groupby(keys, sort=sort).agg(**spec).reset_index()
     out = pd.DataFrame(dict(zip(keys, groups.keys, strict=True)))
     counted = {
         name for name, (column, how) in spec.items() if how == "size" or (how == "sum" and _exact_sum(frame[column]))
@@ -100,6 +102,8 @@ def aggregated(frame: pd.DataFrame, keys: list[str], spec: dict[str, tuple[str, 
             out[name] = groups.sizes.astype(np.int64)
         else:
             out[name] = group_sums(groups, frame[column].to_numpy())
+    if not sort:  # the groups in the order they first appear, as groupby(sort=False) gives them
+        out = out.take(pd.unique(groups.ids)).reset_index(drop=True)
     return out
 
 

@@ -234,7 +234,7 @@ def _member_counts(items: pd.DataFrame, members: Sequence[str]) -> pd.DataFrame:
     frame = pd.DataFrame(
         {F.ITEM_ID: F.column(sub[F.ITEM_ID]), F.SYSTEM_A: F.column(sub["system"]), F.ASPECT: F.column(sub[F.ASPECT])}
     )
-    return aggregated(frame, SINGLE_UNIT, {"n_members": (F.ITEM_ID, "size")})
+    return aggregated(frame, SINGLE_UNIT, {"n_members": (F.ITEM_ID, "size")}, sort=False)
 
 
 def _coverage_rows(asked: pd.DataFrame, judged: pd.DataFrame, keys: list[str], mode: str) -> list[dict[str, Any]]:

@@ -59,10 +59,10 @@ SPEC = {
 
 
 @settings(max_examples=300, deadline=None)
-@given(_keyed_frames())
-def test_aggregated_is_the_group_by_to_the_last_bit(frame: pd.DataFrame) -> None:
-    expected = frame.groupby(["a", "b", "c"], sort=True).agg(**SPEC).reset_index()
-    got = aggregated(frame, ["a", "b", "c"], SPEC)
+@given(_keyed_frames(), st.booleans())
+def test_aggregated_is_the_group_by_to_the_last_bit(frame: pd.DataFrame, sort: bool) -> None:
+    expected = frame.groupby(["a", "b", "c"], sort=sort).agg(**SPEC).reset_index()
+    got = aggregated(frame, ["a", "b", "c"], SPEC, sort=sort)
     pd.testing.assert_frame_equal(got, expected, check_exact=True)
     for name in ("mean", "median", "low", "high", "f"):  # -0.0 is not 0.0
         assert np.array_equal(np.signbit(got[name].to_numpy()), np.signbit(expected[name].to_numpy()))
