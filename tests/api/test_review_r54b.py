@@ -4,6 +4,7 @@ and by the worker's release of an item. Every test here passes on 5b97da6 (the p
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, cast
 
 import pytest
@@ -56,7 +57,13 @@ def _healthy(api: Any, n: int = 12) -> None:
         assert response.status_code == 202, (k, response.status_code, response.text)
         got = api.client.get(f"/v1/runs/{response.json()['id']}")
         assert got.status_code == 200, (k, got.status_code, got.text)
-    assert cast(Any, get_engine().pool).checkedout() == 0
+    # a connection the sweeper's thread holds for a moment (it retries the runs' enqueue) comes back; a leaked one
+    # never does (this read raced that thread in 1 of 4 runs here)
+    pool = cast(Any, get_engine().pool)
+    deadline = time.monotonic() + 5.0
+    while pool.checkedout() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool.checkedout() == 0
 
 
 @pytest.mark.parametrize("action", ["kill", "python"])
