@@ -86,25 +86,33 @@ def aggregated(
     if groups is None:
         return frame.groupby(keys, sort=sort).agg(**spec).reset_index()
     out = pd.DataFrame(dict(zip(keys, groups.keys, strict=True)))
+    labels = groups.ids
+    if not sort:
+        # the groups numbered in the order they first appear, as groupby(sort=False) numbers them: pandas' figures
+        # are made on the same numbers as there (its mean's last bits follow the numbering)
+        first_seen = pd.unique(groups.ids)
+        renumbered = np.empty(groups.n_groups, dtype=np.int64)
+        renumbered[first_seen] = np.arange(groups.n_groups)
+        labels = renumbered[groups.ids]
     counted = {
         name for name, (column, how) in spec.items() if how == "size" or (how == "sum" and _exact_sum(frame[column]))
     }
     by_pandas = {name: how for name, (_, how) in spec.items() if name not in counted}
     if by_pandas:
         values = pd.DataFrame({name: F.column(frame[spec[name][0]]) for name in by_pandas})
-        made = values.groupby(groups.ids, sort=True).agg(by_pandas)
+        made = values.groupby(labels, sort=True).agg(by_pandas)
     for name, (column, how) in spec.items():
         if how not in AGGREGATIONS:
             raise ValueError(f"aggregated {name!r}: {how!r} is not one of {AGGREGATIONS}")
-        if name in by_pandas:
-            out[name] = made[name].reset_index(drop=True)
-        elif how == "size":
+        if how == "size":
             out[name] = groups.sizes.astype(np.int64)
-        else:
+        elif name not in by_pandas:
             out[name] = group_sums(groups, frame[column].to_numpy())
-    if not sort:  # the groups in the order they first appear, as groupby(sort=False) gives them
-        out = out.take(pd.unique(groups.ids)).reset_index(drop=True)
-    return out
+    if not sort:
+        out = out.take(first_seen).reset_index(drop=True)
+    for name in by_pandas:  # already in the output's order
+        out[name] = made[name].reset_index(drop=True)
+    return out[[*keys, *spec]]
 
 
 def _exact_sum(series: pd.Series) -> bool:
