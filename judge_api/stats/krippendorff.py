@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 from scipy import sparse
 
 from judge_api.stats import frames as F
+from judge_api.stats.grouped import unique_inverse
 
 Level = Literal["nominal", "ordinal", "interval", "ratio"]
 LEVELS: tuple[Level, ...] = ("nominal", "ordinal", "interval", "ratio")
@@ -85,9 +86,7 @@ def _sorted_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _ranks(codes: np.ndarray) -> np.ndarray:
     """``np.unique(codes, return_inverse=True)[1]`` for non-negative integer codes, counted instead of sorted."""
-    present = np.zeros(int(codes.max()) + 1, dtype=np.int64)
-    present[codes] = 1
-    return (np.cumsum(present) - 1)[codes]
+    return unique_inverse(np.asarray(codes, dtype=np.int64))[1]
 
 
 def _pairable(units: ArrayLike, values: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
