@@ -186,7 +186,10 @@ elif current < want:
 
 @contextmanager
 def stack(tree: Path, db: Path, home: Path) -> Iterator[tuple[str, str]]:
-    """That tree's API and dashboard on the file: (api url, dashboard url)."""
+    """That tree's API and dashboard on the file: (api url, dashboard url). The dashboard runs with this checkout's
+    options (``DASHBOARD_OPTIONS``) whatever the tree."""
+    from dialogue_judge.stack import DASHBOARD_OPTIONS
+
     home.mkdir(parents=True, exist_ok=True)
     env = dict(
         os.environ,
@@ -208,9 +211,8 @@ def stack(tree: Path, db: Path, home: Path) -> Iterator[tuple[str, str]]:
         api_url = f"http://127.0.0.1:{api_port}"
         _wait(f"{api_url}/healthz", api, "the API")
         dash = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(tree / "dashboard" / "app.py"), "--server.headless", "true",
-             "--server.port", str(dash_port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-             "--server.fileWatcherType", "none"],
+            [sys.executable, "-m", "streamlit", "run", str(tree / "dashboard" / "app.py"), "--server.port",
+             str(dash_port), "--server.address", "127.0.0.1", *DASHBOARD_OPTIONS],
             env=dict(env, DJ_API_URL=api_url), cwd=home, stdout=(home / "streamlit.log").open("ab"),
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip

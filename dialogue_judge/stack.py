@@ -61,6 +61,27 @@ def api_command(port: int, host: str = "127.0.0.1") -> list[str]:
     ]
 
 
+# how every dashboard process runs (``up``, compose, the tests and the benchmarks): no browser to open, no usage
+# statistics sent, and no watching of its source files for edits (a deployment does not edit them; the watcher walks
+# every module's path after each page's script, ~0.4 s of a page on a 1M-judgment run, issue 39)
+DASHBOARD_OPTIONS: tuple[str, ...] = (
+    "--server.headless",
+    "true",
+    "--browser.gatherUsageStats",
+    "false",
+    "--server.fileWatcherType",
+    "none",
+)
+
+
+def dashboard_command(port: int, address: str = "127.0.0.1") -> list[str]:
+    """The dashboard process (``streamlit run dashboard/app.py``) as ``up`` and the test/benchmark harness start it;
+    docker-compose.yml gives it the same options (a test holds them together)."""
+    app = str(REPO_ROOT / "dashboard" / "app.py")
+    return [sys.executable, "-m", "streamlit", "run", app, "--server.port", str(port), "--server.address", address,
+            *DASHBOARD_OPTIONS]  # fmt: skip
+
+
 def worker_args(concurrency: int, pool: str = "threads", name: str | None = None) -> list[str]:
     """The Celery ``worker`` arguments of a judgments consumer (``dialogue-judge worker`` and the harnesses)."""
     return [
@@ -213,29 +234,11 @@ class Stack:
             self.queue_in_the_worker()
             self._spawn("local-judge", server_command("127.0.0.1", self.local_judge_port))
             self._wait("local-judge", lambda: _http_ok(f"http://127.0.0.1:{self.local_judge_port}/v1/models"), 180)
-        py = sys.executable
         self._spawn("api", api_command(self.api_port))
         self._wait("api", lambda: _http_ok(f"{self.api_url}/readyz"), 60)
         self._spawn("worker", worker_command(self.worker_concurrency, f"worker-{os.getpid()}@%h"))
         if self.start_dashboard:
-            self._spawn(
-                "dashboard",
-                [
-                    py,
-                    "-m",
-                    "streamlit",
-                    "run",
-                    str(REPO_ROOT / "dashboard" / "app.py"),
-                    "--server.port",
-                    str(self.dashboard_port),
-                    "--server.address",
-                    "127.0.0.1",
-                    "--server.headless",
-                    "true",
-                    "--browser.gatherUsageStats",
-                    "false",
-                ],
-            )
+            self._spawn("dashboard", dashboard_command(self.dashboard_port))
 
     def stop(self) -> None:
         """Stop the children one at a time in :data:`STOP_ORDER` (what takes requests first, what the others need

@@ -44,9 +44,9 @@ def open_in_explorer(item_ids: list[str], key: str) -> None:
         st.switch_page("views/explorer.py")
 
 
-def human_tab(run: dict[str, Any]) -> None:
+def human_tab(run: dict[str, Any], ratings: pd.DataFrame | None) -> None:
+    """``ratings``: the page's read (None: it failed, and said so); a second read would copy the cached frame again."""
     conn, run_id = state.conn(), str(run["id"])
-    ratings = widgets.guard(api.ratings, conn, run_id, state.ratings_rev(), what="the human ratings")
     if ratings is None:
         return
     if ratings.empty:
@@ -166,7 +166,7 @@ def render() -> None:
     human, flip, failed = (tabs[label] for label in labels)
     if human.open:
         with human:
-            human_tab(run)
+            human_tab(run, ratings)
     if flip.open:
         with flip:
             flips_tab(run, flips)

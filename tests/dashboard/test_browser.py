@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from dialogue_judge.stack import free_port
+from dialogue_judge.stack import dashboard_command, free_port
 from dialogue_judge.testing import LiveService
 from judge_simulator.process import SimulatorProcess
 
@@ -114,23 +113,7 @@ def dashboard(tmp_path: Path) -> Iterator[Any]:
         env = dict(os.environ, DJ_API_URL=api_url, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
         log = (tmp_path / "streamlit.log").open("wb")
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streamlit",
-                "run",
-                str(REPO / "dashboard" / "app.py"),
-                "--server.headless",
-                "true",
-                "--server.port",
-                str(port),
-                "--server.address",
-                "127.0.0.1",
-                "--browser.gatherUsageStats",
-                "false",
-                "--server.fileWatcherType",
-                "none",
-            ],
+            dashboard_command(port),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

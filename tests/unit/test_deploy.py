@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import yaml
@@ -170,3 +171,14 @@ def test_the_dashboard_is_safe_by_default() -> None:
     assert environment["DJ_API_URL"] == "http://api:8000"  # fixed by the deployment, not by visitors
     assert _default(str(environment.get("DJ_API_KEY", ""))) == ""  # no key unless the operator sets one
     assert "--server.address" in dashboard["command"]
+
+
+def test_the_compose_dashboard_runs_with_the_stacks_options() -> None:
+    """Issue 39: compose's dashboard runs with the options ``up`` and the benchmarks give it (no file watcher: it walks
+    every module after each page's script), each option with its value."""
+    from dialogue_judge.stack import DASHBOARD_OPTIONS
+
+    command = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["dashboard"]["command"]
+    given = dict(itertools.pairwise(command))
+    for option, value in zip(DASHBOARD_OPTIONS[::2], DASHBOARD_OPTIONS[1::2], strict=True):
+        assert given.get(option) == value, f"compose's dashboard lacks {option} {value}"
