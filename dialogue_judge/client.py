@@ -8,10 +8,10 @@ and the API returns the run the first attempt created if it got that far. One su
 from __future__ import annotations
 
 import email.utils
-import functools
 import os
 import random
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -28,16 +28,45 @@ RETRIED_ERRORS = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtoc
 OnRetry = Callable[[int, float, str], None]  # (attempt that failed, seconds until the next one, what went wrong)
 
 
-@functools.cache
-def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
-    del cert_file, cert_dir  # the cache key: httpx reads them from the environment
-    return httpx.create_ssl_context()
+_tls: tuple[tuple[object, ...], ssl.SSLContext] | None = None
+_tls_lock = threading.Lock()
+
+
+def _tls_source() -> tuple[object, ...] | None:
+    """What httpx's default context is read from, with the identity of what is there now (a file's inode, size and
+    modification time; a directory's listing time); None when it cannot be read (then nothing is kept)."""
+    import certifi
+
+    named = os.environ.get("SSL_CERT_FILE") or None
+    folder = None if named else os.environ.get("SSL_CERT_DIR") or None
+    path = named or folder or certifi.where()
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (path, folder is not None, found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
 
 
 def tls_context() -> ssl.SSLContext:
-    """The certificate store httpx would build (certifi's, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), built once per
-    process: building it reads the bundle (~40 ms), and the dashboard makes a client for each of its reads."""
-    return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    """What httpx's default (``verify=True``) builds for a client (certifi's authorities, or ``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR``'s), built once per process and source: reading a bundle takes ~40 ms, and the dashboard makes a
+    client for each of its reads. A bundle rewritten in place (a rotated authority) is another source: the next
+    client reads it (review r60a)."""
+    global _tls
+    source = _tls_source()
+    if source is None:
+        return httpx.create_ssl_context()  # fails as httpx's default does, and is not kept
+    with _tls_lock:  # clients made at once by several sessions' scripts build it once (review r60a)
+        if _tls is None or _tls[0] != source:
+            _tls = (source, httpx.create_ssl_context())
+        return _tls[1]
+
+
+def forget_tls_context() -> None:
+    """Build the context again at the next client (tests)."""
+    global _tls
+    with _tls_lock:
+        _tls = None
 
 
 class ApiError(Exception):

@@ -27,7 +27,7 @@ def _frame(n: int) -> pd.DataFrame:
         {
             "item_id": [f"msc-{i}" for i in range(n)],
             "score": rng.normal(50, 20, n).round(3),
-            "judge": np.where(np.arange(n) % 3 == 0, None, "openai:gpt"),
+            "judge": [None if i % 3 == 0 else "openai:gpt" for i in range(n)],
             "gap": np.where(np.arange(n) % 7 == 0, np.nan, rng.random(n)),
         }
     )
@@ -76,7 +76,7 @@ def _failing_ratings(fake: FakeApi) -> None:
             return httpx.Response(500, json={"detail": "ratings table is locked"})
         return real(request)
 
-    fake.handler = handler  # type: ignore[method-assign]
+    fake.handler = handler
 
 
 def test_HOLDS_disagreements_says_when_the_ratings_read_fails(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,6 @@ from typing import Any
 import certifi
 import pytest
 
-from dialogue_judge import client as client_module
 from dialogue_judge.client import ApiClient, tls_context
 
 
@@ -31,13 +30,19 @@ def test_clients_share_one_context_that_verifies() -> None:
         second.close()
 
 
-def test_a_certificate_file_set_later_gives_its_own_context(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_certificate_file_set_later_is_read_and_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """SSL_CERT_FILE set after the first client: the next clients share that file's context, and a bundle rewritten
+    in place is read again (review r60a); once the variable is as before, the first context again."""
     default = tls_context()
     bundle = tmp_path / "ca.pem"
-    bundle.write_bytes(Path(certifi.where()).read_bytes())
+    authorities = Path(certifi.where()).read_text()
+    bundle.write_text(authorities)
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     custom = tls_context()
-    assert custom is not default and custom is tls_context()
+    assert custom is not default and tls_context() is custom
+    assert custom.cert_store_stats()["x509_ca"] == len(custom.get_ca_certs()) > 0
+    bundle.write_text(authorities.split("-----END CERTIFICATE-----")[0] + "-----END CERTIFICATE-----\n")
+    rotated = tls_context()
+    assert rotated is not custom and rotated.cert_store_stats()["x509_ca"] == 1
     monkeypatch.undo()
-    assert tls_context() is default
-    assert client_module._tls_context.cache_info().currsize >= 2
+    assert tls_context() is not rotated

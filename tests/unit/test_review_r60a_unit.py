@@ -40,15 +40,15 @@ def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A process that has built no context yet (and no certificate variable set)."""
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    client_module._tls_context.cache_clear()
+    client_module.forget_tls_context()
     yield
-    client_module._tls_context.cache_clear()
+    client_module.forget_tls_context()
 
 
 # -- promise 2: verification semantics are exactly httpx's default -----------------------------------------------
 
 
-def test_BUG_a_certificate_bundle_rewritten_in_place_is_not_honoured(
+def test_FIXED_a_certificate_bundle_rewritten_in_place_is_honoured(
     fresh_cache: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """FINDING (promise 2: "verification semantics are exactly httpx's default; SSL_CERT_FILE honoured"), medium.
@@ -79,7 +79,7 @@ def test_BUG_a_certificate_bundle_rewritten_in_place_is_not_honoured(
         after.close()
 
 
-def test_BUG_concurrent_first_clients_build_one_context_each(fresh_cache: None) -> None:
+def test_FIXED_concurrent_first_clients_share_one_context(fresh_cache: None) -> None:
     """FINDING (promise 2: "one ssl.SSLContext per process ... safe across threads"), low.
 
     Reproduction: eight threads make their first ApiClient at once (the dashboard's first page draw: several
@@ -106,7 +106,9 @@ def test_BUG_concurrent_first_clients_build_one_context_each(fresh_cache: None) 
     assert len({id(context) for context in built}) == 1, "more than one context built for one process"
 
 
-def test_HOLDS_the_context_verifies_like_httpx_default(fresh_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_HOLDS_the_context_verifies_like_httpx_default(
+    fresh_cache: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The shared context requires a certificate and checks the host name, trusts certifi's authorities (as httpx's
     default does), and SSL_CERT_DIR set after the first client gives clients made afterwards that directory's store."""
     api = ApiClient("https://api.example")
@@ -118,7 +120,7 @@ def test_HOLDS_the_context_verifies_like_httpx_default(fresh_cache: None, monkey
         assert _authorities(context) == _authorities(default)
     finally:
         api.close()
-    monkeypatch.setenv("SSL_CERT_DIR", "/nonexistent-cert-dir")
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))  # an empty folder of authorities
     later = ApiClient("https://api.example")
     try:
         assert _context_of(later) is not context and _context_of(later) is tls_context()
